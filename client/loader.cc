@@ -1,0 +1,328 @@
+#include "loader.h"
+
+#include <pthread.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "sampler.h"
+#include "sophon/wire.h"
+#include "spdlog/spdlog.h"
+
+namespace sophon {
+namespace {
+
+void NameThread(std::thread& t, const std::string& name) {
+  pthread_setname_np(t.native_handle(), name.substr(0, 15).c_str());
+}
+
+}  // namespace
+
+absl::StatusOr<BadSamplePolicy> ParseBadSamplePolicy(absl::string_view name) {
+  if (name == "skip") return BadSamplePolicy::kSkip;
+  if (name == "fail") return BadSamplePolicy::kFail;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--on-bad-sample must be skip or fail, got '", name, "'"));
+}
+
+absl::Status LoaderOptions::Validate() const {
+  if (batch_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--batch-size must be at least 1, got ", batch_size));
+  }
+  if (workers < 1 || workers > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--workers must be in [1, 1024], got ", workers));
+  }
+  if (prefetch_batches < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefetch-batches must be at least 1, got ", prefetch_batches));
+  }
+  if (requests_per_message < 1) {
+    return absl::InvalidArgumentError("requests per message must be at least 1");
+  }
+  if (world < 1 || rank < 0 || rank >= world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank must be in [0, --world), got rank ", rank, " of ", world));
+  }
+  return pipeline.augment.Validate();
+}
+
+absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(SampleClient* client,
+                                                       const LoaderOptions& options,
+                                                       Planner* planner) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  return std::unique_ptr<Loader>(new Loader(client, options, planner));
+}
+
+Loader::Loader(SampleClient* client, const LoaderOptions& options, Planner* planner)
+    : client_(client),
+      options_(options),
+      planner_(planner),
+      sample_floats_(3LL * options.pipeline.augment.crop_size *
+                     options.pipeline.augment.crop_size) {}
+
+Loader::~Loader() { Stop(); }
+
+absl::Status Loader::StartEpoch(uint64_t epoch) {
+  Stop();  // ends whatever is left of the previous epoch
+  const v1::Manifest& manifest = client_->manifest();
+  epoch_ = epoch;
+  order_ = EpochOrder(options_.seed, epoch, manifest.num_samples(), options_.shuffle,
+                      options_.rank, options_.world);
+  plan_ = planner_->PlanEpoch(epoch, order_);
+  if (plan_.size() != order_.size()) {
+    return absl::InternalError("planner returned a plan of the wrong length");
+  }
+  position_of_id_.assign(manifest.num_samples(), -1);
+  for (size_t i = 0; i < order_.size(); ++i) position_of_id_[order_[i]] = static_cast<int64_t>(i);
+  const int64_t n = static_cast<int64_t>(order_.size());
+  const int64_t b = options_.batch_size;
+  num_batches_ = options_.drop_last ? n / b : (n + b - 1) / b;
+  {
+    absl::MutexLock lock(&mu_);
+    pending_.clear();
+    work_.clear();
+    next_batch_ = 0;
+    opened_batches_ = 0;
+    received_ = 0;
+    requested_ = 0;
+    stream_done_ = false;
+    stopping_ = false;
+    error_ = absl::OkStatus();
+    stats_ = LoaderEpochStats();
+  }
+  call_ = client_->OpenFetch();
+  threads_.emplace_back([this] { SendLoop(); });
+  NameThread(threads_.back(), "sophon-send");
+  threads_.emplace_back([this] { ReceiveLoop(); });
+  NameThread(threads_.back(), "sophon-recv");
+  for (int i = 0; i < options_.workers; ++i) {
+    threads_.emplace_back([this] { WorkerLoop(); });
+    NameThread(threads_.back(), absl::StrCat("sophon-prep-", i));
+  }
+  return absl::OkStatus();
+}
+
+void Loader::FailLocked(absl::Status status) {
+  if (error_.ok()) error_ = std::move(status);
+}
+
+void Loader::SendLoop() {
+  const v1::Manifest& manifest = client_->manifest();
+  const int64_t b = options_.batch_size;
+  const int64_t total = options_.drop_last ? num_batches_ * b : static_cast<int64_t>(order_.size());
+  for (int64_t k = 0; k < num_batches_; ++k) {
+    auto batch = std::make_unique<PendingBatch>();
+    batch->index = k;
+    const int64_t begin = k * b;
+    const int64_t end = std::min(begin + b, total);
+    batch->n = static_cast<int>(end - begin);
+    batch->images.resize(static_cast<size_t>(batch->n) * sample_floats_);
+    batch->bad.assign(batch->n, 0);
+    batch->remaining = batch->n;
+    for (int64_t p = begin; p < end; ++p) {
+      batch->ids.push_back(order_[p]);
+      batch->labels.push_back(manifest.labels(static_cast<int>(order_[p])));
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      auto has_room = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return opened_batches_ - next_batch_ < options_.prefetch_batches || stopping_ ||
+               !error_.ok();
+      };
+      mu_.Await(absl::Condition(&has_room));
+      if (stopping_ || !error_.ok()) break;
+      requested_ += batch->n;
+      pending_[k] = std::move(batch);
+      ++opened_batches_;
+    }
+    // Requests go out after the batch is registered, so replies find it.
+    v1::FetchRequest request;
+    bool ok = true;
+    for (int64_t p = begin; p < end && ok; ++p) {
+      if (request.samples_size() == 0) {
+        request.set_epoch(epoch_);
+        request.set_seed(options_.seed);
+        *request.mutable_augment() = ToProto(options_.pipeline.augment);
+      }
+      v1::SampleRequest* sr = request.add_samples();
+      sr->set_id(order_[p]);
+      sr->set_target_stage(static_cast<v1::Stage>(plan_[p]));
+      if (request.samples_size() == options_.requests_per_message || p + 1 == end) {
+        ok = call_->Write(request);
+        request.Clear();
+      }
+    }
+    if (!ok) break;  // the receiver reports the stream's status
+  }
+  call_->WritesDone();
+}
+
+void Loader::ReceiveLoop() {
+  v1::FetchResponse response;
+  const int64_t b = options_.batch_size;
+  while (call_->Read(&response)) {
+    absl::MutexLock lock(&mu_);
+    for (v1::Sample& sample : *response.mutable_samples()) {
+      const uint64_t id = sample.id();
+      const int64_t pos = id < position_of_id_.size() ? position_of_id_[id] : -1;
+      auto it = pos >= 0 ? pending_.find(pos / b) : pending_.end();
+      if (it == pending_.end()) {
+        FailLocked(absl::DataLossError(absl::StrCat("storage server ", client_->address(),
+                                                    " sent sample ", id,
+                                                    " that was not requested")));
+        break;
+      }
+      WorkItem item;
+      item.sample = std::move(sample);
+      item.batch = it->second.get();
+      item.slot = static_cast<int>(pos % b);
+      work_.push_back(std::move(item));
+      ++received_;
+    }
+  }
+  absl::Status status = call_->Finish();
+  absl::MutexLock lock(&mu_);
+  if (!stopping_) {
+    if (!status.ok()) {
+      FailLocked(absl::Status(status.code(), absl::StrCat("fetch stream from storage server ",
+                                                          client_->address(), " failed: ",
+                                                          status.message())));
+    } else if (received_ < requested_) {
+      FailLocked(absl::DataLossError(absl::StrCat(
+          "storage server ", client_->address(), " closed the stream with ",
+          requested_ - received_, " of ", requested_, " requested samples missing")));
+    }
+  }
+  stream_done_ = true;
+}
+
+void Loader::WorkerLoop() {
+  while (true) {
+    WorkItem item;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return !work_.empty() || stream_done_ || stopping_;
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (work_.empty() || stopping_) return;
+      item = std::move(work_.front());
+      work_.pop_front();
+    }
+    const uint64_t id = item.sample.id();
+    const Stage received_stage = static_cast<Stage>(item.sample.stage());
+    const uint64_t bytes = item.sample.payload().size();
+    OpTimes times;
+    absl::Status status = SampleStatus(item.sample);
+    if (status.ok()) {
+      absl::StatusOr<StageData> data = StageDataFromProto(&item.sample);
+      status = data.status();
+      if (status.ok()) {
+        status = FinishToTensor(*std::move(data), SampleKey{options_.seed, epoch_, id},
+                                options_.pipeline,
+                                item.batch->images.data() + item.slot * sample_floats_, &times);
+        if (!status.ok()) {
+          const v1::Manifest& m = client_->manifest();
+          const std::string path =
+              id < static_cast<uint64_t>(m.relative_paths_size()) ? m.relative_paths(id) : "?";
+          status = absl::Status(status.code(),
+                                absl::StrCat("sample ", id, " (", path, ", prepared locally from ",
+                                             StageName(received_stage), "): ", status.message()));
+        }
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    stats_.local_cpu_seconds += times.decode_crop + times.flip + times.tensor;
+    stats_.server_cpu_seconds += item.sample.server_cpu_seconds();
+    if (status.ok()) {
+      stats_.samples_by_stage[static_cast<int>(received_stage)]++;
+      stats_.bytes_by_stage[static_cast<int>(received_stage)] += bytes;
+    } else if (options_.on_bad_sample == BadSamplePolicy::kSkip) {
+      item.batch->bad[item.slot] = 1;
+      stats_.skipped++;
+      if (stats_.first_errors.size() < 5) {
+        stats_.first_errors.push_back(std::string(status.message()));
+        spdlog::warn("skipping bad sample: {}", std::string(status.message()));
+      }
+    } else {
+      FailLocked(absl::Status(status.code(),
+                              absl::StrCat(status.message(), " (--on-bad-sample=fail)")));
+    }
+    item.batch->remaining--;
+  }
+}
+
+absl::StatusOr<bool> Loader::Next(Batch* out) {
+  while (true) {
+    std::unique_ptr<PendingBatch> batch;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        if (!error_.ok() || stopping_ || next_batch_ >= num_batches_) return true;
+        auto it = pending_.find(next_batch_);
+        return it != pending_.end() && it->second->remaining == 0;
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (!error_.ok()) return error_;
+      if (stopping_) return absl::CancelledError("loader stopped");
+      if (next_batch_ >= num_batches_) return false;
+      auto it = pending_.find(next_batch_);
+      batch = std::move(it->second);
+      pending_.erase(it);
+      ++next_batch_;
+    }
+    // Compact away skipped samples.
+    int kept = 0;
+    for (int i = 0; i < batch->n; ++i) {
+      if (batch->bad[i]) continue;
+      if (kept != i) {
+        std::memmove(batch->images.data() + kept * sample_floats_,
+                     batch->images.data() + i * sample_floats_, sample_floats_ * sizeof(float));
+        batch->labels[kept] = batch->labels[i];
+        batch->ids[kept] = batch->ids[i];
+      }
+      ++kept;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      stats_.samples += kept;
+      if (kept > 0) stats_.batches++;
+    }
+    if (kept == 0) continue;  // every sample of the batch was bad
+    batch->images.resize(static_cast<size_t>(kept) * sample_floats_);
+    batch->labels.resize(kept);
+    batch->ids.resize(kept);
+    out->index = batch->index;
+    out->n = kept;
+    out->c = 3;
+    out->h = out->w = options_.pipeline.augment.crop_size;
+    out->images = std::move(batch->images);
+    out->labels = std::move(batch->labels);
+    out->ids = std::move(batch->ids);
+    return true;
+  }
+}
+
+LoaderEpochStats Loader::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+void Loader::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (call_) call_->Cancel();
+  JoinThreads();
+}
+
+void Loader::JoinThreads() {
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+  call_.reset();
+}
+
+}  // namespace sophon

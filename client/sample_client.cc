@@ -1,0 +1,113 @@
+#include "sample_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace sophon {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+bool IsRetryable(absl::StatusCode code) {
+  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kAborted ||
+         code == absl::StatusCode::kDeadlineExceeded;
+}
+
+void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+}  // namespace
+
+absl::Status RetryWithBackoff(const std::function<absl::Status()>& attempt, absl::Time deadline) {
+  absl::Duration backoff = absl::Milliseconds(50);
+  int tries = 0;
+  while (true) {
+    absl::Status status = attempt();
+    ++tries;
+    if (status.ok() || !IsRetryable(status.code())) return status;
+    const absl::Time now = absl::Now();
+    if (now + backoff >= deadline) {
+      return absl::Status(status.code(), absl::StrCat(status.message(), " (gave up after ",
+                                                      tries, " tries)"));
+    }
+    spdlog::debug("retrying in {} after: {}", absl::FormatDuration(backoff), std::string(status.message()));
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+  }
+}
+
+FetchCall::FetchCall(v1::SampleService::Stub* stub) : stream_(stub->Fetch(&context_)) {}
+
+FetchCall::~FetchCall() = default;
+
+bool FetchCall::Write(const v1::FetchRequest& request) { return stream_->Write(request); }
+bool FetchCall::WritesDone() { return stream_->WritesDone(); }
+bool FetchCall::Read(v1::FetchResponse* response) { return stream_->Read(response); }
+absl::Status FetchCall::Finish() { return FromGrpc(stream_->Finish()); }
+void FetchCall::Cancel() { context_.TryCancel(); }
+
+absl::StatusOr<std::unique_ptr<SampleClient>> SampleClient::Connect(const ClientOptions& options) {
+  if (options.address.empty() || options.address.find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--server must be HOST:PORT, got '", options.address, "'"));
+  }
+  std::unique_ptr<SampleClient> client(new SampleClient());
+  client->options_ = options;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(64 << 20);
+  client->channel_ = grpc::CreateCustomChannel(options.address,
+                                               grpc::InsecureChannelCredentials(), args);
+  client->stub_ = v1::SampleService::NewStub(client->channel_);
+  const absl::Time deadline = absl::Now() + options.connect_timeout;
+  absl::Status status = RetryWithBackoff(
+      [&] {
+        grpc::ClientContext context;
+        SetDeadline(&context, std::min(options.rpc_timeout, options.connect_timeout));
+        client->manifest_.Clear();
+        return FromGrpc(client->stub_->GetManifest(&context, {}, &client->manifest_));
+      },
+      deadline);
+  if (!status.ok()) {
+    return absl::Status(status.code(), absl::StrCat("cannot get the manifest from storage server ",
+                                                    options.address, ": ", status.message()));
+  }
+  const v1::Manifest& m = client->manifest_;
+  if (static_cast<uint32_t>(m.labels_size()) != m.num_samples() ||
+      static_cast<uint32_t>(m.raw_sizes_size()) != m.num_samples()) {
+    return absl::DataLossError(
+        absl::StrCat("storage server ", options.address, " sent an inconsistent manifest"));
+  }
+  return client;
+}
+
+absl::StatusOr<v1::ServerStats> SampleClient::GetStats() {
+  v1::ServerStats stats;
+  absl::Status status = RetryWithBackoff(
+      [&] {
+        grpc::ClientContext context;
+        SetDeadline(&context, options_.rpc_timeout);
+        return FromGrpc(stub_->GetStats(&context, {}, &stats));
+      },
+      absl::Now() + options_.rpc_timeout);
+  if (!status.ok()) {
+    return absl::Status(status.code(), absl::StrCat("cannot get stats from storage server ",
+                                                    options_.address, ": ", status.message()));
+  }
+  return stats;
+}
+
+std::unique_ptr<FetchCall> SampleClient::OpenFetch() {
+  return std::make_unique<FetchCall>(stub_.get());
+}
+
+}  // namespace sophon

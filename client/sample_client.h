@@ -1,0 +1,71 @@
+// The training node's connection to one storage server: one channel and stub
+// for the client's lifetime, deadlines on every unary call, retries with
+// backoff only for codes that mean "try again".
+#ifndef SOPHON_CLIENT_SAMPLE_CLIENT_H_
+#define SOPHON_CLIENT_SAMPLE_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "sophon/v1/sophon.grpc.pb.h"
+
+namespace sophon {
+
+struct ClientOptions {
+  std::string address;                          // HOST:PORT of sophon-server
+  absl::Duration connect_timeout = absl::Seconds(30);  // retry budget to reach the server
+  absl::Duration rpc_timeout = absl::Seconds(30);      // deadline of each unary call
+};
+
+// Calls `attempt` until it succeeds, fails with a code other than UNAVAILABLE
+// or ABORTED (or DEADLINE_EXCEEDED of a single try), or `deadline` passes;
+// sleeps with exponential backoff (50 ms doubling to 2 s) between tries.
+absl::Status RetryWithBackoff(const std::function<absl::Status()>& attempt,
+                              absl::Time deadline);
+
+// One Fetch stream. Write/Read may be called from two different threads
+// (one writer, one reader), as gRPC allows.
+class FetchCall {
+ public:
+  explicit FetchCall(v1::SampleService::Stub* stub);
+  ~FetchCall();
+  bool Write(const v1::FetchRequest& request);
+  bool WritesDone();
+  bool Read(v1::FetchResponse* response);
+  // After Read returned false: the stream's final status.
+  absl::Status Finish();
+  // Ends the call early from any thread.
+  void Cancel();
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::FetchRequest, v1::FetchResponse>> stream_;
+};
+
+class SampleClient {
+ public:
+  // Connects and reads the manifest, retrying while the server is unreachable
+  // or restarting; after connect_timeout: UNAVAILABLE naming the address.
+  static absl::StatusOr<std::unique_ptr<SampleClient>> Connect(const ClientOptions& options);
+
+  const v1::Manifest& manifest() const { return manifest_; }
+  const std::string& address() const { return options_.address; }
+
+  absl::StatusOr<v1::ServerStats> GetStats();
+  std::unique_ptr<FetchCall> OpenFetch();
+
+ private:
+  SampleClient() = default;
+
+  ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::SampleService::Stub> stub_;
+  v1::Manifest manifest_;
+};
+
+}  // namespace sophon
+
+#endif  // SOPHON_CLIENT_SAMPLE_CLIENT_H_

@@ -1,0 +1,185 @@
+#include "train_loop.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "spdlog/spdlog.h"
+
+namespace sophon {
+namespace {
+
+double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
+
+uint64_t TotalBytes(const LoaderEpochStats& s) {
+  uint64_t total = 0;
+  for (uint64_t b : s.bytes_by_stage) total += b;
+  return total;
+}
+
+// One progress line, rewritten in place on a terminal.
+class Progress {
+ public:
+  explicit Progress(bool enabled) : enabled_(enabled), tty_(isatty(STDERR_FILENO) != 0) {}
+
+  void Update(int epoch, int64_t batch, int64_t batches, uint64_t images, uint64_t bytes,
+              double wait, double loss, absl::Time start) {
+    if (!enabled_) return;
+    const absl::Time now = absl::Now();
+    if (now - last_ < (tty_ ? absl::Milliseconds(250) : absl::Seconds(10))) return;
+    last_ = now;
+    const double secs = std::max(1e-9, absl::ToDoubleSeconds(now - start));
+    const std::string line = absl::StrFormat(
+        "epoch %d  batch %d/%d  %.1f img/s  %.1f MB/s  data wait %.1fs (%.0f%%)  loss %.4f",
+        epoch, batch, batches, images / secs, bytes / secs / 1e6, wait, 100 * wait / secs, loss);
+    if (tty_) {
+      std::fprintf(stderr, "\r%-110s", line.c_str());
+      std::fflush(stderr);
+      dirty_ = true;
+    } else {
+      spdlog::info("{}", line);
+    }
+  }
+  void Finish() {
+    if (dirty_) std::fprintf(stderr, "\n");
+    dirty_ = false;
+  }
+
+ private:
+  const bool enabled_;
+  const bool tty_;
+  bool dirty_ = false;
+  absl::Time last_ = absl::InfinitePast();
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loader* loader,
+                                                     Trainer* trainer,
+                                                     const TrainLoopOptions& options) {
+  std::vector<EpochReport> reports;
+  for (int epoch = 0; epoch < options.epochs; ++epoch) {
+    absl::StatusOr<v1::ServerStats> before = client->GetStats();
+    if (!before.ok()) return before.status();
+    if (absl::Status s = loader->StartEpoch(epoch); !s.ok()) return s;
+    EpochReport report;
+    report.epoch = epoch;
+    Progress progress(options.progress);
+    const absl::Time start = absl::Now();
+    double loss_sum = 0;
+    int64_t correct = 0, seen = 0, steps = 0;
+    Batch batch;
+    while (options.max_batches == 0 || steps < options.max_batches) {
+      const absl::Time wait_start = absl::Now();
+      absl::StatusOr<bool> more = loader->Next(&batch);
+      report.data_wait_seconds += Seconds(wait_start);
+      if (!more.ok()) {
+        progress.Finish();
+        return more.status();
+      }
+      if (!*more) break;
+      const absl::Time step_start = absl::Now();
+      absl::StatusOr<StepResult> step = trainer->Step(batch);
+      report.compute_seconds += Seconds(step_start);
+      if (!step.ok()) {
+        progress.Finish();
+        return absl::Status(step.status().code(), absl::StrCat("training step ", steps,
+                                                               " of epoch ", epoch, ": ",
+                                                               step.status().message()));
+      }
+      loss_sum += step->loss * step->count;
+      correct += step->correct;
+      seen += step->count;
+      ++steps;
+      const LoaderEpochStats ls = loader->stats();
+      progress.Update(epoch, steps, loader->num_batches(), seen, TotalBytes(ls),
+                      report.data_wait_seconds, step->loss, start);
+    }
+    loader->Stop();  // also ends an epoch cut short by --max-batches
+    progress.Finish();
+    report.wall_seconds = Seconds(start);
+    report.loader = loader->stats();
+    report.images_per_second = seen / std::max(1e-9, report.wall_seconds);
+    report.mean_loss = seen ? loss_sum / seen : 0;
+    report.top1 = seen ? static_cast<double>(correct) / seen : 0;
+    absl::StatusOr<v1::ServerStats> after = client->GetStats();
+    if (after.ok()) {
+      report.server_prep_busy_seconds = after->prep_busy_seconds() - before->prep_busy_seconds();
+      report.server_prep_workers = static_cast<int>(after->prep_workers());
+    }
+    spdlog::info("{}", FormatEpochReport(report));
+    reports.push_back(report);
+  }
+  if (!options.report_json.empty()) {
+    std::ofstream out(options.report_json);
+    out << EpochReportsToJson(reports, options);
+    if (!out) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot write --report-json file '", options.report_json, "'"));
+    }
+  }
+  return reports;
+}
+
+std::string FormatEpochReport(const EpochReport& r) {
+  const LoaderEpochStats& l = r.loader;
+  const uint64_t bytes = TotalBytes(l);
+  std::string by_stage;
+  for (int i = 0; i < kNumStages; ++i) {
+    if (l.samples_by_stage[i] == 0) continue;
+    absl::StrAppendFormat(&by_stage, "%s%s %d samples %.1f MB", by_stage.empty() ? "" : ", ",
+                          StageName(static_cast<Stage>(i)), l.samples_by_stage[i],
+                          l.bytes_by_stage[i] / 1e6);
+  }
+  std::string out = absl::StrFormat(
+      "epoch %d: %.2fs, %d images, %.1f img/s, %.1f MB received (%.1f KB/image; %s), "
+      "data wait %.2fs (%.0f%%), loss %.4f, top-1 %.3f, skipped %d",
+      r.epoch, r.wall_seconds, l.samples, r.images_per_second, bytes / 1e6,
+      l.samples ? bytes / 1e3 / l.samples : 0.0, by_stage, r.data_wait_seconds,
+      100 * r.data_wait_seconds / std::max(1e-9, r.wall_seconds), r.mean_loss, r.top1, l.skipped);
+  absl::StrAppendFormat(&out,
+                        "; local prep %.2f CPU-s, server prep %.2f CPU-s on %d workers (%.0f%% busy)",
+                        l.local_cpu_seconds, r.server_prep_busy_seconds, r.server_prep_workers,
+                        r.server_prep_workers
+                            ? 100 * r.server_prep_busy_seconds /
+                                  (r.server_prep_workers * std::max(1e-9, r.wall_seconds))
+                            : 0.0);
+  return out;
+}
+
+std::string EpochReportsToJson(const std::vector<EpochReport>& reports,
+                               const TrainLoopOptions& options) {
+  std::string out = absl::StrFormat("{\n  \"mode\": \"%s\",\n  \"arch\": \"%s\",\n  \"epochs\": [",
+                                    options.mode_name, options.arch);
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const EpochReport& r = reports[i];
+    const LoaderEpochStats& l = r.loader;
+    std::string samples_by_stage, bytes_by_stage;
+    for (int s = 0; s < kNumStages; ++s) {
+      absl::StrAppendFormat(&samples_by_stage, "%s\"%s\": %d", s ? ", " : "",
+                            StageName(static_cast<Stage>(s)), l.samples_by_stage[s]);
+      absl::StrAppendFormat(&bytes_by_stage, "%s\"%s\": %d", s ? ", " : "",
+                            StageName(static_cast<Stage>(s)), l.bytes_by_stage[s]);
+    }
+    const uint64_t bytes = TotalBytes(l);
+    absl::StrAppendFormat(
+        &out,
+        "%s\n    {\"epoch\": %d, \"wall_seconds\": %.6f, \"images\": %d, \"images_per_second\": "
+        "%.3f, \"bytes_received\": %d, \"bytes_per_image\": %.1f, \"samples_by_stage\": {%s}, "
+        "\"bytes_by_stage\": {%s}, \"data_wait_seconds\": %.6f, \"compute_seconds\": %.6f, "
+        "\"mean_loss\": %.6f, \"top1\": %.6f, \"skipped\": %d, \"local_prep_cpu_seconds\": %.6f, "
+        "\"server_prep_cpu_seconds\": %.6f, \"server_prep_workers\": %d}",
+        i ? "," : "", r.epoch, r.wall_seconds, l.samples, r.images_per_second, bytes,
+        l.samples ? static_cast<double>(bytes) / l.samples : 0.0, samples_by_stage,
+        bytes_by_stage, r.data_wait_seconds, r.compute_seconds, r.mean_loss, r.top1, l.skipped,
+        l.local_cpu_seconds, r.server_prep_busy_seconds, r.server_prep_workers);
+  }
+  out += "\n  ]\n}\n";
+  return out;
+}
+
+}  // namespace sophon

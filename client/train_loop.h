@@ -1,0 +1,52 @@
+// The training loop of sophon-train: pulls batches from the loader, steps the
+// trainer, shows progress and reports each epoch.
+#ifndef SOPHON_CLIENT_TRAIN_LOOP_H_
+#define SOPHON_CLIENT_TRAIN_LOOP_H_
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "loader.h"
+#include "sample_client.h"
+#include "trainer.h"
+
+namespace sophon {
+
+struct TrainLoopOptions {
+  int epochs = 1;
+  int64_t max_batches = 0;         // per epoch; 0 = all
+  std::string mode_name;           // for reports
+  std::string arch;                // for reports
+  bool progress = true;            // progress line on stderr
+  std::string report_json;         // write the epoch reports here if non-empty
+};
+
+struct EpochReport {
+  int epoch = 0;
+  double wall_seconds = 0;
+  double images_per_second = 0;
+  double data_wait_seconds = 0;    // trainer blocked waiting for a batch
+  double compute_seconds = 0;      // inside Trainer::Step
+  double mean_loss = 0;
+  double top1 = 0;                 // fraction correct on the training batches
+  LoaderEpochStats loader;
+  double server_prep_busy_seconds = 0;  // server prep workers' CPU seconds this epoch
+  int server_prep_workers = 0;
+};
+
+// Runs the epochs. Errors from the loader or trainer end the run.
+absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loader* loader,
+                                                     Trainer* trainer,
+                                                     const TrainLoopOptions& options);
+
+// Human-readable summary of one epoch (several lines).
+std::string FormatEpochReport(const EpochReport& report);
+// All reports as JSON.
+std::string EpochReportsToJson(const std::vector<EpochReport>& reports,
+                               const TrainLoopOptions& options);
+
+}  // namespace sophon
+
+#endif  // SOPHON_CLIENT_TRAIN_LOOP_H_

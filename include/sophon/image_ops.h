@@ -1,0 +1,30 @@
+// Image kernels on plain buffers: the caller owns all memory.
+#ifndef SOPHON_IMAGE_OPS_H_
+#define SOPHON_IMAGE_OPS_H_
+
+#include <cstdint>
+
+namespace sophon {
+
+// ImageNet normalization constants (torchvision's).
+inline constexpr float kImageNetMean[3] = {0.485f, 0.456f, 0.406f};
+inline constexpr float kImageNetStd[3] = {0.229f, 0.224f, 0.225f};
+
+// Resizes the rectangle [x0, x1) x [y0, y1) (fractional source pixels) of an
+// RGB uint8 image to out_h x out_w with an area-averaging (box) filter: each
+// output pixel is the exact mean of the source area it covers, so downscaling
+// is antialiased. `src_stride` is bytes per source row.
+// REQUIRES: 0 <= x0 < x1 <= src_w, 0 <= y0 < y1 <= src_h, dst has out_h*out_w*3 bytes.
+void ResizeAreaRgb(const uint8_t* src, int src_h, int src_w, int src_stride, double x0,
+                   double y0, double x1, double y1, int out_h, int out_w, uint8_t* dst);
+
+// Mirrors an RGB uint8 HWC image left-right in place.
+void FlipHorizontalRgb(uint8_t* pixels, int height, int width);
+
+// uint8 HWC RGB -> float32 CHW, x / 255 then (x - mean) / std per channel.
+// `dst` has 3 * height * width floats.
+void ToTensorNormalize(const uint8_t* hwc, int height, int width, float* dst);
+
+}  // namespace sophon
+
+#endif  // SOPHON_IMAGE_OPS_H_

@@ -1,0 +1,58 @@
+// JPEG decoding with libjpeg-turbo. Plain buffers in and out; errors are
+// returned, never raised (libjpeg's exit()-ing error handler is replaced).
+#ifndef SOPHON_JPEG_CODEC_H_
+#define SOPHON_JPEG_CODEC_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "sophon/augment.h"
+
+namespace sophon {
+
+struct DecodeLimits {
+  // Images with more pixels than this are rejected before any allocation
+  // (a header can claim 65535 x 65535). Default: 100 megapixels.
+  int64_t max_pixels = 100'000'000;
+};
+
+struct ImageInfo {
+  int width = 0;
+  int height = 0;
+  int components = 0;  // 1 gray, 3 YCbCr/RGB, 4 CMYK/YCCK
+  bool progressive = false;
+};
+
+// 8-bit RGB, HWC, rows packed (stride = width * 3).
+struct Image8 {
+  int height = 0;
+  int width = 0;
+  std::vector<uint8_t> pixels;
+};
+
+// Part of an image decoded at a reduced DCT scale, and where a crop box of the
+// full-resolution image lies in it (fractional pixel coordinates of `image`).
+struct DecodedRegion {
+  Image8 image;
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  int scale_num = 8;  // decoded at scale_num / 8
+};
+
+// Reads only the header. InvalidArgument for anything that is not a
+// well-formed JPEG within `limits`.
+absl::StatusOr<ImageInfo> ReadJpegInfo(absl::string_view bytes, const DecodeLimits& limits);
+
+// Full-resolution decode to RGB (gray and CMYK/YCCK are converted).
+absl::StatusOr<Image8> DecodeJpeg(absl::string_view bytes, const DecodeLimits& limits);
+
+// Decodes just what `box` needs: at the smallest scale M/8 (M = 1..8) that
+// keeps the box at least `min_side` pixels on each side, only the iMCU columns
+// and the scanlines that the box covers. REQUIRES: box lies within the image.
+absl::StatusOr<DecodedRegion> DecodeJpegRegion(absl::string_view bytes, const CropBox& box,
+                                               int min_side, const DecodeLimits& limits);
+
+}  // namespace sophon
+
+#endif  // SOPHON_JPEG_CODEC_H_

@@ -1,0 +1,74 @@
+// sophon-server: serves a dataset to training nodes and runs as much of each
+// sample's preprocessing as they ask for, on --prep-workers threads.
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/time/time.h"
+#include "spdlog/spdlog.h"
+#include "storage_server.h"
+
+ABSL_FLAG(std::string, data, "", "ImageFolder dataset root (DIR/CLASS/*.jpg). Required.");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Address to listen on. Default 127.0.0.1 (this machine only); 0.0.0.0 for all.");
+ABSL_FLAG(int, port, 50051, "Port to listen on; 0 picks a free one. Default 50051.");
+ABSL_FLAG(int, prep_workers, 4,
+          "Threads that decode and transform samples: the storage node's CPU budget. Default 4.");
+ABSL_FLAG(int, max_inflight_per_stream, 128,
+          "Samples a stream may have accepted but not yet sent; bounds server memory per "
+          "client. Default 128.");
+ABSL_FLAG(int64_t, max_pixels, 100'000'000,
+          "Images whose header claims more pixels are rejected. Default 100000000.");
+ABSL_FLAG(absl::Duration, stats_interval, absl::Seconds(10),
+          "Period of the throughput log line while serving; 0 disables it. Default 10s.");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error. Default info.");
+
+namespace {
+
+sigset_t BlockTerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Sophon storage node.\nUsage: sophon-server --data=DIR [--port=50051] "
+      "[--prep-workers=N]");
+  absl::ParseCommandLine(argc, argv);
+  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+  // Threads started below inherit the blocked mask; main waits for a signal.
+  const sigset_t signals = BlockTerminationSignals();
+
+  sophon::StorageServerOptions options;
+  options.data_dir = absl::GetFlag(FLAGS_data);
+  options.host = absl::GetFlag(FLAGS_host);
+  options.port = absl::GetFlag(FLAGS_port);
+  options.service.prep_workers = absl::GetFlag(FLAGS_prep_workers);
+  options.service.max_inflight_per_stream = absl::GetFlag(FLAGS_max_inflight_per_stream);
+  options.service.limits.max_pixels = absl::GetFlag(FLAGS_max_pixels);
+  options.stats_interval = absl::GetFlag(FLAGS_stats_interval);
+
+  absl::StatusOr<std::unique_ptr<sophon::StorageServer>> server =
+      sophon::StorageServer::Start(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "sophon-server: %s\n", std::string(server.status().message()).c_str());
+    return 2;
+  }
+  // Print the port for scripts that start us with --port=0.
+  std::printf("listening on %s\n", (*server)->address().c_str());
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("signal {}: shutting down", sig);
+  (*server)->Shutdown();
+  return 0;
+}

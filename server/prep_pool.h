@@ -1,0 +1,49 @@
+// The storage node's CPU budget: exactly N threads run every decode and
+// transform. gRPC threads only move messages.
+#ifndef SOPHON_SERVER_PREP_POOL_H_
+#define SOPHON_SERVER_PREP_POOL_H_
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+
+namespace sophon {
+
+class PrepPool {
+ public:
+  // REQUIRES: workers >= 1, queue_capacity >= 1.
+  PrepPool(int workers, int queue_capacity);
+  // Drains queued jobs, then joins the workers.
+  ~PrepPool();
+
+  PrepPool(const PrepPool&) = delete;
+  PrepPool& operator=(const PrepPool&) = delete;
+
+  // Queues a job; blocks while the queue is full. Thread-safe.
+  void Submit(std::function<void()> job);
+
+  int workers() const { return static_cast<int>(threads_.size()); }
+  // Jobs waiting (not yet started).
+  int queue_depth() const;
+  // Thread CPU seconds spent inside jobs, summed over workers.
+  double busy_seconds() const;
+
+ private:
+  void WorkerLoop();
+
+  const int capacity_;
+  std::vector<std::thread> threads_;
+
+  mutable absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<int64_t> busy_nanos_{0};
+};
+
+}  // namespace sophon
+
+#endif  // SOPHON_SERVER_PREP_POOL_H_

@@ -1,0 +1,47 @@
+// Counters of what a storage server has done; lock-free, thread-safe.
+#ifndef SOPHON_SERVER_SERVER_STATS_H_
+#define SOPHON_SERVER_SERVER_STATS_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "sophon/stage.h"
+#include "sophon/v1/sophon.pb.h"
+
+namespace sophon {
+
+class ServerStats {
+ public:
+  ServerStats() : start_(absl::Now()) {}
+
+  void RecordSample(Stage stage, uint64_t payload_bytes) {
+    samples_[static_cast<int>(stage)].fetch_add(1, std::memory_order_relaxed);
+    bytes_[static_cast<int>(stage)].fetch_add(payload_bytes, std::memory_order_relaxed);
+  }
+  void RecordFailure() { failed_.fetch_add(1, std::memory_order_relaxed); }
+  void RecordRejectedRequest() { rejected_.fetch_add(1, std::memory_order_relaxed); }
+  void StreamOpened() { streams_.fetch_add(1); }
+  void StreamClosed() { streams_.fetch_sub(1); }
+  void AddInflight(int delta) { inflight_.fetch_add(delta); }
+  void ObserveStreamInflight(uint32_t n);
+
+  // Fills the counters; the caller adds the pool's figures.
+  void Snapshot(v1::ServerStats* out) const;
+
+ private:
+  const absl::Time start_;
+  std::array<std::atomic<uint64_t>, kNumStages> samples_{};
+  std::array<std::atomic<uint64_t>, kNumStages> bytes_{};
+  std::atomic<uint64_t> failed_{0};
+  std::atomic<uint64_t> rejected_{0};
+  std::atomic<int32_t> streams_{0};
+  std::atomic<int64_t> inflight_{0};
+  std::atomic<uint32_t> peak_stream_inflight_{0};
+};
+
+}  // namespace sophon
+
+#endif  // SOPHON_SERVER_SERVER_STATS_H_

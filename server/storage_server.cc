@@ -1,0 +1,99 @@
+#include "storage_server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "grpc_service.h"
+#include "spdlog/spdlog.h"
+
+namespace sophon {
+
+absl::Status StorageServerOptions::Validate() const {
+  if (data_dir.empty()) return absl::InvalidArgumentError("--data is required");
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--port must be in [0, 65535], got ", port));
+  }
+  return service.Validate();
+}
+
+absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
+    const StorageServerOptions& options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  std::unique_ptr<StorageServer> server(new StorageServer());
+  server->options_ = options;
+  absl::StatusOr<std::unique_ptr<Dataset>> dataset = Dataset::OpenImageFolder(options.data_dir);
+  if (!dataset.ok()) return dataset.status();
+  server->dataset_ = *std::move(dataset);
+  server->impl_ = std::make_unique<SampleServiceImpl>(server->dataset_.get(), options.service);
+  server->grpc_service_ = std::make_unique<GrpcSampleService>(server->impl_.get());
+
+  const std::string address = absl::StrCat(
+      options.host.find(':') != std::string::npos ? absl::StrCat("[", options.host, "]")
+                                                   : options.host,
+      ":", options.port);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.RegisterService(server->grpc_service_.get());
+  builder.SetMaxSendMessageSize(-1);
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", address, " (address in use or not local?)"));
+  }
+  spdlog::info("serving {} samples in {} classes from {} on {}:{} with {} prep workers",
+               server->dataset_->size(), server->dataset_->class_names().size(),
+               options.data_dir, options.host, server->port_, options.service.prep_workers);
+  if (options.stats_interval > absl::ZeroDuration()) {
+    server->stats_thread_ = std::thread([s = server.get()] { s->StatsLoop(); });
+  }
+  return server;
+}
+
+std::string StorageServer::address() const { return absl::StrCat(options_.host, ":", port_); }
+
+void StorageServer::Wait() { shutdown_.WaitForNotification(); }
+
+void StorageServer::Shutdown(absl::Duration grace) {
+  if (!shutdown_.HasBeenNotified()) shutdown_.Notify();
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      absl::ToChronoMilliseconds(grace));
+    server_->Wait();
+    server_.reset();
+  }
+  if (stats_thread_.joinable()) stats_thread_.join();
+}
+
+StorageServer::~StorageServer() { Shutdown(); }
+
+void StorageServer::StatsLoop() {
+  v1::ServerStats prev;
+  impl_->GetStats({}, &prev);
+  while (!shutdown_.WaitForNotificationWithTimeout(options_.stats_interval)) {
+    v1::ServerStats cur;
+    impl_->GetStats({}, &cur);
+    uint64_t samples = 0, bytes = 0;
+    std::string by_stage;
+    for (int i = 0; i < kNumStages; ++i) {
+      const uint64_t n = cur.samples_by_stage(i) - prev.samples_by_stage(i);
+      samples += n;
+      bytes += cur.bytes_by_stage(i) - prev.bytes_by_stage(i);
+      absl::StrAppend(&by_stage, i ? " " : "", StageName(static_cast<Stage>(i)), "=", n);
+    }
+    const double secs = cur.uptime_seconds() - prev.uptime_seconds();
+    const double busy = cur.prep_busy_seconds() - prev.prep_busy_seconds();
+    if (samples > 0 || cur.active_streams() > 0) {
+      spdlog::info(absl::StrFormat(
+          "served %.0f samples/s (%s), %.1f MB/s, prep busy %.0f%% of %d workers, queue %d, "
+          "in flight %d, streams %d, failed %d",
+          samples / secs, by_stage, bytes / secs / 1e6, 100.0 * busy / (secs * cur.prep_workers()),
+          cur.prep_workers(), cur.queue_depth(), cur.inflight_samples(), cur.active_streams(),
+          cur.samples_failed() - prev.samples_failed()));
+    }
+    prev = cur;
+  }
+}
+
+}  // namespace sophon

@@ -1,0 +1,64 @@
+// A running storage node: dataset + service + gRPC server + periodic stats log.
+#ifndef SOPHON_SERVER_STORAGE_SERVER_H_
+#define SOPHON_SERVER_STORAGE_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "service_impl.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace sophon {
+
+class GrpcSampleService;
+
+struct StorageServerOptions {
+  std::string data_dir;               // ImageFolder root
+  std::string host = "127.0.0.1";     // address to listen on; 0.0.0.0 for all interfaces
+  int port = 50051;                   // 0 picks a free port
+  ServiceOptions service;
+  absl::Duration stats_interval = absl::Seconds(10);  // log line period under load; 0 = off
+
+  absl::Status Validate() const;
+};
+
+class StorageServer {
+ public:
+  // Opens the dataset and starts serving. Errors name the directory or address.
+  static absl::StatusOr<std::unique_ptr<StorageServer>> Start(const StorageServerOptions& options);
+  // Stops accepting calls, lets streams end (up to `grace`), joins threads.
+  ~StorageServer();
+
+  int port() const { return port_; }
+  std::string address() const;
+  SampleServiceImpl* service() { return impl_.get(); }
+  const Dataset& dataset() const { return *dataset_; }
+
+  // Blocks until Shutdown() is called from another thread.
+  void Wait();
+  void Shutdown(absl::Duration grace = absl::Seconds(2));
+
+ private:
+  StorageServer() = default;
+  void StatsLoop();
+
+  StorageServerOptions options_;
+  std::unique_ptr<Dataset> dataset_;
+  std::unique_ptr<SampleServiceImpl> impl_;
+  std::unique_ptr<GrpcSampleService> grpc_service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  absl::Notification shutdown_;
+  std::thread stats_thread_;
+};
+
+}  // namespace sophon
+
+#endif  // SOPHON_SERVER_STORAGE_SERVER_H_

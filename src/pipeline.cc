@@ -1,0 +1,116 @@
+#include "sophon/pipeline.h"
+
+#include <time.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "sophon/image_ops.h"
+
+namespace sophon {
+namespace {
+
+// RAW -> CROPPED: decode only what the crop box needs, then resize to S x S.
+absl::StatusOr<StageData> DecodeAndCrop(const StageData& in, const SampleKey& key,
+                                        const PipelineOptions& options) {
+  const int s = options.augment.crop_size;
+  absl::StatusOr<ImageInfo> info = ReadJpegInfo(in.data, options.limits);
+  if (!info.ok()) return info.status();
+  const SampleAugment aug = AugmentFor(key, info->height, info->width, options.augment);
+  absl::StatusOr<DecodedRegion> region = DecodeJpegRegion(in.data, aug.box, s, options.limits);
+  if (!region.ok()) return region.status();
+  StageData out;
+  out.stage = Stage::kCropped;
+  out.height = s;
+  out.width = s;
+  out.data.resize(static_cast<size_t>(s) * s * 3);
+  ResizeAreaRgb(region->image.pixels.data(), region->image.height, region->image.width,
+                region->image.width * 3, region->x0, region->y0, region->x1, region->y1, s, s,
+                reinterpret_cast<uint8_t*>(out.data.data()));
+  return out;
+}
+
+// The flip bit needs only the key (the crop box is not involved).
+bool FlipBit(const SampleKey& key, const PipelineOptions& options) {
+  CounterRng flip_rng(key, /*stream=*/1);
+  return flip_rng.Uniform(0.0, 1.0) < options.augment.flip_probability;
+}
+
+}  // namespace
+
+double ThreadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+absl::Status CheckStageData(const StageData& data, int crop_size) {
+  if (data.stage == Stage::kRaw) return absl::OkStatus();
+  if (data.height != crop_size || data.width != crop_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        StageName(data.stage), " payload is ", data.height, "x", data.width,
+        ", expected the crop size ", crop_size, "x", crop_size));
+  }
+  const int64_t expected = StagePayloadBytes(data.stage, crop_size);
+  if (static_cast<int64_t>(data.data.size()) != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(StageName(data.stage), " payload has ",
+                                                   data.data.size(), " bytes, expected ",
+                                                   expected));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StageData> RunPipeline(StageData in, Stage target, const SampleKey& key,
+                                      const PipelineOptions& options, OpTimes* times) {
+  if (target < in.stage) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot go back from stage ",
+                                                   StageName(in.stage), " to ",
+                                                   StageName(target)));
+  }
+  if (absl::Status s = CheckStageData(in, options.augment.crop_size); !s.ok()) return s;
+  StageData cur = std::move(in);
+  if (cur.stage == Stage::kRaw && target > Stage::kRaw) {
+    const double t0 = ThreadCpuSeconds();
+    absl::StatusOr<StageData> cropped = DecodeAndCrop(cur, key, options);
+    if (times) times->decode_crop += ThreadCpuSeconds() - t0;
+    if (!cropped.ok()) return cropped.status();
+    cur = *std::move(cropped);
+  }
+  if (cur.stage == Stage::kCropped && target > Stage::kCropped) {
+    const double t0 = ThreadCpuSeconds();
+    if (FlipBit(key, options)) {
+      FlipHorizontalRgb(reinterpret_cast<uint8_t*>(cur.data.data()), cur.height, cur.width);
+    }
+    cur.stage = Stage::kFlipped;
+    if (times) times->flip += ThreadCpuSeconds() - t0;
+  }
+  if (cur.stage == Stage::kFlipped && target > Stage::kFlipped) {
+    const double t0 = ThreadCpuSeconds();
+    std::string tensor(StagePayloadBytes(Stage::kTensor, cur.height), '\0');
+    ToTensorNormalize(reinterpret_cast<const uint8_t*>(cur.data.data()), cur.height, cur.width,
+                      reinterpret_cast<float*>(tensor.data()));
+    cur.data = std::move(tensor);
+    cur.stage = Stage::kTensor;
+    if (times) times->tensor += ThreadCpuSeconds() - t0;
+  }
+  return cur;
+}
+
+absl::Status FinishToTensor(StageData in, const SampleKey& key, const PipelineOptions& options,
+                            float* dst, OpTimes* times) {
+  if (in.stage == Stage::kTensor) {
+    if (absl::Status s = CheckStageData(in, options.augment.crop_size); !s.ok()) return s;
+    std::memcpy(dst, in.data.data(), in.data.size());
+    return absl::OkStatus();
+  }
+  absl::StatusOr<StageData> flipped = RunPipeline(std::move(in), Stage::kFlipped, key, options,
+                                                  times);
+  if (!flipped.ok()) return flipped.status();
+  const double t0 = ThreadCpuSeconds();
+  ToTensorNormalize(reinterpret_cast<const uint8_t*>(flipped->data.data()), flipped->height,
+                    flipped->width, dst);
+  if (times) times->tensor += ThreadCpuSeconds() - t0;
+  return absl::OkStatus();
+}
+
+}  // namespace sophon

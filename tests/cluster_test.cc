@@ -1,0 +1,261 @@
+// In-process cluster tests: a real sophon-server (gRPC on 127.0.0.1, port 0)
+// over a dataset of real JPEG files written by the test, and the real loader.
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "loader.h"
+#include "modes.h"
+#include "sample_client.h"
+#include "sophon/wire.h"
+#include "storage_server.h"
+#include "test_util.h"
+
+namespace sophon {
+namespace {
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void StartServer(const std::string& root, int prep_workers = 2, int max_inflight = 128) {
+    StorageServerOptions options;
+    options.data_dir = root;
+    options.host = "127.0.0.1";
+    options.port = 0;
+    options.service.prep_workers = prep_workers;
+    options.service.max_inflight_per_stream = max_inflight;
+    options.stats_interval = absl::ZeroDuration();
+    absl::StatusOr<std::unique_ptr<StorageServer>> server = StorageServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    ClientOptions copts;
+    copts.address = server_->address();
+    copts.connect_timeout = absl::Seconds(10);
+    absl::StatusOr<std::unique_ptr<SampleClient>> client = SampleClient::Connect(copts);
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+  }
+
+  LoaderOptions SmallLoaderOptions() {
+    LoaderOptions o;
+    o.batch_size = 5;
+    o.workers = 2;
+    o.prefetch_batches = 2;
+    o.seed = 11;
+    o.pipeline.augment.crop_size = 48;
+    return o;
+  }
+
+  // Runs one epoch and returns its batches.
+  absl::StatusOr<std::vector<Batch>> RunEpoch(Mode mode, const LoaderOptions& options,
+                                              uint64_t epoch = 0, LoaderEpochStats* stats = nullptr) {
+    FixedPlanner planner(mode);
+    absl::StatusOr<std::unique_ptr<Loader>> loader =
+        Loader::Create(client_.get(), options, &planner);
+    if (!loader.ok()) return loader.status();
+    if (absl::Status s = (*loader)->StartEpoch(epoch); !s.ok()) return s;
+    std::vector<Batch> batches;
+    while (true) {
+      Batch b;
+      absl::StatusOr<bool> more = (*loader)->Next(&b);
+      if (!more.ok()) return more.status();
+      if (!*more) break;
+      batches.push_back(std::move(b));
+    }
+    if (stats) *stats = (*loader)->stats();
+    return batches;
+  }
+
+  std::unique_ptr<StorageServer> server_;
+  std::unique_ptr<SampleClient> client_;
+};
+
+TEST_F(ClusterTest, EveryModeDeliversEverySampleOnceAndIdenticalBatches) {
+  testing::TestDatasetOptions dopts;
+  dopts.classes = 3;
+  dopts.per_class = 7;  // 21 samples: 4 full batches of 5 and one of 1
+  StartServer(testing::MakeTestDataset("cluster_modes", dopts));
+  const LoaderOptions options = SmallLoaderOptions();
+  std::map<Mode, std::vector<Batch>> results;
+  for (Mode mode : {Mode::kNoOff, Mode::kResizeOff, Mode::kAllOff}) {
+    LoaderEpochStats stats;
+    absl::StatusOr<std::vector<Batch>> batches = RunEpoch(mode, options, 0, &stats);
+    ASSERT_TRUE(batches.ok()) << ModeName(mode) << ": " << batches.status();
+    ASSERT_EQ(batches->size(), 5u) << ModeName(mode);
+    std::multiset<uint64_t> ids;
+    for (const Batch& b : *batches) {
+      ids.insert(b.ids.begin(), b.ids.end());
+      for (size_t i = 0; i < b.ids.size(); ++i) {
+        EXPECT_EQ(b.labels[i], client_->manifest().labels(b.ids[i]));
+      }
+    }
+    EXPECT_EQ(ids.size(), 21u);
+    EXPECT_EQ(std::set<uint64_t>(ids.begin(), ids.end()).size(), 21u) << ModeName(mode);
+    EXPECT_EQ(stats.samples, 21u);
+    const int expected_stage = mode == Mode::kNoOff ? 0 : mode == Mode::kResizeOff ? 2 : 3;
+    EXPECT_EQ(stats.samples_by_stage[expected_stage], 21u);
+    if (mode == Mode::kAllOff) {
+      EXPECT_EQ(stats.bytes_by_stage[3], 21u * 3 * 48 * 48 * 4);
+    }
+    results[mode] = *std::move(batches);
+  }
+  // Byte-for-byte identical batches whatever the split point.
+  const std::vector<Batch>& ref = results[Mode::kNoOff];
+  for (Mode mode : {Mode::kResizeOff, Mode::kAllOff}) {
+    const std::vector<Batch>& other = results[mode];
+    for (size_t k = 0; k < ref.size(); ++k) {
+      ASSERT_EQ(ref[k].ids, other[k].ids) << ModeName(mode) << " batch " << k;
+      ASSERT_EQ(ref[k].labels, other[k].labels);
+      ASSERT_EQ(ref[k].images.size(), other[k].images.size());
+      EXPECT_EQ(0, std::memcmp(ref[k].images.data(), other[k].images.data(),
+                               ref[k].images.size() * sizeof(float)))
+          << ModeName(mode) << " batch " << k;
+    }
+  }
+  // Another epoch: another order and other augmentations.
+  absl::StatusOr<std::vector<Batch>> epoch1 = RunEpoch(Mode::kNoOff, options, 1);
+  ASSERT_TRUE(epoch1.ok());
+  EXPECT_NE((*epoch1)[0].ids, ref[0].ids);
+}
+
+TEST_F(ClusterTest, CorruptFilesAreSkippedAndCountedWhileOthersArrive) {
+  testing::TestDatasetOptions dopts;
+  dopts.classes = 2;
+  dopts.per_class = 4;
+  const std::string root = testing::MakeTestDataset("cluster_corrupt", dopts);
+  const std::string good = testing::EncodeJpeg(testing::MakeTestImage(100, 100, 1));
+  testing::WriteFile(root + "/class_0/bad_empty.jpg", "");
+  testing::WriteFile(root + "/class_0/bad_text.jpg", "this is not a jpeg at all");
+  testing::WriteFile(root + "/class_1/bad_truncated.jpg", good.substr(0, good.size() / 3));
+  std::string huge = good;
+  const size_t sof = huge.find("\xff\xc0");
+  huge[sof + 5] = huge[sof + 7] = static_cast<char>(0xff);
+  huge[sof + 6] = huge[sof + 8] = static_cast<char>(0xf0);
+  testing::WriteFile(root + "/class_1/bad_huge.jpg", huge);
+  StartServer(root);
+  ASSERT_EQ(client_->manifest().num_samples(), 12u);
+
+  for (Mode mode : {Mode::kNoOff, Mode::kAllOff}) {
+    LoaderEpochStats stats;
+    absl::StatusOr<std::vector<Batch>> batches = RunEpoch(mode, SmallLoaderOptions(), 0, &stats);
+    ASSERT_TRUE(batches.ok()) << batches.status();
+    std::set<uint64_t> ids;
+    for (const Batch& b : *batches) ids.insert(b.ids.begin(), b.ids.end());
+    EXPECT_EQ(ids.size(), 8u) << ModeName(mode);
+    EXPECT_EQ(stats.skipped, 4u) << ModeName(mode);
+    ASSERT_FALSE(stats.first_errors.empty());
+    EXPECT_NE(stats.first_errors[0].find("bad_"), std::string::npos)
+        << "error should name the file: " << stats.first_errors[0];
+  }
+  // The server keeps serving, and counted the failures.
+  absl::StatusOr<v1::ServerStats> sstats = client_->GetStats();
+  ASSERT_TRUE(sstats.ok());
+  EXPECT_GE(sstats->samples_failed(), 4u);
+
+  LoaderOptions strict = SmallLoaderOptions();
+  strict.on_bad_sample = BadSamplePolicy::kFail;
+  absl::StatusOr<std::vector<Batch>> failed = RunEpoch(Mode::kNoOff, strict);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("bad_"), std::string::npos) << failed.status();
+}
+
+TEST_F(ClusterTest, OutOfRangeIdsAndBadParametersAreRejected) {
+  testing::TestDatasetOptions dopts;
+  dopts.classes = 1;
+  dopts.per_class = 3;
+  StartServer(testing::MakeTestDataset("cluster_oor", dopts));
+  {
+    std::unique_ptr<FetchCall> call = client_->OpenFetch();
+    v1::FetchRequest request;
+    *request.mutable_augment() = ToProto(AugmentOptions());
+    request.add_samples()->set_id(3);
+    ASSERT_TRUE(call->Write(request));
+    call->WritesDone();
+    v1::FetchResponse response;
+    while (call->Read(&response)) {
+    }
+    absl::Status status = call->Finish();
+    EXPECT_EQ(status.code(), absl::StatusCode::kOutOfRange) << status;
+    EXPECT_NE(status.message().find("sample 3"), std::string::npos);
+  }
+  {
+    std::unique_ptr<FetchCall> call = client_->OpenFetch();
+    v1::FetchRequest request;
+    AugmentOptions bad;
+    bad.crop_size = 0;
+    *request.mutable_augment() = ToProto(bad);
+    request.add_samples()->set_id(0);
+    ASSERT_TRUE(call->Write(request));
+    call->WritesDone();
+    v1::FetchResponse response;
+    while (call->Read(&response)) {
+    }
+    EXPECT_EQ(call->Finish().code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_F(ClusterTest, ServerMemoryStaysBoundedWithASlowConsumer) {
+  testing::TestDatasetOptions dopts;
+  dopts.classes = 2;
+  dopts.per_class = 10;
+  StartServer(testing::MakeTestDataset("cluster_slow", dopts), /*prep_workers=*/2,
+              /*max_inflight=*/8);
+  std::unique_ptr<FetchCall> call = client_->OpenFetch();
+  AugmentOptions aug;
+  aug.crop_size = 128;  // 196 KB per TENSOR sample
+  std::thread writer([&] {
+    // 400 requests: far more than the server may hold for this stream.
+    for (int round = 0; round < 20; ++round) {
+      v1::FetchRequest request;
+      *request.mutable_augment() = ToProto(aug);
+      for (uint64_t id = 0; id < 20; ++id) {
+        v1::SampleRequest* sr = request.add_samples();
+        sr->set_id(id);
+        sr->set_target_stage(v1::STAGE_TENSOR);
+      }
+      if (!call->Write(request)) return;
+    }
+    call->WritesDone();
+  });
+  v1::FetchResponse response;
+  uint32_t max_inflight_seen = 0;
+  int received = 0;
+  for (int i = 0; i < 15 && call->Read(&response); ++i) {
+    received += response.samples_size();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a slow consumer
+    absl::StatusOr<v1::ServerStats> stats = client_->GetStats();
+    ASSERT_TRUE(stats.ok());
+    max_inflight_seen = std::max(max_inflight_seen, stats->inflight_samples());
+  }
+  absl::StatusOr<v1::ServerStats> stats = client_->GetStats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_LE(stats->peak_stream_inflight(), 8u);
+  EXPECT_LE(max_inflight_seen, 8u);
+  EXPECT_LT(received, 400);
+  // Not everything was processed ahead of the consumer.
+  EXPECT_LT(stats->samples_by_stage(3), 200u);
+  call->Cancel();
+  writer.join();
+  while (call->Read(&response)) {
+  }
+  call->Finish();
+}
+
+TEST(ClientTest, UnreachableServerIsReportedWithItsAddress) {
+  ClientOptions options;
+  options.address = "127.0.0.1:1";
+  options.connect_timeout = absl::Milliseconds(600);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<SampleClient>> client = SampleClient::Connect(options);
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable) << client.status();
+  EXPECT_NE(client.status().message().find("127.0.0.1:1"), std::string::npos);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  options.address = "no-port";
+  EXPECT_EQ(SampleClient::Connect(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace sophon

@@ -1,0 +1,143 @@
+#include "test_util.h"
+
+// clang-format off
+#include <cstdio>
+#include <jpeglib.h>
+// clang-format on
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "sophon/augment.h"
+
+namespace sophon::testing {
+
+Image8 MakeTestImage(int height, int width, uint64_t seed) {
+  CounterRng rng(SampleKey{seed, 0, 0}, 7);
+  const double fx = rng.Uniform(1, 4), fy = rng.Uniform(1, 4);
+  const double cx = rng.Uniform(0, width), cy = rng.Uniform(0, height);
+  const double radius = rng.Uniform(0.1, 0.4) * std::min(height, width);
+  const int base_r = static_cast<int>(rng.RandInt(0, 200));
+  const int base_g = static_cast<int>(rng.RandInt(0, 200));
+  const int base_b = static_cast<int>(rng.RandInt(0, 200));
+  Image8 img;
+  img.height = height;
+  img.width = width;
+  img.pixels.resize(static_cast<size_t>(height) * width * 3);
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      const double u = static_cast<double>(x) / width, v = static_cast<double>(y) / height;
+      const bool in_disc = (x - cx) * (x - cx) + (y - cy) * (y - cy) < radius * radius;
+      const double noise = rng.Uniform(-8, 8);
+      double r = base_r * (1 - u) + 255 * u * 0.5 + 30 * std::sin(fx * 6.28 * v) + noise;
+      double g = base_g * v + 80 * (1 - v) + 25 * std::cos(fy * 6.28 * u) + noise;
+      double b = base_b * 0.5 + 100 * u * v + noise;
+      if (in_disc) {
+        r = 255 - r;
+        b = 255 - b;
+      }
+      uint8_t* p = img.pixels.data() + (static_cast<size_t>(y) * width + x) * 3;
+      p[0] = static_cast<uint8_t>(std::clamp(r, 0.0, 255.0));
+      p[1] = static_cast<uint8_t>(std::clamp(g, 0.0, 255.0));
+      p[2] = static_cast<uint8_t>(std::clamp(b, 0.0, 255.0));
+    }
+  }
+  return img;
+}
+
+std::string EncodeJpeg(const Image8& image, const EncodeOptions& options) {
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr jerr;
+  cinfo.err = jpeg_std_error(&jerr);
+  jpeg_create_compress(&cinfo);
+  unsigned char* buffer = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&cinfo, &buffer, &size);
+  cinfo.image_width = image.width;
+  cinfo.image_height = image.height;
+  int comps = 3;
+  switch (options.color) {
+    case JpegColor::kRgb:
+      cinfo.input_components = 3;
+      cinfo.in_color_space = JCS_RGB;
+      break;
+    case JpegColor::kGray:
+      comps = 1;
+      cinfo.input_components = 1;
+      cinfo.in_color_space = JCS_GRAYSCALE;
+      break;
+    case JpegColor::kCmyk:
+      comps = 4;
+      cinfo.input_components = 4;
+      cinfo.in_color_space = JCS_CMYK;
+      break;
+  }
+  jpeg_set_defaults(&cinfo);
+  if (options.color == JpegColor::kCmyk) jpeg_set_colorspace(&cinfo, JCS_YCCK);
+  jpeg_set_quality(&cinfo, options.quality, TRUE);
+  if (options.progressive) jpeg_simple_progression(&cinfo);
+  if (options.restart_interval > 0) cinfo.restart_in_rows = options.restart_interval;
+  jpeg_start_compress(&cinfo, TRUE);
+  std::vector<uint8_t> row(static_cast<size_t>(image.width) * comps);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    const uint8_t* src = image.pixels.data() + static_cast<size_t>(cinfo.next_scanline) *
+                                                   image.width * 3;
+    for (int x = 0; x < image.width; ++x) {
+      const uint8_t r = src[3 * x], g = src[3 * x + 1], b = src[3 * x + 2];
+      if (comps == 3) {
+        row[3 * x] = r;
+        row[3 * x + 1] = g;
+        row[3 * x + 2] = b;
+      } else if (comps == 1) {
+        row[x] = static_cast<uint8_t>((299 * r + 587 * g + 114 * b + 500) / 1000);
+      } else {
+        // Adobe-style inverted CMYK with K = 0 ink: stored values = 255 - ink.
+        row[4 * x] = r;
+        row[4 * x + 1] = g;
+        row[4 * x + 2] = b;
+        row[4 * x + 3] = 255;
+      }
+    }
+    JSAMPROW p = row.data();
+    jpeg_write_scanlines(&cinfo, &p, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  std::string out(reinterpret_cast<char*>(buffer), size);
+  jpeg_destroy_compress(&cinfo);
+  free(buffer);
+  return out;
+}
+
+std::string MakeTempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::filesystem::path dir = std::filesystem::path(base ? base : ::testing::TempDir()) /
+                              absl::StrCat("sophon_", name, "_", ::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string MakeTestDataset(const std::string& name, const TestDatasetOptions& options) {
+  const std::string root = MakeTempDir(name);
+  CounterRng rng(SampleKey{options.seed, 1, 1}, 3);
+  for (int c = 0; c < options.classes; ++c) {
+    for (int i = 0; i < options.per_class; ++i) {
+      const int h = static_cast<int>(rng.RandInt(options.min_side, options.max_side + 1));
+      const int w = static_cast<int>(rng.RandInt(options.min_side, options.max_side + 1));
+      const Image8 img = MakeTestImage(h, w, options.seed * 1000 + c * 100 + i);
+      WriteFile(absl::StrCat(root, "/class_", c, "/img_", i, ".jpg"), EncodeJpeg(img));
+    }
+  }
+  return root;
+}
+
+}  // namespace sophon::testing

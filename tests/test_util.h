@@ -1,0 +1,47 @@
+// Helpers shared by tests: a JPEG encoder and synthetic datasets of real JPEG
+// files written to a temporary directory.
+#ifndef SOPHON_TESTS_TEST_UTIL_H_
+#define SOPHON_TESTS_TEST_UTIL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sophon/jpeg_codec.h"
+
+namespace sophon::testing {
+
+enum class JpegColor { kRgb, kGray, kCmyk };
+
+struct EncodeOptions {
+  int quality = 90;
+  bool progressive = false;
+  JpegColor color = JpegColor::kRgb;
+  int restart_interval = 0;  // in MCU rows; 0 = none
+};
+
+// A smooth, photo-like RGB test image (gradients, a few shapes, mild noise).
+Image8 MakeTestImage(int height, int width, uint64_t seed);
+
+// Encodes RGB pixels as a JPEG (converted to gray or CMYK if asked).
+std::string EncodeJpeg(const Image8& image, const EncodeOptions& options = {});
+
+// A fresh empty directory under the test temp dir.
+std::string MakeTempDir(const std::string& name);
+
+void WriteFile(const std::string& path, const std::string& bytes);
+
+struct TestDatasetOptions {
+  int classes = 3;
+  int per_class = 4;
+  int min_side = 160;  // images are random sizes in [min_side, max_side]
+  int max_side = 320;
+  uint64_t seed = 1;
+};
+
+// Writes ROOT/class_i/img_j.jpg; returns ROOT.
+std::string MakeTestDataset(const std::string& name, const TestDatasetOptions& options);
+
+}  // namespace sophon::testing
+
+#endif  // SOPHON_TESTS_TEST_UTIL_H_

@@ -1,0 +1,80 @@
+// sophon-bench-prep: single-thread throughput of the full training transform
+// (decode + RandomResizedCrop + flip + to-tensor + normalize) on the JPEG
+// files of a directory, read into memory first so the disk is not measured.
+// Compare with tools/bench/torchvision_prep.py on the same files
+// (tools/bench/prep.sh runs both).
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/ascii.h"
+#include "absl/time/clock.h"
+#include "sophon/pipeline.h"
+
+ABSL_FLAG(std::string, dir, "", "Directory searched recursively for *.jpg / *.jpeg. Required.");
+ABSL_FLAG(int, crop_size, 224, "Output side S. Default 224.");
+ABSL_FLAG(int, repeat, 3, "Passes over the files (each pass is a new epoch). Default 3.");
+ABSL_FLAG(int, max_files, 0, "Use at most this many files; 0 = all.");
+ABSL_FLAG(int, warmup, 5, "Files processed before timing starts. Default 5.");
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const std::string dir = absl::GetFlag(FLAGS_dir);
+  if (dir.empty() || !std::filesystem::is_directory(dir)) {
+    std::fprintf(stderr, "sophon-bench-prep: --dir must name a directory of JPEG files\n");
+    return 2;
+  }
+  std::vector<std::string> paths;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    const std::string ext = absl::AsciiStrToLower(e.path().extension().string());
+    if (e.is_regular_file() && (ext == ".jpg" || ext == ".jpeg")) paths.push_back(e.path());
+  }
+  std::sort(paths.begin(), paths.end());
+  const int max_files = absl::GetFlag(FLAGS_max_files);
+  if (max_files > 0 && static_cast<int>(paths.size()) > max_files) paths.resize(max_files);
+  if (paths.empty()) {
+    std::fprintf(stderr, "sophon-bench-prep: no JPEG files under %s\n", dir.c_str());
+    return 2;
+  }
+  std::vector<std::string> files;
+  uint64_t total_bytes = 0;
+  for (const std::string& p : paths) {
+    std::ifstream in(p, std::ios::binary);
+    files.emplace_back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    total_bytes += files.back().size();
+  }
+  sophon::PipelineOptions options;
+  options.augment.crop_size = absl::GetFlag(FLAGS_crop_size);
+  std::vector<float> tensor(3 * options.augment.crop_size * options.augment.crop_size);
+  int failures = 0;
+  auto run = [&](uint64_t epoch, size_t i) {
+    sophon::StageData raw;
+    raw.data = files[i];
+    absl::Status s = sophon::FinishToTensor(std::move(raw), {0, epoch, i}, options,
+                                            tensor.data());
+    if (!s.ok()) {
+      if (failures++ < 5) std::fprintf(stderr, "%s: %s\n", paths[i].c_str(), s.ToString().c_str());
+    }
+  };
+  for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) run(1000, i % files.size());
+  const int repeat = std::max(1, absl::GetFlag(FLAGS_repeat));
+  const absl::Time start = absl::Now();
+  const double cpu0 = sophon::ThreadCpuSeconds();
+  for (int r = 0; r < repeat; ++r) {
+    for (size_t i = 0; i < files.size(); ++i) run(r, i);
+  }
+  const double wall = absl::ToDoubleSeconds(absl::Now() - start);
+  const double cpu = sophon::ThreadCpuSeconds() - cpu0;
+  const double images = static_cast<double>(repeat) * files.size();
+  std::printf("files %zu (mean %.1f KB), passes %d, failures %d\n", files.size(),
+              total_bytes / 1e3 / files.size(), repeat, failures);
+  std::printf("sophon prep: %.1f images/s wall, %.2f ms CPU per image\n", images / wall,
+              1e3 * cpu / images);
+  std::printf("RESULT images_per_s=%.3f files=%zu\n", images / wall, files.size());
+  return failures ? 1 : 0;
+}
