@@ -1,11 +1,13 @@
 // sophon-train: trains a LibTorch model on samples served by a storage node,
 // with each sample's preprocessing split between the two nodes by --mode.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "sophon/cli.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -68,10 +70,14 @@ absl::Status ParseRange(const std::string& flag, const std::string& text, double
 }  // namespace
 
 int main(int argc, char** argv) {
+  // LibTorch's OpenMP threads share the cores with the loader's prep threads;
+  // spinning while they wait starves the loader (set before LibTorch starts).
+  setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
   absl::SetProgramUsageMessage(
       "Sophon training node.\nUsage: sophon-train --server=HOST:PORT --mode=nooff|resizeoff|"
       "alloff --arch=resnet18 [--epochs=1] [--workers=N]");
-  absl::ParseCommandLine(argc, argv);
+  sophon::ArgvHolder args(argc, argv);  // accepts --prep-workers and --prep_workers
+  absl::ParseCommandLine(args.argc(), args.argv());
   spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
 
   absl::StatusOr<sophon::Mode> mode = sophon::ParseMode(absl::GetFlag(FLAGS_mode));

@@ -6,6 +6,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "sophon/cli.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
 #include "spdlog/spdlog.h"
@@ -43,7 +44,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Sophon storage node.\nUsage: sophon-server --data=DIR [--port=50051] "
       "[--prep-workers=N]");
-  absl::ParseCommandLine(argc, argv);
+  sophon::ArgvHolder args(argc, argv);  // accepts --prep-workers and --prep_workers
+  absl::ParseCommandLine(args.argc(), args.argv());
   spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
   // Threads started below inherit the blocked mask; main waits for a signal.
   const sigset_t signals = BlockTerminationSignals();

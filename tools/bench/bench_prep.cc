@@ -12,6 +12,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "sophon/cli.h"
 #include "absl/strings/ascii.h"
 #include "absl/time/clock.h"
 #include "sophon/pipeline.h"
@@ -23,7 +24,8 @@ ABSL_FLAG(int, max_files, 0, "Use at most this many files; 0 = all.");
 ABSL_FLAG(int, warmup, 5, "Files processed before timing starts. Default 5.");
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  sophon::ArgvHolder args(argc, argv);  // accepts --prep-workers and --prep_workers
+  absl::ParseCommandLine(args.argc(), args.argv());
   const std::string dir = absl::GetFlag(FLAGS_dir);
   if (dir.empty() || !std::filesystem::is_directory(dir)) {
     std::fprintf(stderr, "sophon-bench-prep: --dir must name a directory of JPEG files\n");

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Sophon builds and runs with, if any is missing.
+# Usage: tools/install-deps.sh [--bench]   (--bench adds the PyTorch reference)
+set -euo pipefail
+
+packages=(
+  cmake g++ make pkg-config
+  libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
+  libjpeg62-turbo-dev libabsl-dev libspdlog-dev libgtest-dev libgmock-dev
+  libtorch-dev libopenblas0-pthread
+  python3 python3-pil python3-numpy
+)
+if [[ "${1:-}" == "--bench" ]]; then
+  packages+=(python3-torchvision)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if (( ${#missing[@]} == 0 )); then
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null; then sudo_cmd=(sudo); else
+    echo "install-deps: need root (or sudo) to install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done" >&2
