@@ -70,9 +70,14 @@ absl::Status Loader::StartEpoch(uint64_t epoch) {
   epoch_ = epoch;
   order_ = EpochOrder(options_.seed, epoch, manifest.num_samples(), options_.shuffle,
                       options_.rank, options_.world);
-  plan_ = planner_->PlanEpoch(epoch, order_);
-  if (plan_.size() != order_.size()) {
-    return absl::InternalError("planner returned a plan of the wrong length");
+  {
+    std::vector<Stage> plan = planner_->PlanEpoch(epoch, order_);
+    if (plan.size() != order_.size()) {
+      return absl::InternalError("planner returned a plan of the wrong length");
+    }
+    absl::MutexLock lock(&plan_mu_);
+    plan_ = std::move(plan);
+    sent_ = 0;
   }
   position_of_id_.assign(manifest.num_samples(), -1);
   for (size_t i = 0; i < order_.size(); ++i) position_of_id_[order_[i]] = static_cast<int64_t>(i);
@@ -140,6 +145,12 @@ void Loader::SendLoop() {
     // Requests go out after the batch is registered, so replies find it.
     v1::FetchRequest request;
     bool ok = true;
+    std::vector<Stage> stages;
+    {
+      absl::MutexLock lock(&plan_mu_);
+      stages.assign(plan_.begin() + begin, plan_.begin() + end);
+      sent_ = end;
+    }
     for (int64_t p = begin; p < end && ok; ++p) {
       if (request.samples_size() == 0) {
         request.set_epoch(epoch_);
@@ -148,7 +159,7 @@ void Loader::SendLoop() {
       }
       v1::SampleRequest* sr = request.add_samples();
       sr->set_id(order_[p]);
-      sr->set_target_stage(static_cast<v1::Stage>(plan_[p]));
+      sr->set_target_stage(static_cast<v1::Stage>(stages[p - begin]));
       if (request.samples_size() == options_.requests_per_message || p + 1 == end) {
         ok = call_->Write(request);
         request.Clear();
@@ -233,6 +244,16 @@ void Loader::WorkerLoop() {
         }
       }
     }
+    if (options_.observer) {
+      SampleObservation obs;
+      obs.id = id;
+      obs.received = received_stage;
+      obs.payload_bytes = bytes;
+      obs.local = times;
+      obs.server_cpu_seconds = item.sample.server_cpu_seconds();
+      obs.ok = status.ok();
+      options_.observer(obs);
+    }
     absl::MutexLock lock(&mu_);
     stats_.local_cpu_seconds += times.decode_crop + times.flip + times.tensor;
     stats_.server_cpu_seconds += item.sample.server_cpu_seconds();
@@ -303,6 +324,23 @@ absl::StatusOr<bool> Loader::Next(Batch* out) {
     out->ids = std::move(batch->ids);
     return true;
   }
+}
+
+int64_t Loader::sent_position() const {
+  absl::MutexLock lock(&plan_mu_);
+  return sent_;
+}
+
+int64_t Loader::UpdatePlan(int64_t from, const std::vector<Stage>& stages) {
+  absl::MutexLock lock(&plan_mu_);
+  int64_t changed = 0;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const int64_t p = from + static_cast<int64_t>(i);
+    if (p < sent_ || p >= static_cast<int64_t>(plan_.size())) continue;
+    changed += plan_[p] != stages[i];
+    plan_[p] = stages[i];
+  }
+  return changed;
 }
 
 LoaderEpochStats Loader::stats() const {

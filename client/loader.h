@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,6 +27,16 @@ namespace sophon {
 enum class BadSamplePolicy { kSkip, kFail };
 absl::StatusOr<BadSamplePolicy> ParseBadSamplePolicy(absl::string_view name);
 
+// What the loader saw of one sample, for profiling and re-planning.
+struct SampleObservation {
+  uint64_t id = 0;
+  Stage received = Stage::kRaw;  // stage it arrived in
+  uint64_t payload_bytes = 0;    // wire payload
+  OpTimes local;                 // thread CPU seconds of the ops run here
+  double server_cpu_seconds = 0; // as reported by the server
+  bool ok = true;
+};
+
 struct LoaderOptions {
   int batch_size = 256;        // samples per batch
   int workers = 2;             // local prep threads (the training node's CPU budget)
@@ -40,6 +51,9 @@ struct LoaderOptions {
   int rank = 0;                // this trainer's share of the data ...
   int world = 1;               // ... out of `world` trainers
   PipelineOptions pipeline;
+  // Called from the prep threads for every sample, outside the loader's lock.
+  // Must be thread-safe and quick. May be empty.
+  std::function<void(const SampleObservation&)> observer;
 
   absl::Status Validate() const;  // names the offending flag
 };
@@ -73,6 +87,15 @@ class Loader {
   int64_t num_batches() const { return num_batches_; }
   int64_t epoch_samples() const { return static_cast<int64_t>(order_.size()); }
   LoaderEpochStats stats() const;
+  // The epoch's request order (valid after StartEpoch).
+  const std::vector<uint64_t>& order() const { return order_; }
+  // Positions [0, sent_position()) of order() have been requested; the rest
+  // may still be re-planned.
+  int64_t sent_position() const;
+  // Replaces the planned stages of positions [from, from + stages.size()) that
+  // have not been requested yet; earlier positions are left alone. Returns how
+  // many were changed. Thread-safe.
+  int64_t UpdatePlan(int64_t from, const std::vector<Stage>& stages);
   // Cancels the stream and joins the threads. Idempotent.
   void Stop();
 
@@ -108,7 +131,9 @@ class Loader {
   // Set by StartEpoch, read-only while the epoch runs.
   uint64_t epoch_ = 0;
   std::vector<uint64_t> order_;
-  std::vector<Stage> plan_;
+  mutable absl::Mutex plan_mu_;  // never held with mu_
+  std::vector<Stage> plan_ ABSL_GUARDED_BY(plan_mu_);
+  int64_t sent_ ABSL_GUARDED_BY(plan_mu_) = 0;  // positions requested so far
   std::vector<int64_t> position_of_id_;  // -1 if not in this epoch
   int64_t num_batches_ = 0;
   std::unique_ptr<FetchCall> call_;

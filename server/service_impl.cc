@@ -148,8 +148,8 @@ absl::Status SampleServiceImpl::Fetch(FetchStream* stream) {
           ++st.inflight;
           ++st.jobs_running;
           stats_.ObserveStreamInflight(static_cast<uint32_t>(st.inflight));
+          stats_.AddInflight(1);
         }
-        stats_.AddInflight(1);
         const SampleKey key{request.seed(), request.epoch(), sr.id()};
         const Stage target = static_cast<Stage>(sr.target_stage());
         pool_.Submit([this, &st, key, target, popts] {
@@ -199,8 +199,8 @@ absl::Status SampleServiceImpl::Fetch(FetchStream* stream) {
         ++taken;
       }
       st.inflight -= taken;
+      stats_.AddInflight(-taken);
     }
-    stats_.AddInflight(-taken);
     if (!stream->Write(response)) {
       result = absl::CancelledError("client went away");
       break;

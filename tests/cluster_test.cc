@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -118,6 +119,64 @@ TEST_F(ClusterTest, EveryModeDeliversEverySampleOnceAndIdenticalBatches) {
   absl::StatusOr<std::vector<Batch>> epoch1 = RunEpoch(Mode::kNoOff, options, 1);
   ASSERT_TRUE(epoch1.ok());
   EXPECT_NE((*epoch1)[0].ids, ref[0].ids);
+}
+
+// A per-sample plan mixing every stage (what smartoff produces).
+class MixedPlanner final : public Planner {
+ public:
+  std::vector<Stage> PlanEpoch(uint64_t, const std::vector<uint64_t>& order) override {
+    std::vector<Stage> plan;
+    for (uint64_t id : order) plan.push_back(static_cast<Stage>((id * 7 + 3) % kNumStages));
+    return plan;
+  }
+};
+
+TEST_F(ClusterTest, MixedAndReplannedEpochsMatchNoOffByteForByte) {
+  testing::TestDatasetOptions dopts;
+  dopts.classes = 2;
+  dopts.per_class = 12;
+  StartServer(testing::MakeTestDataset("cluster_mixed", dopts));
+  LoaderOptions options = SmallLoaderOptions();
+  absl::StatusOr<std::vector<Batch>> reference = RunEpoch(Mode::kNoOff, options, 2);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+
+  std::mutex mu;
+  std::map<int, int> observed_by_stage;
+  options.observer = [&](const SampleObservation& obs) {
+    std::lock_guard<std::mutex> lock(mu);
+    observed_by_stage[static_cast<int>(obs.received)]++;
+  };
+  MixedPlanner planner;
+  absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(client_.get(), options, &planner);
+  ASSERT_TRUE(loader.ok());
+  ASSERT_TRUE((*loader)->StartEpoch(2).ok());
+  std::vector<Batch> batches;
+  bool replanned = false;
+  while (true) {
+    Batch b;
+    absl::StatusOr<bool> more = (*loader)->Next(&b);
+    ASSERT_TRUE(more.ok()) << more.status();
+    if (!*more) break;
+    if (!replanned) {
+      // Everything not yet requested goes to TENSOR from here on.
+      const int64_t from = (*loader)->sent_position();
+      (*loader)->UpdatePlan(from, std::vector<Stage>((*loader)->order().size() - from,
+                                                    Stage::kTensor));
+      replanned = true;
+    }
+    batches.push_back(std::move(b));
+  }
+  ASSERT_EQ(batches.size(), reference->size());
+  for (size_t k = 0; k < batches.size(); ++k) {
+    ASSERT_EQ(batches[k].ids, (*reference)[k].ids);
+    EXPECT_EQ(0, std::memcmp(batches[k].images.data(), (*reference)[k].images.data(),
+                             batches[k].images.size() * sizeof(float)))
+        << "batch " << k;
+  }
+  int total = 0;
+  for (auto& [stage, n] : observed_by_stage) total += n;
+  EXPECT_EQ(total, 24);
+  EXPECT_GE(observed_by_stage.size(), 3u);  // several stages really crossed the wire
 }
 
 TEST_F(ClusterTest, CorruptFilesAreSkippedAndCountedWhileOthersArrive) {
