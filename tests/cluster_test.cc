@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "loader.h"
 #include "modes.h"
+#include "net_probe.h"
 #include "sample_client.h"
 #include "sophon/wire.h"
 #include "storage_server.h"
@@ -300,6 +301,22 @@ TEST_F(ClusterTest, ServerMemoryStaysBoundedWithASlowConsumer) {
   while (call->Read(&response)) {
   }
   call->Finish();
+}
+
+TEST_F(ClusterTest, BandwidthProbeMovesRawBytes) {
+  testing::TestDatasetOptions dopts;
+  dopts.classes = 2;
+  dopts.per_class = 20;
+  StartServer(testing::MakeTestDataset("cluster_probe", dopts));
+  NetProbeOptions options;
+  options.max_samples = 40;
+  absl::StatusOr<NetProbeResult> probe = ProbeBandwidth(client_.get(), options);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  uint64_t total = 0;
+  for (uint64_t size : client_->manifest().raw_sizes()) total += size;
+  EXPECT_EQ(probe->samples, 40);
+  EXPECT_EQ(probe->bytes, total);
+  EXPECT_GT(probe->bytes_per_second, 1e6);  // loopback moves far more than 1 MB/s
 }
 
 TEST(ClientTest, UnreachableServerIsReportedWithItsAddress) {

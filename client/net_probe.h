@@ -1,0 +1,34 @@
+// Measures the achievable transfer rate from a storage server: raw samples are
+// fetched and discarded, so neither side decodes anything and the figure is
+// what the link (and the server's reads) can carry.
+#ifndef SOPHON_CLIENT_NET_PROBE_H_
+#define SOPHON_CLIENT_NET_PROBE_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "sample_client.h"
+
+namespace sophon {
+
+struct NetProbeOptions {
+  int64_t max_samples = 512;                     // stop after this many samples ...
+  absl::Duration max_time = absl::Seconds(3);    // ... or this long, whichever first
+  uint64_t seed = 0;                             // which samples (a seeded sample of ids)
+};
+
+struct NetProbeResult {
+  double bytes_per_second = 0;
+  uint64_t bytes = 0;
+  int64_t samples = 0;
+  double seconds = 0;
+};
+
+// Errors name the server.
+absl::StatusOr<NetProbeResult> ProbeBandwidth(SampleClient* client,
+                                              const NetProbeOptions& options);
+
+}  // namespace sophon
+
+#endif  // SOPHON_CLIENT_NET_PROBE_H_
