@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   // LibTorch's OpenMP threads share the cores with the loader's prep threads;
   // spinning while they wait starves the loader (set before LibTorch starts).
   setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
-  absl::SetProgramUsageMessage(
+  sophon::InitUsage(
       "Sophon training node.\nUsage: sophon-train --server=HOST:PORT --mode=nooff|resizeoff|"
       "alloff --arch=resnet18 [--epochs=1] [--workers=N]");
   sophon::ArgvHolder args(argc, argv);  // accepts --prep-workers and --prep_workers

@@ -41,7 +41,7 @@ sigset_t BlockTerminationSignals() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  sophon::InitUsage(
       "Sophon storage node.\nUsage: sophon-server --data=DIR [--port=50051] "
       "[--prep-workers=N]");
   sophon::ArgvHolder args(argc, argv);  // accepts --prep-workers and --prep_workers

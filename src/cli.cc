@@ -1,5 +1,9 @@
 #include "sophon/cli.h"
 
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+
 namespace sophon {
 
 std::vector<std::string> NormalizeFlagNames(int argc, char** argv) {
@@ -21,6 +25,16 @@ std::vector<std::string> NormalizeFlagNames(int argc, char** argv) {
     out.push_back(std::move(arg));
   }
   return out;
+}
+
+void InitUsage(const char* usage) {
+  absl::SetProgramUsageMessage(usage);
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = [](absl::string_view file) {
+    return !absl::StrContains(file, "absl/");
+  };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  absl::SetFlagsUsageConfig(config);
 }
 
 ArgvHolder::ArgvHolder(int argc, char** argv) : args_(NormalizeFlagNames(argc, argv)) {

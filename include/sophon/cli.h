@@ -12,6 +12,10 @@ namespace sophon {
 // turned into underscores, stopping at a bare "--".
 std::vector<std::string> NormalizeFlagNames(int argc, char** argv);
 
+// Sets the usage text and makes --help list every Sophon flag (Abseil's
+// default shows only flags defined in a file named like the program).
+void InitUsage(const char* usage);
+
 // Keeps the strings alive and exposes them as a char* array for ParseCommandLine.
 class ArgvHolder {
  public:
