@@ -12,10 +12,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "emulated_trainer.h"
 #include "loader.h"
 #include "modes.h"
 #include "sample_client.h"
+#include "smartoff.h"
+#include "sophon/gpu_profile.h"
 #include "spdlog/spdlog.h"
+#include "synthetic_run.h"
 #include "train_loop.h"
 #include "trainer.h"
 
@@ -36,7 +40,29 @@ ABSL_FLAG(double, lr, 0.1, "SGD learning rate. Default 0.1.");
 ABSL_FLAG(double, momentum, 0.9, "SGD momentum. Default 0.9.");
 ABSL_FLAG(double, weight_decay, 1e-4, "SGD weight decay. Default 1e-4.");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the shuffle, every augmentation and the model init. Default 0.");
-ABSL_FLAG(std::string, device, "cpu", "cpu or cuda. Default cpu.");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu, cuda, cuda:N, or emulate (no model runs: each step sleeps the profiled copy and "
+          "compute time of --arch on --gpu-type, from --gpu-profile). Default cpu.");
+ABSL_FLAG(std::string, gpu_type, "v100",
+          "With --device=emulate: the GPU type to emulate, as named in the GPU profile "
+          "(case-insensitive). Default v100.");
+ABSL_FLAG(int, gpu_count, 1,
+          "With --device=emulate: emulated data-parallel GPUs; per-step times are divided by it. "
+          "Default 1.");
+ABSL_FLAG(std::string, gpu_profile, "profiles/gpu/starter.csv",
+          "With --device=emulate: GPU profile file(s), comma-separated, later files overriding "
+          "earlier rows; Sophon CSV or the original emulator's 12-column TSV. Default "
+          "profiles/gpu/starter.csv.");
+ABSL_FLAG(std::string, batch_timings, "",
+          "Write per-batch timings (epoch,batch,samples,data_wait_s,copy_s,compute_s) as CSV to "
+          "this file. Default none.");
+ABSL_FLAG(bool, synthetic_data, false,
+          "Train on one in-memory synthetic batch, repeated, with no server: measures the "
+          "maximum ingestion rate of the training step alone. Default false.");
+ABSL_FLAG(int64_t, synthetic_samples, 0,
+          "With --synthetic-data: samples per epoch; 0 = 20 batches. Default 0.");
+ABSL_FLAG(int, synthetic_classes, 1000,
+          "With --synthetic-data: classes of the model (its last layer). Default 1000.");
 ABSL_FLAG(int, torch_threads, 0, "LibTorch intra-op threads on cpu; 0 = LibTorch's default.");
 ABSL_FLAG(int, crop_size, 224, "RandomResizedCrop output side S. Default 224.");
 ABSL_FLAG(std::string, scale, "0.08,1.0", "RandomResizedCrop area range MIN,MAX. Default 0.08,1.0.");
@@ -45,6 +71,27 @@ ABSL_FLAG(std::string, ratio, "0.75,1.3333333333333333",
 ABSL_FLAG(std::string, on_bad_sample, "skip",
           "skip (warn, count and go on) or fail (end the run) on a corrupt sample. Default skip.");
 ABSL_FLAG(std::string, report_json, "", "Write per-epoch figures as JSON to this file.");
+ABSL_FLAG(std::string, planner, "optimal",
+          "--mode=smartoff: optimal (minimises the predicted epoch time over network, storage "
+          "CPU, local CPU and GPU) or sophon (the published SOPHON heuristic). Default optimal.");
+ABSL_FLAG(std::string, profile_folder, "",
+          "Where smartoff looks for this dataset's profile (sample_profile.csv). Default "
+          "profiles/<dataset>/.");
+ABSL_FLAG(std::string, profile_out, "",
+          "Profile the dataset through the server before training and write the profile to this "
+          "folder (any mode). With smartoff and no profile, the profile goes here instead of "
+          "--profile-folder. Default none.");
+ABSL_FLAG(std::string, net_bw, "auto",
+          "smartoff: network bandwidth in Mbit/s, or auto to measure it by fetching raw samples. "
+          "Default auto.");
+ABSL_FLAG(double, remote_cpus, 0,
+          "smartoff: storage node prep CPUs; 0 = the server's --prep-workers. Default 0.");
+ABSL_FLAG(double, gpu_batch_seconds, -1,
+          "smartoff: training step seconds per batch; negative = measure from the first batches. "
+          "Default -1.");
+ABSL_FLAG(double, replan_threshold, 0.25,
+          "smartoff: re-plan the samples not yet requested when a measured resource drifts by "
+          "more than this fraction from the assumed one. Default 0.25.");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(30),
           "How long to retry reaching the storage server. Default 30s.");
 ABSL_FLAG(bool, progress, true, "Show a progress line while training. Default true.");
@@ -65,6 +112,88 @@ absl::Status ParseRange(const std::string& flag, const std::string& text, double
         absl::StrCat("--", flag, " must be MIN,MAX (two numbers), got '", text, "'"));
   }
   return absl::OkStatus();
+}
+
+sophon::TrainerOptions TrainerOptionsFromFlags(int num_classes) {
+  sophon::TrainerOptions options;
+  options.arch = absl::GetFlag(FLAGS_arch);
+  options.num_classes = num_classes;
+  options.lr = absl::GetFlag(FLAGS_lr);
+  options.momentum = absl::GetFlag(FLAGS_momentum);
+  options.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  options.device = absl::GetFlag(FLAGS_device);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.threads = absl::GetFlag(FLAGS_torch_threads);
+  return options;
+}
+
+// --device=emulate: an EmulatedTrainer over the GPU profile; otherwise LibTorch.
+absl::StatusOr<std::unique_ptr<sophon::Trainer>> CreateTrainer(
+    const sophon::TrainerOptions& options, int batch_size) {
+  if (options.device != "emulate") return sophon::Trainer::Create(options);
+  absl::StatusOr<sophon::GpuProfile> profile =
+      sophon::GpuProfile::LoadAll(absl::GetFlag(FLAGS_gpu_profile));
+  if (!profile.ok()) return profile.status();
+  sophon::EmulatedTrainerOptions emulated;
+  emulated.arch = options.arch;
+  emulated.gpu_type = absl::GetFlag(FLAGS_gpu_type);
+  emulated.gpu_count = absl::GetFlag(FLAGS_gpu_count);
+  absl::StatusOr<std::unique_ptr<sophon::EmulatedTrainer>> trainer =
+      sophon::EmulatedTrainer::Create(*profile, emulated, batch_size);
+  if (!trainer.ok()) return trainer.status();
+  return std::unique_ptr<sophon::Trainer>(*std::move(trainer));
+}
+
+// --synthetic-data: the training step alone, no server.
+int RunSynthetic(const sophon::LoaderOptions& loader_options, int epochs) {
+  const sophon::TrainerOptions trainer_options =
+      TrainerOptionsFromFlags(absl::GetFlag(FLAGS_synthetic_classes));
+  absl::StatusOr<std::unique_ptr<sophon::Trainer>> trainer =
+      CreateTrainer(trainer_options, loader_options.batch_size);
+  if (!trainer.ok()) return Fail(trainer.status());
+  sophon::SyntheticRunOptions synthetic;
+  synthetic.batch_size = loader_options.batch_size;
+  synthetic.crop_size = loader_options.pipeline.augment.crop_size;
+  synthetic.num_classes = trainer_options.num_classes;
+  synthetic.samples = absl::GetFlag(FLAGS_synthetic_samples);
+  if (synthetic.samples == 0) synthetic.samples = 20 * static_cast<int64_t>(synthetic.batch_size);
+  synthetic.seed = trainer_options.seed;
+  sophon::TrainLoopOptions loop;
+  loop.epochs = epochs;
+  loop.max_batches = absl::GetFlag(FLAGS_max_batches);
+  loop.mode_name = "synthetic";
+  loop.arch = trainer_options.arch;
+  loop.progress = false;
+  loop.report_json = absl::GetFlag(FLAGS_report_json);
+  loop.device = (*trainer)->DeviceName();
+  loop.emulated = trainer_options.device == "emulate";
+  loop.batch_timings = absl::GetFlag(FLAGS_batch_timings);
+  spdlog::info("training {} on {} with synthetic in-memory batches of {}, {} samples per epoch",
+               loop.arch, loop.device, synthetic.batch_size, synthetic.samples);
+  absl::StatusOr<std::vector<sophon::EpochReport>> reports =
+      sophon::RunSyntheticTraining(trainer->get(), synthetic, loop);
+  if (!reports.ok()) return Fail(reports.status());
+  return 0;
+}
+
+absl::Status SmartoffOptionsFromFlags(sophon::SmartoffOptions* options) {
+  absl::StatusOr<sophon::PlannerKind> kind = sophon::ParsePlannerKind(absl::GetFlag(FLAGS_planner));
+  if (!kind.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--planner: ", kind.status().message()));
+  }
+  options->planner = *kind;
+  options->profile_folder = absl::GetFlag(FLAGS_profile_folder);
+  options->profile_out = absl::GetFlag(FLAGS_profile_out);
+  const std::string net_bw = absl::GetFlag(FLAGS_net_bw);
+  if (net_bw != "auto" &&
+      (!absl::SimpleAtod(net_bw, &options->net_bw_mbit) || options->net_bw_mbit <= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--net-bw must be a positive number of Mbit/s or auto, got '", net_bw, "'"));
+  }
+  options->remote_cpus = absl::GetFlag(FLAGS_remote_cpus);
+  options->gpu_batch_seconds = absl::GetFlag(FLAGS_gpu_batch_seconds);
+  options->replan_threshold = absl::GetFlag(FLAGS_replan_threshold);
+  return options->Validate();
 }
 
 }  // namespace
@@ -107,6 +236,7 @@ int main(int argc, char** argv) {
   if (absl::Status s = loader_options.Validate(); !s.ok()) return Fail(s);
   const int epochs = absl::GetFlag(FLAGS_epochs);
   if (epochs < 1) return Fail(absl::InvalidArgumentError("--epochs must be at least 1"));
+  if (absl::GetFlag(FLAGS_synthetic_data)) return RunSynthetic(loader_options, epochs);
 
   sophon::ClientOptions client_options;
   client_options.address = absl::GetFlag(FLAGS_server);
@@ -119,22 +249,36 @@ int main(int argc, char** argv) {
                client_options.address, manifest.dataset_name(), manifest.num_samples(),
                manifest.class_names_size(), manifest.prep_workers());
 
-  sophon::TrainerOptions trainer_options;
-  trainer_options.arch = absl::GetFlag(FLAGS_arch);
-  trainer_options.num_classes = std::max(1, manifest.class_names_size());
-  trainer_options.lr = absl::GetFlag(FLAGS_lr);
-  trainer_options.momentum = absl::GetFlag(FLAGS_momentum);
-  trainer_options.weight_decay = absl::GetFlag(FLAGS_weight_decay);
-  trainer_options.device = absl::GetFlag(FLAGS_device);
-  trainer_options.seed = absl::GetFlag(FLAGS_seed);
-  trainer_options.threads = absl::GetFlag(FLAGS_torch_threads);
+  const sophon::TrainerOptions trainer_options =
+      TrainerOptionsFromFlags(std::max(1, manifest.class_names_size()));
   absl::StatusOr<std::unique_ptr<sophon::Trainer>> trainer =
-      sophon::Trainer::Create(trainer_options);
+      CreateTrainer(trainer_options, loader_options.batch_size);
   if (!trainer.ok()) return Fail(trainer.status());
 
-  sophon::FixedPlanner planner(*mode);
+  sophon::SmartoffOptions smartoff_options;
+  if (absl::Status s = SmartoffOptionsFromFlags(&smartoff_options); !s.ok()) return Fail(s);
+  const std::string profile_out = absl::GetFlag(FLAGS_profile_out);
+  if (!profile_out.empty() && *mode != sophon::Mode::kSmartOff) {
+    absl::Status s = sophon::WriteProfileOverNetwork(client->get(), loader_options,
+                                                     smartoff_options, profile_out);
+    if (!s.ok()) return Fail(s);
+  }
+  std::unique_ptr<sophon::Planner> planner;
+  sophon::SmartoffPlanner* smartoff = nullptr;
+  if (*mode == sophon::Mode::kSmartOff) {
+    absl::StatusOr<std::unique_ptr<sophon::SmartoffPlanner>> created =
+        sophon::CreateSmartoffPlanner(client->get(), loader_options, smartoff_options);
+    if (!created.ok()) return Fail(created.status());
+    smartoff = created->get();
+    planner = *std::move(created);
+    loader_options.observer = [smartoff](const sophon::SampleObservation& observation) {
+      smartoff->Observe(observation);
+    };
+  } else {
+    planner = std::make_unique<sophon::FixedPlanner>(*mode);
+  }
   absl::StatusOr<std::unique_ptr<sophon::Loader>> loader =
-      sophon::Loader::Create(client->get(), loader_options, &planner);
+      sophon::Loader::Create(client->get(), loader_options, planner.get());
   if (!loader.ok()) return Fail(loader.status());
 
   sophon::TrainLoopOptions loop_options;
@@ -144,6 +288,19 @@ int main(int argc, char** argv) {
   loop_options.arch = trainer_options.arch;
   loop_options.progress = absl::GetFlag(FLAGS_progress);
   loop_options.report_json = absl::GetFlag(FLAGS_report_json);
+  loop_options.device = (*trainer)->DeviceName();
+  loop_options.emulated = trainer_options.device == "emulate";
+  loop_options.batch_timings = absl::GetFlag(FLAGS_batch_timings);
+  if (smartoff != nullptr) {
+    sophon::Loader* raw_loader = loader->get();
+    loop_options.after_step = [smartoff, raw_loader](double step_seconds) {
+      smartoff->ObserveStep(step_seconds);
+      smartoff->MaybeReplan(raw_loader);
+    };
+    loop_options.predicted_epoch_seconds = [smartoff] {
+      return smartoff->epoch_prediction_seconds();
+    };
+  }
   spdlog::info("training {} on {} in mode {}, batch {}, {} local workers", loop_options.arch,
                (*trainer)->DeviceName(), loop_options.mode_name, loader_options.batch_size,
                loader_options.workers);

@@ -8,9 +8,10 @@ absl::StatusOr<Mode> ParseMode(absl::string_view name) {
   if (name == "nooff" || name == "remote_nooff") return Mode::kNoOff;
   if (name == "resizeoff" || name == "piloff" || name == "remote_piloff") return Mode::kResizeOff;
   if (name == "alloff" || name == "remote_alloff") return Mode::kAllOff;
+  if (name == "smartoff") return Mode::kSmartOff;
   return absl::InvalidArgumentError(absl::StrCat(
       "--mode: unknown mode '", name,
-      "' (expected nooff, resizeoff, alloff; aliases remote_nooff, piloff, remote_piloff, "
+      "' (expected nooff, resizeoff, alloff, smartoff; aliases remote_nooff, piloff, remote_piloff, "
       "remote_alloff)"));
 }
 
@@ -19,6 +20,7 @@ const char* ModeName(Mode mode) {
     case Mode::kNoOff: return "nooff";
     case Mode::kResizeOff: return "resizeoff";
     case Mode::kAllOff: return "alloff";
+    case Mode::kSmartOff: return "smartoff";
   }
   return "unknown";
 }

@@ -15,9 +15,10 @@ enum class Mode {
   kNoOff,      // everything RAW; the training node does all the work
   kResizeOff,  // storage node decodes, crops, resizes and flips (FLIPPED); "piloff"
   kAllOff,     // storage node does everything (TENSOR)
+  kSmartOff,   // per sample, from the profile and the cost model (smartoff.h)
 };
 
-// Accepts nooff, resizeoff, piloff, alloff and the original system's
+// Accepts nooff, resizeoff, piloff, alloff, smartoff and the original system's
 // remote_nooff, remote_piloff, remote_alloff.
 absl::StatusOr<Mode> ParseMode(absl::string_view name);
 const char* ModeName(Mode mode);
@@ -35,6 +36,7 @@ class Planner {
 class FixedPlanner final : public Planner {
  public:
   explicit FixedPlanner(Stage stage) : stage_(stage) {}
+  // REQUIRES: mode is not kSmartOff.
   explicit FixedPlanner(Mode mode);
   std::vector<Stage> PlanEpoch(uint64_t epoch, const std::vector<uint64_t>& order) override;
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "batch_timings.h"
 #include "spdlog/spdlog.h"
 
 namespace sophon {
@@ -62,6 +63,13 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
                                                      Trainer* trainer,
                                                      const TrainLoopOptions& options) {
   std::vector<EpochReport> reports;
+  std::unique_ptr<BatchTimingsWriter> timings;
+  if (!options.batch_timings.empty()) {
+    absl::StatusOr<std::unique_ptr<BatchTimingsWriter>> w =
+        BatchTimingsWriter::Create(options.batch_timings);
+    if (!w.ok()) return w.status();
+    timings = *std::move(w);
+  }
   for (int epoch = 0; epoch < options.epochs; ++epoch) {
     absl::StatusOr<v1::ServerStats> before = client->GetStats();
     if (!before.ok()) return before.status();
@@ -76,7 +84,8 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
     while (options.max_batches == 0 || steps < options.max_batches) {
       const absl::Time wait_start = absl::Now();
       absl::StatusOr<bool> more = loader->Next(&batch);
-      report.data_wait_seconds += Seconds(wait_start);
+      const double wait = Seconds(wait_start);
+      report.data_wait_seconds += wait;
       if (!more.ok()) {
         progress.Finish();
         return more.status();
@@ -84,13 +93,20 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
       if (!*more) break;
       const absl::Time step_start = absl::Now();
       absl::StatusOr<StepResult> step = trainer->Step(batch);
-      report.compute_seconds += Seconds(step_start);
+      const double step_seconds = Seconds(step_start);
+      report.compute_seconds += step_seconds;
       if (!step.ok()) {
         progress.Finish();
         return absl::Status(step.status().code(), absl::StrCat("training step ", steps,
                                                                " of epoch ", epoch, ": ",
                                                                step.status().message()));
       }
+      report.copy_seconds += step->copy_seconds;
+      if (timings) {
+        timings->Add(epoch, steps, batch.n, wait, step->copy_seconds,
+                     step_seconds - step->copy_seconds);
+      }
+      if (options.after_step) options.after_step(step_seconds);
       loss_sum += step->loss * step->count;
       correct += step->correct;
       seen += step->count;
@@ -102,6 +118,8 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
     loader->Stop();  // also ends an epoch cut short by --max-batches
     progress.Finish();
     report.wall_seconds = Seconds(start);
+    report.emulated = options.emulated;
+    if (options.predicted_epoch_seconds) report.predicted_seconds = options.predicted_epoch_seconds();
     report.loader = loader->stats();
     report.images_per_second = seen / std::max(1e-9, report.wall_seconds);
     report.mean_loss = seen ? loss_sum / seen : 0;
@@ -113,6 +131,9 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
     }
     spdlog::info("{}", FormatEpochReport(report));
     reports.push_back(report);
+  }
+  if (timings) {
+    if (absl::Status s = timings->Close(); !s.ok()) return s;
   }
   if (!options.report_json.empty()) {
     std::ofstream out(options.report_json);
@@ -136,9 +157,10 @@ std::string FormatEpochReport(const EpochReport& r) {
                           l.bytes_by_stage[i] / 1e6);
   }
   std::string out = absl::StrFormat(
-      "epoch %d: %.2fs, %d images, %.1f img/s, %.1f MB received (%.1f KB/image; %s), "
+      "epoch %d%s: %.2fs, %d images, %.1f img/s, %.1f MB received (%.1f KB/image; %s), "
       "data wait %.2fs (%.0f%%), loss %.4f, top-1 %.3f, skipped %d",
-      r.epoch, r.wall_seconds, l.samples, r.images_per_second, bytes / 1e6,
+      r.epoch, r.emulated ? " (emulated GPU)" : "", r.wall_seconds, l.samples,
+      r.images_per_second, bytes / 1e6,
       l.samples ? bytes / 1e3 / l.samples : 0.0, by_stage, r.data_wait_seconds,
       100 * r.data_wait_seconds / std::max(1e-9, r.wall_seconds), r.mean_loss, r.top1, l.skipped);
   absl::StrAppendFormat(&out,
@@ -148,13 +170,19 @@ std::string FormatEpochReport(const EpochReport& r) {
                             ? 100 * r.server_prep_busy_seconds /
                                   (r.server_prep_workers * std::max(1e-9, r.wall_seconds))
                             : 0.0);
+  if (r.predicted_seconds > 0) {
+    absl::StrAppendFormat(&out, "; planner predicted %.2fs (measured/predicted %.2f)",
+                          r.predicted_seconds, r.wall_seconds / r.predicted_seconds);
+  }
   return out;
 }
 
 std::string EpochReportsToJson(const std::vector<EpochReport>& reports,
                                const TrainLoopOptions& options) {
-  std::string out = absl::StrFormat("{\n  \"mode\": \"%s\",\n  \"arch\": \"%s\",\n  \"epochs\": [",
-                                    options.mode_name, options.arch);
+  std::string out = absl::StrFormat(
+      "{\n  \"mode\": \"%s\",\n  \"arch\": \"%s\",\n  \"device\": \"%s\",\n  \"emulated\": %s,"
+      "\n  \"epochs\": [",
+      options.mode_name, options.arch, options.device, options.emulated ? "true" : "false");
   for (size_t i = 0; i < reports.size(); ++i) {
     const EpochReport& r = reports[i];
     const LoaderEpochStats& l = r.loader;
@@ -171,12 +199,16 @@ std::string EpochReportsToJson(const std::vector<EpochReport>& reports,
         "%s\n    {\"epoch\": %d, \"wall_seconds\": %.6f, \"images\": %d, \"images_per_second\": "
         "%.3f, \"bytes_received\": %d, \"bytes_per_image\": %.1f, \"samples_by_stage\": {%s}, "
         "\"bytes_by_stage\": {%s}, \"data_wait_seconds\": %.6f, \"compute_seconds\": %.6f, "
+        "\"copy_seconds\": %.6f, "
         "\"mean_loss\": %.6f, \"top1\": %.6f, \"skipped\": %d, \"local_prep_cpu_seconds\": %.6f, "
-        "\"server_prep_cpu_seconds\": %.6f, \"server_prep_workers\": %d}",
+        "\"server_prep_cpu_seconds\": %.6f, \"server_prep_workers\": %d, "
+        "\"predicted_seconds\": %.6f}",
         i ? "," : "", r.epoch, r.wall_seconds, l.samples, r.images_per_second, bytes,
         l.samples ? static_cast<double>(bytes) / l.samples : 0.0, samples_by_stage,
-        bytes_by_stage, r.data_wait_seconds, r.compute_seconds, r.mean_loss, r.top1, l.skipped,
-        l.local_cpu_seconds, r.server_prep_busy_seconds, r.server_prep_workers);
+        bytes_by_stage, r.data_wait_seconds, r.compute_seconds, r.copy_seconds, r.mean_loss,
+        r.top1, l.skipped,
+        l.local_cpu_seconds, r.server_prep_busy_seconds, r.server_prep_workers,
+        r.predicted_seconds);
   }
   out += "\n  ]\n}\n";
   return out;

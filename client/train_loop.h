@@ -4,6 +4,7 @@
 #define SOPHON_CLIENT_TRAIN_LOOP_H_
 
 #include <array>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,15 @@ struct TrainLoopOptions {
   std::string arch;                // for reports
   bool progress = true;            // progress line on stderr
   std::string report_json;         // write the epoch reports here if non-empty
+  std::string device;              // what the trainer runs on (Trainer::DeviceName), for reports
+  bool emulated = false;           // the trainer emulates a GPU: reports say "emulated"
+  std::string batch_timings;       // per-batch timings CSV (batch_timings.h) if non-empty
+  // Called on the training thread after every step with its duration in
+  // seconds (smartoff measures the step time and re-plans here). May be empty.
+  std::function<void(double)> after_step;
+  // The planner's predicted epoch time, reported beside the measured one.
+  // May be empty.
+  std::function<double()> predicted_epoch_seconds;
 };
 
 struct EpochReport {
@@ -29,8 +39,11 @@ struct EpochReport {
   double images_per_second = 0;
   double data_wait_seconds = 0;    // trainer blocked waiting for a batch
   double compute_seconds = 0;      // inside Trainer::Step
+  double copy_seconds = 0;         // of compute_seconds, host-to-device copy (where measured)
+  bool emulated = false;           // steps were emulated (EmulatedTrainer)
   double mean_loss = 0;
   double top1 = 0;                 // fraction correct on the training batches
+  double predicted_seconds = 0;    // the planner's prediction of wall_seconds; 0 = none
   LoaderEpochStats loader;
   double server_prep_busy_seconds = 0;  // server prep workers' CPU seconds this epoch
   int server_prep_workers = 0;

@@ -28,6 +28,7 @@ struct StepResult {
   double loss = 0;       // mean cross-entropy of the batch
   int64_t correct = 0;   // top-1 correct predictions in the batch
   int64_t count = 0;     // samples in the batch
+  double copy_seconds = 0;  // host-to-device copy inside the step, where measured (else 0)
 };
 
 // Trains one model with SGD(momentum) and cross-entropy.

@@ -9,6 +9,7 @@
 #include "sophon/cli.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
+#include "sophon/page_cache.h"
 #include "spdlog/spdlog.h"
 #include "storage_server.h"
 
@@ -25,6 +26,9 @@ ABSL_FLAG(int64_t, max_pixels, 100'000'000,
           "Images whose header claims more pixels are rejected. Default 100000000.");
 ABSL_FLAG(absl::Duration, stats_interval, absl::Seconds(10),
           "Period of the throughput log line while serving; 0 disables it. Default 10s.");
+ABSL_FLAG(bool, evict_cache, false,
+          "Drop the dataset's files from the page cache before serving, so that an experiment "
+          "starts cold (posix_fadvise DONTNEED; sophon-cache reports residency). Default false.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error. Default info.");
 
 namespace {
@@ -64,6 +68,17 @@ int main(int argc, char** argv) {
   if (!server.ok()) {
     std::fprintf(stderr, "sophon-server: %s\n", std::string(server.status().message()).c_str());
     return 2;
+  }
+  if (absl::GetFlag(FLAGS_evict_cache)) {
+    absl::StatusOr<sophon::CacheResidency> residency =
+        sophon::EvictFromPageCache(sophon::DatasetFilePaths((*server)->dataset()));
+    if (!residency.ok()) {
+      std::fprintf(stderr, "sophon-server: --evict-cache: %s\n",
+                   std::string(residency.status().message()).c_str());
+      return 1;
+    }
+    spdlog::info("evicted the dataset from the page cache: {}",
+                 sophon::FormatResidency(*residency));
   }
   // Print the port for scripts that start us with --port=0.
   std::printf("listening on %s\n", (*server)->address().c_str());

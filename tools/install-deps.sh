@@ -8,7 +8,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   libjpeg62-turbo-dev libabsl-dev libspdlog-dev libgtest-dev libgmock-dev
   libtorch-dev libopenblas0-pthread
-  python3 python3-pil python3-numpy
+  python3 python3-pil python3-numpy python3-matplotlib
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torchvision)

@@ -1,0 +1,105 @@
+#include "synthetic_run.h"
+
+#include <algorithm>
+#include <fstream>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "batch_timings.h"
+#include "spdlog/spdlog.h"
+#include "synthetic_batch.h"
+
+namespace sophon {
+namespace {
+
+double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
+
+absl::Status StepError(const absl::Status& s, int64_t step, int epoch) {
+  return absl::Status(s.code(), absl::StrCat("synthetic training step ", step, " of epoch ", epoch,
+                                             ": ", s.message()));
+}
+
+}  // namespace
+
+absl::Status SyntheticRunOptions::Validate() const {
+  if (batch_size < 1 || crop_size < 1 || num_classes < 1 || samples < 1 || warmup_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "synthetic data needs batch size, crop size, classes and samples >= 1 (got ", batch_size,
+        ", ", crop_size, ", ", num_classes, ", ", samples, ") and warm-up steps >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<EpochReport>> RunSyntheticTraining(Trainer* trainer,
+                                                              const SyntheticRunOptions& synthetic,
+                                                              const TrainLoopOptions& loop) {
+  if (absl::Status s = synthetic.Validate(); !s.ok()) return s;
+  Batch full = MakeSyntheticBatch(synthetic.batch_size, synthetic.crop_size, synthetic.num_classes,
+                                  synthetic.seed);
+  Batch last;  // the short last batch, if the epoch size asks for one
+  if (const int rest = static_cast<int>(synthetic.samples % synthetic.batch_size); rest != 0) {
+    last = MakeSyntheticBatch(rest, synthetic.crop_size, synthetic.num_classes, synthetic.seed);
+  }
+  for (int i = 0; i < synthetic.warmup_steps; ++i) {
+    absl::StatusOr<StepResult> step = trainer->Step(full);
+    if (!step.ok()) return StepError(step.status(), -1 - i, 0);
+  }
+  std::unique_ptr<BatchTimingsWriter> timings;
+  if (!loop.batch_timings.empty()) {
+    absl::StatusOr<std::unique_ptr<BatchTimingsWriter>> w =
+        BatchTimingsWriter::Create(loop.batch_timings);
+    if (!w.ok()) return w.status();
+    timings = *std::move(w);
+  }
+  int64_t batches = (synthetic.samples + synthetic.batch_size - 1) / synthetic.batch_size;
+  if (loop.max_batches > 0) batches = std::min(batches, loop.max_batches);
+  std::vector<EpochReport> reports;
+  for (int epoch = 0; epoch < loop.epochs; ++epoch) {
+    EpochReport report;
+    report.epoch = epoch;
+    report.emulated = loop.emulated;
+    double loss_sum = 0;
+    int64_t correct = 0, seen = 0;
+    const absl::Time start = absl::Now();
+    for (int64_t i = 0; i < batches; ++i) {
+      Batch& batch = (i == batches - 1 && last.n > 0 && loop.max_batches == 0) ? last : full;
+      batch.index = i;
+      const absl::Time step_start = absl::Now();
+      absl::StatusOr<StepResult> step = trainer->Step(batch);
+      const double step_seconds = Seconds(step_start);
+      if (!step.ok()) return StepError(step.status(), i, epoch);
+      report.compute_seconds += step_seconds;
+      report.copy_seconds += step->copy_seconds;
+      if (timings) {
+        timings->Add(epoch, i, batch.n, 0.0, step->copy_seconds, step_seconds - step->copy_seconds);
+      }
+      loss_sum += step->loss * step->count;
+      correct += step->correct;
+      seen += step->count;
+    }
+    report.wall_seconds = Seconds(start);
+    report.loader.samples = static_cast<uint64_t>(seen);
+    report.loader.batches = static_cast<uint64_t>(batches);
+    report.images_per_second = seen / std::max(1e-9, report.wall_seconds);
+    report.mean_loss = seen ? loss_sum / seen : 0;
+    report.top1 = seen ? static_cast<double>(correct) / seen : 0;
+    spdlog::info("synthetic data: {}", FormatEpochReport(report));
+    reports.push_back(report);
+  }
+  if (timings) {
+    if (absl::Status s = timings->Close(); !s.ok()) return s;
+  }
+  if (!loop.report_json.empty()) {
+    std::ofstream out(loop.report_json);
+    out << EpochReportsToJson(reports, loop);
+    if (!out) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot write --report-json file '", loop.report_json, "'"));
+    }
+  }
+  return reports;
+}
+
+}  // namespace sophon

@@ -1,0 +1,389 @@
+#include "sophon/profile.h"
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sophon/dataset.h"
+#include "sophon/original_profile.h"
+#include "sophon/profile_csv.h"
+#include "sophon/profile_loader.h"
+#include "sophon/profiler.h"
+#include "sophon/times_model.h"
+#include "test_util.h"
+
+namespace sophon {
+namespace {
+
+using ::testing::HasSubstr;
+
+DatasetProfile SmallProfile() {
+  DatasetProfile p;
+  p.dataset = "my data%set";
+  p.fingerprint = 0x0123456789abcdefULL;
+  p.crop_size = 224;
+  p.server_speed_factor = 1.25;
+  for (uint64_t i = 0; i < 3; ++i) {
+    SampleProfile s;
+    s.id = i;
+    s.raw_bytes = 100000 + 17 * i;
+    s.cropped_bytes = 150528;
+    s.flipped_bytes = 150528;
+    s.tensor_bytes = 602112;
+    s.client = OpTimes{0.00412345678 + i * 1e-4, 2.1e-5, 3.1e-4};
+    s.source_pixels = i == 1 ? 0 : 1024 * 768;
+    p.samples.push_back(s);
+  }
+  return p;
+}
+
+void ExpectSameProfile(const DatasetProfile& a, const DatasetProfile& b) {
+  EXPECT_EQ(a.dataset, b.dataset);
+  EXPECT_EQ(a.fingerprint, b.fingerprint);
+  EXPECT_EQ(a.crop_size, b.crop_size);
+  EXPECT_DOUBLE_EQ(a.server_speed_factor, b.server_speed_factor);
+  EXPECT_EQ(a.times_source, b.times_source);
+  ASSERT_EQ(a.samples.size(), b.samples.size());
+  for (size_t i = 0; i < a.samples.size(); ++i) {
+    const SampleProfile& x = a.samples[i];
+    const SampleProfile& y = b.samples[i];
+    EXPECT_EQ(x.id, y.id);
+    EXPECT_EQ(x.raw_bytes, y.raw_bytes);
+    EXPECT_EQ(x.cropped_bytes, y.cropped_bytes);
+    EXPECT_EQ(x.flipped_bytes, y.flipped_bytes);
+    EXPECT_EQ(x.tensor_bytes, y.tensor_bytes);
+    EXPECT_EQ(x.source_pixels, y.source_pixels);
+    // Written with 9 significant digits.
+    EXPECT_NEAR(x.client.decode_crop, y.client.decode_crop, 1e-8 * x.client.decode_crop);
+    EXPECT_NEAR(x.client.flip, y.client.flip, 1e-8 * x.client.flip);
+    EXPECT_NEAR(x.client.tensor, y.client.tensor, 1e-8 * x.client.tensor);
+  }
+}
+
+TEST(SophonProfileTest, RoundTripsThroughTheCsvFormat) {
+  const DatasetProfile p = SmallProfile();
+  const std::string path = testing::MakeTempDir("profile_rt") + "/p.csv";
+  ASSERT_TRUE(WriteSophonProfile(p, path).ok());
+  absl::StatusOr<DatasetProfile> back = ReadSophonProfile(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSameProfile(p, *back);
+}
+
+TEST(SophonProfileTest, FolderRefusesAProfileOfAnotherFileList) {
+  const DatasetProfile p = SmallProfile();
+  const std::string folder = testing::MakeTempDir("profile_folder") + "/profiles/ds";
+  ASSERT_TRUE(SaveProfileFolder(p, folder).ok());
+  absl::StatusOr<DatasetProfile> same = LoadProfileFolder(folder, p.fingerprint);
+  ASSERT_TRUE(same.ok()) << same.status();
+  ExpectSameProfile(p, *same);
+
+  absl::StatusOr<DatasetProfile> other = LoadProfileFolder(folder, 0xfeedULL);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(other.status().message(), HasSubstr("0123456789abcdef"));
+  EXPECT_THAT(other.status().message(), HasSubstr("000000000000feed"));
+
+  EXPECT_EQ(LoadProfileFolder(folder + "/nothing", p.fingerprint).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(DefaultProfileFolder("imagenet"), "profiles/imagenet/");
+}
+
+TEST(SophonProfileTest, MeasuredProfileIsKeyedByTheDatasetFingerprint) {
+  testing::TestDatasetOptions ds_options;
+  ds_options.classes = 2;
+  ds_options.per_class = 3;
+  const std::string root = testing::MakeTestDataset("profile_measured", ds_options);
+  absl::StatusOr<std::unique_ptr<Dataset>> ds = Dataset::OpenImageFolder(root);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  ProfilerOptions options;
+  options.pipeline.augment.crop_size = 32;
+  options.epochs = 2;
+  absl::StatusOr<DatasetProfile> p = MeasureProfile(**ds, options);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->fingerprint, (*ds)->fingerprint());
+  EXPECT_EQ(p->dataset, (*ds)->name());
+  ASSERT_EQ(p->samples.size(), 6u);
+  for (const SampleProfile& s : p->samples) {
+    EXPECT_EQ(s.raw_bytes, (*ds)->entry(s.id).raw_size);
+    EXPECT_EQ(s.cropped_bytes, 32u * 32 * 3);
+    EXPECT_EQ(s.tensor_bytes, 32u * 32 * 3 * 4);
+    EXPECT_GE(s.source_pixels, 160u * 160);
+    EXPECT_GT(s.client.decode_crop, 0);
+  }
+  const std::string folder = DefaultProfileFolder((*ds)->name());
+  const std::string dir = testing::MakeTempDir("profile_measured_out") + "/" + folder;
+  ASSERT_TRUE(SaveProfileFolder(*p, dir).ok());
+  EXPECT_TRUE(LoadProfileFolder(dir, (*ds)->fingerprint()).ok());
+  // Another file in the dataset: the profile no longer applies.
+  testing::WriteFile(root + "/class_0/extra.jpg", "not even a jpeg");
+  absl::StatusOr<std::unique_ptr<Dataset>> changed = Dataset::OpenImageFolder(root);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_EQ(LoadProfileFolder(dir, (*changed)->fingerprint()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // And the bad file fails profiling with its name.
+  absl::StatusOr<DatasetProfile> bad = MeasureProfile(**changed, options);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("extra.jpg"));
+}
+
+TEST(SophonProfileTest, MalformedLinesAreRejectedWithTheirLineNumber) {
+  const std::string head =
+      "# sophon-profile v1\n"
+      "# dataset=d fingerprint=ff crop_size=224 server_speed=1 times=measured\n"
+      "id,raw_bytes,cropped_bytes,flipped_bytes,tensor_bytes,decode_crop_s,flip_s,tensor_s,"
+      "source_pixels\n"
+      "0,10,20,20,80,0.1,0.01,0.02,100\n";
+  ASSERT_TRUE(ParseSophonProfile(head, "f.csv").ok());
+  struct Case {
+    std::string text;
+    std::string where;
+  };
+  const Case cases[] = {
+      {head + "1,10,20,20,eighty,0.1,0.01,0.02,100\n", "f.csv:5:"},  // not a number
+      {head + "1,10,20,20,80,0.1,0.01\n", "f.csv:5:"},               // too few fields
+      {head + "2,10,20,20,80,0.1,0.01,0.02,100\n", "f.csv:5:"},      // id out of sequence
+      {head + "1,10,20,20,80,-0.1,0.01,0.02,100\n", "f.csv:5:"},     // negative time
+      {head + "1,0,20,20,80,0.1,0.01,0.02,100\n", "f.csv:5:"},       // zero size
+      {"# sophon-profile v2\n", "f.csv:1:"},                         // version
+      {"id,raw\n", "f.csv:1:"},                                      // not a profile
+      {"# sophon-profile v1\nid,raw_bytes\n", "f.csv:2:"},           // bad header
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<DatasetProfile> p = ParseSophonProfile(c.text, "f.csv");
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_THAT(p.status().message(), HasSubstr(c.where)) << c.text;
+  }
+  // The metadata line is required before the column header.
+  absl::StatusOr<DatasetProfile> no_meta = ParseSophonProfile(
+      "# sophon-profile v1\nid,raw_bytes,cropped_bytes,flipped_bytes,tensor_bytes,"
+      "decode_crop_s,flip_s,tensor_s,source_pixels\n",
+      "f.csv");
+  EXPECT_THAT(no_meta.status().message(), HasSubstr("f.csv:2:"));
+}
+
+constexpr char kSizes[] =
+    "index;raw;decoding;original_shape;RandomResizedCrop;RandomHorizontalFlip;ToTensor;"
+    "Normalize;\n"
+    "0;462687;1886241;(1024, 614);150561;150561;602145;602145;\n"
+    "1;95615;2359329;(1024, 768);150561;150561;602145;602145;\r\n"
+    "\n";
+constexpr char kTimes[] =
+    "index,loader,decoding,RandomResizedCrop,RandomHorizontalFlip,ToTensor,Normalize,\n"
+    "0,0.001,0.01,0.002,0.0001,0.0003,0.0004,\n"
+    "1,0.002,0.02,0.004,0.0002,0.0006,0.0008,\n";
+
+TEST(OriginalProfileTest, ParsesSizesWithTrailingSeparatorsAndShapes) {
+  absl::StatusOr<DatasetProfile> p = ParseOriginalSizes(kSizes, "prep_sizes.csv", 0);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->crop_size, 224);  // inferred from 150561 = 224 * 224 * 3 + 33
+  EXPECT_EQ(p->fingerprint, 0u);
+  ASSERT_EQ(p->samples.size(), 2u);
+  const SampleProfile& s = p->samples[1];
+  EXPECT_EQ(s.id, 1u);
+  EXPECT_EQ(s.raw_bytes, 95615u);
+  EXPECT_EQ(s.cropped_bytes, 150561u);
+  EXPECT_EQ(s.flipped_bytes, 150561u);
+  EXPECT_EQ(s.tensor_bytes, 602145u);
+  EXPECT_EQ(s.source_pixels, 1024u * 768u);
+  EXPECT_EQ(p->samples[0].source_pixels, 1024u * 614u);
+}
+
+TEST(OriginalProfileTest, TimesMapOntoSophonOps) {
+  absl::StatusOr<DatasetProfile> p = ParseOriginalSizes(kSizes, "prep_sizes.csv", 0);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(ParseOriginalTimes(kTimes, "prep_times.csv", &*p).ok());
+  EXPECT_EQ(p->times_source, TimesSource::kMeasured);
+  const OpTimes& t = p->samples[1].client;
+  EXPECT_DOUBLE_EQ(t.decode_crop, 0.002 + 0.02 + 0.004);  // loader + decoding + crop
+  EXPECT_DOUBLE_EQ(t.flip, 0.0002);
+  EXPECT_DOUBLE_EQ(t.tensor, 0.0006 + 0.0008);  // ToTensor + Normalize
+}
+
+TEST(OriginalProfileTest, MalformedLinesAreRejectedWithTheirLineNumber) {
+  const std::string sizes_head =
+      "index;raw;decoding;original_shape;RandomResizedCrop;RandomHorizontalFlip;ToTensor;"
+      "Normalize;\n"
+      "0;462687;1886241;(1024, 614);150561;150561;602145;602145;\n";
+  const char* bad_sizes[] = {
+      "1;462687;1886241;(1024 614);150561;150561;602145;602145;\n",   // shape
+      "1;462687;1886241;(1024, 614);150561;150561;602145;\n",         // a field short
+      "1;46x687;1886241;(1024, 614);150561;150561;602145;602145;\n",  // raw
+      "5;462687;1886241;(1024, 614);150561;150561;602145;602145;\n",  // index
+      "1,462687,1886241,(1024, 614),150561,150561,602145,602145,\n",  // separator
+  };
+  for (const char* row : bad_sizes) {
+    absl::StatusOr<DatasetProfile> p = ParseOriginalSizes(sizes_head + row, "s.csv", 0);
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << row;
+    EXPECT_THAT(p.status().message(), HasSubstr("s.csv:3:")) << row;
+  }
+  EXPECT_THAT(ParseOriginalSizes("index;raw;\n0;5;\n", "s.csv", 0).status().message(),
+              HasSubstr("s.csv:1:"));
+
+  const std::string times_head =
+      "index,loader,decoding,RandomResizedCrop,RandomHorizontalFlip,ToTensor,Normalize,\n"
+      "0,0.001,0.01,0.002,0.0001,0.0003,0.0004,\n";
+  const char* bad_times[] = {
+      "1,0.002,0.02,0.004,0.0002,0.0006,\n",          // a field short
+      "1,0.002,0.02,fast,0.0002,0.0006,0.0008,\n",    // not a number
+      "1,0.002,-0.02,0.004,0.0002,0.0006,0.0008,\n",  // negative
+      "7,0.002,0.02,0.004,0.0002,0.0006,0.0008,\n",   // index
+  };
+  for (const char* row : bad_times) {
+    absl::StatusOr<DatasetProfile> p = ParseOriginalSizes(kSizes, "s.csv", 0);
+    ASSERT_TRUE(p.ok());
+    absl::Status s = ParseOriginalTimes(times_head + row, "t.csv", &*p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << row;
+    EXPECT_THAT(s.message(), HasSubstr("t.csv:3:")) << row;
+  }
+  // One row fewer than the sizes file.
+  absl::StatusOr<DatasetProfile> p = ParseOriginalSizes(kSizes, "s.csv", 0);
+  ASSERT_TRUE(p.ok());
+  EXPECT_THAT(ParseOriginalTimes(times_head, "t.csv", &*p).message(),
+              HasSubstr("t.csv has 1 samples, the sizes file has 2"));
+}
+
+TEST(OriginalProfileTest, WithoutTimesTheModelFillsThem) {
+  const std::string dir = testing::MakeTempDir("original_model");
+  testing::WriteFile(dir + "/prep_sizes.csv", kSizes);
+  OriginalProfileOptions options;
+  options.sizes_path = dir + "/prep_sizes.csv";
+  options.model.decode_s_per_byte = 1e-8;
+  options.model.decode_s_per_pixel = 2e-9;
+  options.model.decode_s_fixed = 1e-4;
+  options.model.flip_s_per_pixel = 1e-10;
+  options.model.tensor_s_per_pixel = 3e-9;
+  absl::StatusOr<DatasetProfile> p = ReadOriginalProfile(options);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->times_source, TimesSource::kModel);
+  EXPECT_EQ(p->dataset, std::filesystem::path(dir).filename().string());
+  const OpTimes t = p->samples[0].client;
+  EXPECT_DOUBLE_EQ(t.decode_crop, 1e-8 * 462687 + 2e-9 * 1024 * 614 + 1e-4);
+  EXPECT_DOUBLE_EQ(t.flip, 1e-10 * 224 * 224);
+  EXPECT_DOUBLE_EQ(t.tensor, 3e-9 * 224 * 224);
+
+  // The built-in model is a real calibration: every coefficient is set.
+  const TimesModel d = DefaultTimesModel();
+  EXPECT_TRUE(d.Validate().ok());
+  EXPECT_GT(d.decode_s_per_byte + d.decode_s_per_pixel, 0);
+  EXPECT_GT(d.flip_s_per_pixel, 0);
+  EXPECT_GT(d.tensor_s_per_pixel, 0);
+}
+
+TEST(OriginalProfileTest, ThePublishedOpenImagesProfileParses) {
+  const std::string path =
+      std::string(SOPHON_SOURCE_DIR) + "/../shared/profiles/openimages-sophon/prep_sizes.csv";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "not present: " << path;
+  ProfileSource source;
+  source.path = std::filesystem::path(path).parent_path().string();
+  absl::StatusOr<DatasetProfile> p = LoadProfile(source);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->dataset, "openimages-sophon");
+  EXPECT_EQ(p->crop_size, 224);
+  EXPECT_EQ(p->times_source, TimesSource::kModel);  // its prep_times.csv was never published
+  ASSERT_EQ(p->samples.size(), 40000u);
+  EXPECT_EQ(p->samples[0].raw_bytes, 462687u);
+  EXPECT_EQ(p->samples[0].source_pixels, 1024u * 614u);
+  EXPECT_EQ(p->samples[0].tensor_bytes, 602145u);
+  EXPECT_EQ(p->samples[39999].raw_bytes, 579397u);
+  EXPECT_GT(p->samples[39999].client.decode_crop, 0);
+}
+
+TEST(ProfileLoaderTest, FindsEitherFormatInAFolder) {
+  const std::string dir = testing::MakeTempDir("loader_dispatch");
+  testing::WriteFile(dir + "/prep_sizes.csv", kSizes);
+  testing::WriteFile(dir + "/prep_times.csv", kTimes);
+  ProfileSource source;
+  source.path = dir;
+  absl::StatusOr<DatasetProfile> original = LoadProfile(source);
+  ASSERT_TRUE(original.ok()) << original.status();
+  EXPECT_EQ(original->times_source, TimesSource::kMeasured);  // prep_times.csv beside it
+  EXPECT_DOUBLE_EQ(original->samples[0].client.flip, 0.0001);
+
+  ASSERT_TRUE(SaveProfileFolder(SmallProfile(), dir).ok());
+  absl::StatusOr<DatasetProfile> sophon = LoadProfile(source);  // sample_profile.csv wins
+  ASSERT_TRUE(sophon.ok()) << sophon.status();
+  EXPECT_EQ(sophon->samples.size(), 3u);
+
+  source.times_path = dir + "/prep_times.csv";
+  EXPECT_EQ(LoadProfile(source).status().code(), absl::StatusCode::kInvalidArgument);
+
+  source.path = dir + "/missing";
+  EXPECT_EQ(LoadProfile(source).status().code(), absl::StatusCode::kNotFound);
+  source.path = testing::MakeTempDir("loader_empty");
+  EXPECT_EQ(LoadProfile(source).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(TimesModelTest, FitRecoversTheCoefficientsOfExactData) {
+  TimesModel truth;
+  truth.decode_s_per_byte = 4e-9;
+  truth.decode_s_per_pixel = 3e-9;
+  truth.decode_s_fixed = 2e-4;
+  truth.flip_s_per_pixel = 5e-10;
+  truth.tensor_s_per_pixel = 6e-9;
+  DatasetProfile p;
+  p.dataset = "fit";
+  for (uint64_t i = 0; i < 50; ++i) {
+    SampleProfile s;
+    s.id = i;
+    s.raw_bytes = 20000 + (i * 7919) % 500000;
+    s.source_pixels = 300000 + (i * 104729) % 900000;
+    s.cropped_bytes = s.flipped_bytes = 150528;
+    s.tensor_bytes = 602112;
+    s.client = PredictOpTimes(truth, s.raw_bytes, s.source_pixels, p.crop_size);
+    p.samples.push_back(s);
+  }
+  absl::StatusOr<TimesModel> fit = FitTimesModel(p);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_NEAR(fit->decode_s_per_byte, truth.decode_s_per_byte, 1e-6 * truth.decode_s_per_byte);
+  EXPECT_NEAR(fit->decode_s_per_pixel, truth.decode_s_per_pixel, 1e-6 * truth.decode_s_per_pixel);
+  EXPECT_NEAR(fit->decode_s_fixed, truth.decode_s_fixed, 1e-6 * truth.decode_s_fixed);
+  EXPECT_NEAR(fit->flip_s_per_pixel, truth.flip_s_per_pixel, 1e-9 * truth.flip_s_per_pixel);
+  EXPECT_NEAR(fit->tensor_s_per_pixel, truth.tensor_s_per_pixel, 1e-9 * truth.tensor_s_per_pixel);
+
+  // A term that would come out negative is dropped, not returned negative.
+  for (SampleProfile& s : p.samples) {
+    s.client.decode_crop = 1e-3 - 1e-10 * static_cast<double>(s.raw_bytes);
+  }
+  fit = FitTimesModel(p);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_TRUE(fit->Validate().ok());
+
+  p.samples.resize(2);
+  EXPECT_EQ(FitTimesModel(p).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ResourcesTest, ValidateNamesTheFlag) {
+  Resources r;
+  r.net_bytes_per_s = MbitToBytesPerSecond(500);
+  EXPECT_DOUBLE_EQ(r.net_bytes_per_s, 62.5e6);
+  EXPECT_TRUE(r.Validate().ok());
+  Resources bad = r;
+  bad.net_bytes_per_s = 0;
+  EXPECT_THAT(bad.Validate().message(), HasSubstr("--net-bw"));
+  bad = r;
+  bad.remote_cpus = -1;
+  EXPECT_THAT(bad.Validate().message(), HasSubstr("--remote-cpus"));
+  bad = r;
+  bad.local_cpus = 0;
+  EXPECT_THAT(bad.Validate().message(), HasSubstr("--workers"));
+  bad = r;
+  bad.batch_size = 0;
+  EXPECT_THAT(bad.Validate().message(), HasSubstr("--batch-size"));
+  r.remote_cpus = 0;  // allowed: the storage node then only sends RAW
+  EXPECT_TRUE(r.Validate().ok());
+}
+
+TEST(DatasetProfileTest, ValidateNamesTheSample) {
+  DatasetProfile p = SmallProfile();
+  EXPECT_TRUE(p.Validate().ok());
+  p.samples[2].client.flip = std::nan("");
+  EXPECT_THAT(p.Validate().message(), HasSubstr("sample 2"));
+  p = SmallProfile();
+  p.samples[1].id = 5;
+  EXPECT_THAT(p.Validate().message(), HasSubstr("has id 5"));
+}
+
+}  // namespace
+}  // namespace sophon

@@ -1,0 +1,48 @@
+// sophon-plan's output: the comparison table, its JSON form, and the sweep
+// over bandwidths and storage CPU counts (CSV, plotted by plot_sweep.py).
+#ifndef SOPHON_TOOLS_PLAN_REPORT_H_
+#define SOPHON_TOOLS_PLAN_REPORT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "sophon/planner.h"
+#include "sophon/profile.h"
+
+namespace sophon {
+
+// A human-readable table: one row per plan, with the profile and resources
+// it was made for.
+std::string FormatPlanTable(const DatasetProfile& profile, const Resources& resources,
+                            const std::vector<PlanResult>& plans);
+
+// The same as one JSON object: {"profile": {...}, "resources": {...},
+// "plans": [{"planner": ..., "epoch_s": ..., ...}]}. Infinite times are null.
+std::string FormatPlanJson(const DatasetProfile& profile, const Resources& resources,
+                           const std::vector<PlanResult>& plans);
+
+struct SweepOptions {
+  std::vector<double> net_mbit;     // bandwidths, Mbit/s; each > 0
+  std::vector<double> remote_cpus;  // storage node CPU counts; each >= 0
+};
+
+// Plans every kind for every (bandwidth, storage CPUs) pair on top of `base`
+// (its other resources unchanged) and returns the rows as CSV text with a
+// header line: net_mbit,remote_cpus,planner,epoch_s,...,lower_bound_s.
+absl::StatusOr<std::string> SweepCsv(const DatasetProfile& profile, const Resources& base,
+                                     const SweepOptions& options);
+
+// Runs `python script csv_path png_path` and waits for it. Internal naming
+// the command and its exit status if it fails.
+absl::Status RunPlotScript(const std::string& python, const std::string& script,
+                           const std::string& csv_path, const std::string& png_path);
+
+// "50,100,1e3" -> {50, 100, 1000}. InvalidArgument naming `flag` otherwise.
+absl::StatusOr<std::vector<double>> ParseNumberList(const std::string& text,
+                                                    const std::string& flag);
+
+}  // namespace sophon
+
+#endif  // SOPHON_TOOLS_PLAN_REPORT_H_

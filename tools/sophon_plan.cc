@@ -1,0 +1,128 @@
+// sophon-plan: what-if planning from a profile. For each fixed mode and each
+// planner it prints the predicted epoch time, the bytes on the wire, the
+// bottleneck resource, the samples at each stage and the lower bound; with
+// --sweep it tabulates and plots them over bandwidths and storage CPU counts.
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "plan_report.h"
+#include "sophon/cli.h"
+#include "sophon/planner.h"
+#include "sophon/profile_loader.h"
+#include "sophon/status_macros.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, profile, "",
+          "Profile folder, or file: Sophon's sample_profile.csv or the original SOPHON "
+          "prep_sizes.csv. Required.");
+ABSL_FLAG(std::string, times, "",
+          "Original SOPHON prep_times.csv for a prep_sizes.csv profile. Default: the "
+          "prep_times.csv beside it if any, else --times-profile, else the built-in model.");
+ABSL_FLAG(std::string, times_profile, "",
+          "A profile with measured times (folder or file) whose fitted times model fills the "
+          "times of a sizes-only profile. Default: none (built-in model).");
+ABSL_FLAG(int, crop_size, 0,
+          "Crop size S of an original SOPHON profile; 0 infers it from its sizes. Default 0.");
+ABSL_FLAG(double, net_bw, 500, "Network bandwidth in Mbit/s (10^6 bits/s). Default 500.");
+ABSL_FLAG(double, remote_cpus, 4,
+          "Storage node prep workers (sophon-server --prep-workers). Default 4.");
+ABSL_FLAG(double, workers, 2, "Training node prep workers (sophon-train --workers). Default 2.");
+ABSL_FLAG(double, remote_speed, 0,
+          "Storage node CPU seconds per training node CPU second; 0 takes the profile's "
+          "server_speed (1 when it has none). Default 0.");
+ABSL_FLAG(double, gpu_batch_seconds, 0,
+          "Trainer step time per batch in seconds; 0: the GPU never limits. Default 0.");
+ABSL_FLAG(int, batch_size, 256, "Samples per batch. Default 256.");
+ABSL_FLAG(bool, json, false, "Print JSON instead of the table. Default false.");
+ABSL_FLAG(bool, sweep, false,
+          "Also plan every --sweep-net-bw x --sweep-remote-cpus pair and write PREFIX.csv and "
+          "PREFIX.png. Default false.");
+ABSL_FLAG(std::string, sweep_out, "sophon-sweep",
+          "PREFIX of the sweep files. Default "
+          "sophon-sweep.");
+ABSL_FLAG(std::string, sweep_net_bw, "50,100,200,500,1000,2000,5000,10000",
+          "Bandwidths of the sweep, Mbit/s. Default 50,100,200,500,1000,2000,5000,10000.");
+ABSL_FLAG(std::string, sweep_remote_cpus, "1,2,4,8,16",
+          "Storage CPU counts of the sweep. Default 1,2,4,8,16.");
+ABSL_FLAG(std::string, plot_script, "tools/plot_sweep.py",
+          "The sweep plotter; empty skips the PNG. Default tools/plot_sweep.py (run from the "
+          "repository root).");
+ABSL_FLAG(std::string, python, "/usr/bin/python3",
+          "Python with matplotlib for the plot. Default /usr/bin/python3.");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error. Default info.");
+
+namespace {
+
+absl::Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.flush();
+  if (!out) return absl::PermissionDeniedError("cannot write " + path);
+  return absl::OkStatus();
+}
+
+absl::Status Run() {
+  sophon::ProfileSource source;
+  source.path = absl::GetFlag(FLAGS_profile);
+  source.times_path = absl::GetFlag(FLAGS_times);
+  source.times_profile = absl::GetFlag(FLAGS_times_profile);
+  source.crop_size = absl::GetFlag(FLAGS_crop_size);
+  if (source.path.empty()) return absl::InvalidArgumentError("--profile is required");
+  ASSIGN_OR_RETURN(const sophon::DatasetProfile profile, sophon::LoadProfile(source));
+
+  sophon::Resources resources;
+  resources.net_bytes_per_s = sophon::MbitToBytesPerSecond(absl::GetFlag(FLAGS_net_bw));
+  resources.remote_cpus = absl::GetFlag(FLAGS_remote_cpus);
+  resources.local_cpus = absl::GetFlag(FLAGS_workers);
+  resources.remote_speed = absl::GetFlag(FLAGS_remote_speed) > 0 ? absl::GetFlag(FLAGS_remote_speed)
+                                                                 : profile.server_speed_factor;
+  resources.gpu_seconds_per_batch = absl::GetFlag(FLAGS_gpu_batch_seconds);
+  resources.batch_size = absl::GetFlag(FLAGS_batch_size);
+
+  ASSIGN_OR_RETURN(const std::vector<sophon::PlanResult> plans,
+                   sophon::MakeAllPlans(profile, resources, sophon::AllSampleIds(profile)));
+  const std::string report = absl::GetFlag(FLAGS_json)
+                                 ? sophon::FormatPlanJson(profile, resources, plans)
+                                 : sophon::FormatPlanTable(profile, resources, plans);
+  std::fputs(report.c_str(), stdout);
+  if (!absl::GetFlag(FLAGS_sweep)) return absl::OkStatus();
+
+  sophon::SweepOptions sweep;
+  ASSIGN_OR_RETURN(sweep.net_mbit,
+                   sophon::ParseNumberList(absl::GetFlag(FLAGS_sweep_net_bw), "--sweep-net-bw"));
+  ASSIGN_OR_RETURN(
+      sweep.remote_cpus,
+      sophon::ParseNumberList(absl::GetFlag(FLAGS_sweep_remote_cpus), "--sweep-remote-cpus"));
+  ASSIGN_OR_RETURN(const std::string csv, sophon::SweepCsv(profile, resources, sweep));
+  const std::string prefix = absl::GetFlag(FLAGS_sweep_out);
+  RETURN_IF_ERROR(WriteFile(prefix + ".csv", csv));
+  spdlog::info("sweep: wrote {}.csv", prefix);
+  if (const std::string script = absl::GetFlag(FLAGS_plot_script); !script.empty()) {
+    RETURN_IF_ERROR(sophon::RunPlotScript(absl::GetFlag(FLAGS_python), script, prefix + ".csv",
+                                          prefix + ".png"));
+    spdlog::info("sweep: wrote {}.png", prefix);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "What-if planning from a profile.\nUsage: sophon-plan --profile=DIR|CSV [--net-bw=500] "
+      "[--remote-cpus=4] [--workers=2] [--gpu-batch-seconds=0] [--json] [--sweep]");
+  sophon::ArgvHolder args(argc, argv);  // accepts --net-bw and --net_bw
+  absl::ParseCommandLine(args.argc(), args.argv());
+  spdlog::set_default_logger(spdlog::stderr_color_mt("sophon-plan"));  // stdout is the report
+  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+  if (absl::Status s = Run(); !s.ok()) {
+    std::fprintf(stderr, "sophon-plan: %s\n", s.ToString().c_str());
+    return absl::IsInvalidArgument(s) ? 2 : 1;
+  }
+  return 0;
+}
