@@ -2,6 +2,7 @@
 // over a dataset of real JPEG files written by the test, and the real loader.
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <set>
@@ -11,6 +12,7 @@
 #include "loader.h"
 #include "modes.h"
 #include "net_probe.h"
+#include "smartoff.h"
 #include "sample_client.h"
 #include "sophon/wire.h"
 #include "storage_server.h"
@@ -178,6 +180,63 @@ TEST_F(ClusterTest, MixedAndReplannedEpochsMatchNoOffByteForByte) {
   for (auto& [stage, n] : observed_by_stage) total += n;
   EXPECT_EQ(total, 24);
   EXPECT_GE(observed_by_stage.size(), 3u);  // several stages really crossed the wire
+}
+
+TEST_F(ClusterTest, SmartoffProfilesPlansAndMatchesNoOffByteForByte) {
+  testing::TestDatasetOptions dopts;
+  dopts.classes = 3;
+  dopts.per_class = 10;
+  dopts.min_side = 300;
+  dopts.max_side = 500;
+  StartServer(testing::MakeTestDataset("cluster_smartoff", dopts));
+  LoaderOptions options = SmallLoaderOptions();
+  options.pipeline.augment.crop_size = 32;  // small crops: offloading pays
+  absl::StatusOr<std::vector<Batch>> reference = RunEpoch(Mode::kNoOff, options, 1);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+
+  SmartoffOptions smart;
+  smart.profile_folder = testing::MakeTempDir("smartoff_profile");
+  smart.net_bw_mbit = 10;   // a slow link: bytes matter
+  smart.remote_cpus = 2;
+  smart.gpu_batch_seconds = 0;
+  smart.speed_probe_samples = 8;
+  absl::StatusOr<std::unique_ptr<SmartoffPlanner>> planner =
+      CreateSmartoffPlanner(client_.get(), options, smart);
+  ASSERT_TRUE(planner.ok()) << planner.status();
+  // The profiling pass wrote a profile that a second set-up reuses.
+  EXPECT_TRUE(std::filesystem::exists(smart.profile_folder + "/sample_profile.csv"));
+  ASSERT_TRUE(CreateSmartoffPlanner(client_.get(), options, smart).ok());
+
+  SmartoffPlanner* p = planner->get();
+  options.observer = [p](const SampleObservation& obs) { p->Observe(obs); };
+  absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(client_.get(), options, p);
+  ASSERT_TRUE(loader.ok());
+  ASSERT_TRUE((*loader)->StartEpoch(1).ok());
+  std::vector<Batch> batches;
+  while (true) {
+    Batch b;
+    absl::StatusOr<bool> more = (*loader)->Next(&b);
+    ASSERT_TRUE(more.ok()) << more.status();
+    if (!*more) break;
+    p->MaybeReplan(loader->get());
+    batches.push_back(std::move(b));
+  }
+  const LoaderEpochStats stats = (*loader)->stats();
+  EXPECT_EQ(stats.samples, 30u);
+  // On a 10 Mbit/s link with idle storage CPUs the plan offloads (crops of
+  // 32x32x3 bytes are far smaller than the files).
+  EXPECT_GT(stats.samples_by_stage[1] + stats.samples_by_stage[2], 20u);
+  EXPECT_GT(p->epoch_prediction_seconds(), 0);
+  ASSERT_EQ(batches.size(), reference->size());
+  std::set<uint64_t> ids;
+  for (size_t k = 0; k < batches.size(); ++k) {
+    ids.insert(batches[k].ids.begin(), batches[k].ids.end());
+    ASSERT_EQ(batches[k].ids, (*reference)[k].ids);
+    EXPECT_EQ(0, std::memcmp(batches[k].images.data(), (*reference)[k].images.data(),
+                             batches[k].images.size() * sizeof(float)))
+        << "batch " << k;
+  }
+  EXPECT_EQ(ids.size(), 30u);
 }
 
 TEST_F(ClusterTest, CorruptFilesAreSkippedAndCountedWhileOthersArrive) {
