@@ -113,7 +113,7 @@ absl::Status Run() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  sophon::InitUsage(
       "What-if planning from a profile.\nUsage: sophon-plan --profile=DIR|CSV [--net-bw=500] "
       "[--remote-cpus=4] [--workers=2] [--gpu-batch-seconds=0] [--json] [--sweep]");
   sophon::ArgvHolder args(argc, argv);  // accepts --net-bw and --net_bw

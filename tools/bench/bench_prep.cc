@@ -24,6 +24,7 @@ ABSL_FLAG(int, max_files, 0, "Use at most this many files; 0 = all.");
 ABSL_FLAG(int, warmup, 5, "Files processed before timing starts. Default 5.");
 
 int main(int argc, char** argv) {
+  sophon::InitUsage("See the README and --help for this tool's flags.");
   sophon::ArgvHolder args(argc, argv);  // accepts --prep-workers and --prep_workers
   absl::ParseCommandLine(args.argc(), args.argv());
   const std::string dir = absl::GetFlag(FLAGS_dir);

@@ -71,7 +71,7 @@ void PrintReport(const sophon::DatasetProfile& p, const sophon::TimesModel& m) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  sophon::InitUsage(
       "Fits Sophon's op-times model to this machine.\n"
       "Usage: sophon-calibrate-times --data=DIR [--epochs=3] [--profile-out=DIR]");
   sophon::ArgvHolder args(argc, argv);  // accepts --crop-size and --crop_size

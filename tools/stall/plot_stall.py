@@ -48,7 +48,8 @@ def main():
         bottoms = [b + v for b, v in zip(bottoms, values)]
     ax.set_ylabel("seconds per epoch")
     ax.set_title(args.title)
-    ax.legend()
+    ax.set_ylim(0, 1.2 * (max(bottoms) or 1.0))  # headroom for the legend
+    ax.legend(loc="upper center", ncol=3, frameon=False)
     fig.tight_layout()
     fig.savefig(args.png, dpi=120)
     print(f"plot_stall: wrote {args.png}")
