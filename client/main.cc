@@ -266,6 +266,13 @@ int main(int argc, char** argv) {
   std::unique_ptr<sophon::Planner> planner;
   sophon::SmartoffPlanner* smartoff = nullptr;
   if (*mode == sophon::Mode::kSmartOff) {
+    // An emulated GPU's step time is known from its profile: no need to measure it.
+    auto* emulated = dynamic_cast<sophon::EmulatedTrainer*>(trainer->get());
+    if (emulated != nullptr && smartoff_options.gpu_batch_seconds < 0) {
+      absl::StatusOr<sophon::GpuStepTime> step = emulated->StepTimeFor(loader_options.batch_size);
+      if (!step.ok()) return Fail(step.status());
+      smartoff_options.gpu_batch_seconds = step->copy_seconds + step->compute_seconds;
+    }
     absl::StatusOr<std::unique_ptr<sophon::SmartoffPlanner>> created =
         sophon::CreateSmartoffPlanner(client->get(), loader_options, smartoff_options);
     if (!created.ok()) return Fail(created.status());
