@@ -60,8 +60,7 @@ absl::StatusOr<std::vector<EpochReport>> RunSyntheticTraining(Trainer* trainer,
     EpochReport report;
     report.epoch = epoch;
     report.emulated = loop.emulated;
-    double loss_sum = 0;
-    int64_t correct = 0, seen = 0;
+    EpochTally tally;
     const absl::Time start = absl::Now();
     for (int64_t i = 0; i < batches; ++i) {
       Batch& batch = (i == batches - 1 && last.n > 0 && loop.max_batches == 0) ? last : full;
@@ -70,35 +69,22 @@ absl::StatusOr<std::vector<EpochReport>> RunSyntheticTraining(Trainer* trainer,
       absl::StatusOr<StepResult> step = trainer->Step(batch);
       const double step_seconds = Seconds(step_start);
       if (!step.ok()) return StepError(step.status(), i, epoch);
-      report.compute_seconds += step_seconds;
-      report.copy_seconds += step->copy_seconds;
+      tally.AddStep(*step, step_seconds, &report);
       if (timings) {
         timings->Add(epoch, i, batch.n, 0.0, step->copy_seconds, step_seconds - step->copy_seconds);
       }
-      loss_sum += step->loss * step->count;
-      correct += step->correct;
-      seen += step->count;
     }
     report.wall_seconds = Seconds(start);
-    report.loader.samples = static_cast<uint64_t>(seen);
+    report.loader.samples = static_cast<uint64_t>(tally.seen());
     report.loader.batches = static_cast<uint64_t>(batches);
-    report.images_per_second = seen / std::max(1e-9, report.wall_seconds);
-    report.mean_loss = seen ? loss_sum / seen : 0;
-    report.top1 = seen ? static_cast<double>(correct) / seen : 0;
+    tally.Finish(&report);
     spdlog::info("synthetic data: {}", FormatEpochReport(report));
     reports.push_back(report);
   }
   if (timings) {
     if (absl::Status s = timings->Close(); !s.ok()) return s;
   }
-  if (!loop.report_json.empty()) {
-    std::ofstream out(loop.report_json);
-    out << EpochReportsToJson(reports, loop);
-    if (!out) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot write --report-json file '", loop.report_json, "'"));
-    }
-  }
+  if (absl::Status s = WriteReportJson(reports, loop); !s.ok()) return s;
   return reports;
 }
 

@@ -78,8 +78,8 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
     report.epoch = epoch;
     Progress progress(options.progress);
     const absl::Time start = absl::Now();
-    double loss_sum = 0;
-    int64_t correct = 0, seen = 0, steps = 0;
+    EpochTally tally;
+    int64_t steps = 0;
     Batch batch;
     while (options.max_batches == 0 || steps < options.max_batches) {
       const absl::Time wait_start = absl::Now();
@@ -94,25 +94,21 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
       const absl::Time step_start = absl::Now();
       absl::StatusOr<StepResult> step = trainer->Step(batch);
       const double step_seconds = Seconds(step_start);
-      report.compute_seconds += step_seconds;
       if (!step.ok()) {
         progress.Finish();
         return absl::Status(step.status().code(), absl::StrCat("training step ", steps,
                                                                " of epoch ", epoch, ": ",
                                                                step.status().message()));
       }
-      report.copy_seconds += step->copy_seconds;
+      tally.AddStep(*step, step_seconds, &report);
       if (timings) {
         timings->Add(epoch, steps, batch.n, wait, step->copy_seconds,
                      step_seconds - step->copy_seconds);
       }
       if (options.after_step) options.after_step(step_seconds);
-      loss_sum += step->loss * step->count;
-      correct += step->correct;
-      seen += step->count;
       ++steps;
       const LoaderEpochStats ls = loader->stats();
-      progress.Update(epoch, steps, loader->num_batches(), seen, TotalBytes(ls),
+      progress.Update(epoch, steps, loader->num_batches(), tally.seen(), TotalBytes(ls),
                       report.data_wait_seconds, step->loss, start);
     }
     loader->Stop();  // also ends an epoch cut short by --max-batches
@@ -121,9 +117,7 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
     report.emulated = options.emulated;
     if (options.predicted_epoch_seconds) report.predicted_seconds = options.predicted_epoch_seconds();
     report.loader = loader->stats();
-    report.images_per_second = seen / std::max(1e-9, report.wall_seconds);
-    report.mean_loss = seen ? loss_sum / seen : 0;
-    report.top1 = seen ? static_cast<double>(correct) / seen : 0;
+    tally.Finish(&report);
     absl::StatusOr<v1::ServerStats> after = client->GetStats();
     if (after.ok()) {
       report.server_prep_busy_seconds = after->prep_busy_seconds() - before->prep_busy_seconds();
@@ -135,15 +129,34 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
   if (timings) {
     if (absl::Status s = timings->Close(); !s.ok()) return s;
   }
-  if (!options.report_json.empty()) {
-    std::ofstream out(options.report_json);
-    out << EpochReportsToJson(reports, options);
-    if (!out) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot write --report-json file '", options.report_json, "'"));
-    }
-  }
+  if (absl::Status s = WriteReportJson(reports, options); !s.ok()) return s;
   return reports;
+}
+
+void EpochTally::AddStep(const StepResult& step, double step_seconds, EpochReport* report) {
+  report->compute_seconds += step_seconds;
+  report->copy_seconds += step.copy_seconds;
+  loss_sum_ += step.loss * step.count;
+  correct_ += step.correct;
+  seen_ += step.count;
+}
+
+void EpochTally::Finish(EpochReport* report) const {
+  report->images_per_second = seen_ / std::max(1e-9, report->wall_seconds);
+  report->mean_loss = seen_ ? loss_sum_ / seen_ : 0;
+  report->top1 = seen_ ? static_cast<double>(correct_) / seen_ : 0;
+}
+
+absl::Status WriteReportJson(const std::vector<EpochReport>& reports,
+                             const TrainLoopOptions& options) {
+  if (options.report_json.empty()) return absl::OkStatus();
+  std::ofstream out(options.report_json);
+  out << EpochReportsToJson(reports, options);
+  if (!out) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot write --report-json file '", options.report_json, "'"));
+  }
+  return absl::OkStatus();
 }
 
 std::string FormatEpochReport(const EpochReport& r) {

@@ -54,6 +54,26 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
                                                      Trainer* trainer,
                                                      const TrainLoopOptions& options);
 
+// Sums the training steps of one epoch into its report; shared by the real
+// and the synthetic training loops.
+class EpochTally {
+ public:
+  // Adds one step: compute and copy time, loss, correct predictions.
+  void AddStep(const StepResult& step, double step_seconds, EpochReport* report);
+  // Sets images/s, mean loss and top-1. REQUIRES: report->wall_seconds set.
+  void Finish(EpochReport* report) const;
+  int64_t seen() const { return seen_; }
+
+ private:
+  double loss_sum_ = 0;
+  int64_t correct_ = 0;
+  int64_t seen_ = 0;
+};
+
+// Writes the reports as JSON to options.report_json; nothing if it is empty.
+absl::Status WriteReportJson(const std::vector<EpochReport>& reports,
+                             const TrainLoopOptions& options);
+
 // Human-readable summary of one epoch (several lines).
 std::string FormatEpochReport(const EpochReport& report);
 // All reports as JSON.
