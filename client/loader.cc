@@ -251,6 +251,7 @@ void Loader::WorkerLoop() {
       obs.payload_bytes = bytes;
       obs.local = times;
       obs.server_cpu_seconds = item.sample.server_cpu_seconds();
+      obs.server_wall_seconds = item.sample.server_wall_seconds();
       obs.ok = status.ok();
       options_.observer(obs);
     }

@@ -34,6 +34,7 @@ struct SampleObservation {
   uint64_t payload_bytes = 0;    // wire payload
   OpTimes local;                 // thread CPU seconds of the ops run here
   double server_cpu_seconds = 0; // as reported by the server
+  double server_wall_seconds = 0; // the server's prep worker wall time
   bool ok = true;
 };
 

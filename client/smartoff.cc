@@ -138,7 +138,7 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
       for (const v1::Sample& sample : response.samples()) {
         if (!SampleStatus(sample).ok() || sample.id() >= n) continue;
         const OpTimes& t = times[sample.id()];
-        server_s += sample.server_cpu_seconds();
+        server_s += std::max(sample.server_wall_seconds(), sample.server_cpu_seconds());
         local_s += t.decode_crop + t.flip + t.tensor;
       }
     }
@@ -203,7 +203,9 @@ void SmartoffPlanner::Observe(const SampleObservation& obs) {
   ++observed_;
   window_bytes_ += obs.payload_bytes;
   if (obs.ok && obs.received != Stage::kRaw) {
-    server_actual_s_ += obs.server_cpu_seconds;
+    // Wall time, not CPU time: a throttled or shared storage node is slower
+    // per sample even though each sample costs it the same CPU time.
+    server_actual_s_ += std::max(obs.server_wall_seconds, obs.server_cpu_seconds);
     server_predicted_s_ += predicted;
   }
 }
@@ -243,10 +245,18 @@ bool SmartoffPlanner::MaybeReplan(Loader* loader) {
                                             resources_.remote_speed));
         }
       }
-      // A saturated link shows its bandwidth; an unsaturated one only a lower bound.
+      // A saturated link shows its bandwidth; an unsaturated one only a lower
+      // bound. A rate below the assumed bandwidth is blamed on the link only
+      // when the plan expected the link to limit and the storage node, busy
+      // less than 80% of the window, was not what held it back.
       const bool net_bound = last_plan_.cost.bottleneck == Resource::kNetwork;
+      const double server_busy =
+          elapsed > 0 && resources_.remote_cpus > 0
+              ? server_actual_s_ / (elapsed * resources_.remote_cpus)
+              : 0;
+      const bool link_limited = net_bound && server_busy < 0.8;
       const double bw = resources_.net_bytes_per_s;
-      if (rate > 0 && ((net_bound && rate < (1 - th) * bw) || rate > (1 + th) * bw)) {
+      if (rate > 0 && ((link_limited && rate < (1 - th) * bw) || rate > (1 + th) * bw)) {
         r.net_bytes_per_s = rate;
         reasons.push_back(absl::StrFormat("network %.1f Mbit/s (assumed %.1f)", rate * 8 / 1e6,
                                           bw * 8 / 1e6));

@@ -36,8 +36,9 @@ struct SmartoffOptions {
 
 // A profiling pass through the server: every sample is fetched RAW and run
 // through all ops here, timing each (no training); then the same work on
-// `speed_probe_samples` samples is done by the server to get its speed
-// factor. Sizes of the decoded stages follow from the crop size.
+// `speed_probe_samples` samples is done by the server to get its speed factor
+// (from its prep workers' wall time, so a CPU quota or shared cores count).
+// Sizes of the decoded stages follow from the crop size.
 absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
                                                   const LoaderOptions& loader_options,
                                                   int speed_probe_samples);
@@ -80,7 +81,7 @@ class SmartoffPlanner final : public Planner {
   int replans_ ABSL_GUARDED_BY(mu_) = 0;
   // Measurements since the last (re)plan.
   int64_t observed_ ABSL_GUARDED_BY(mu_) = 0;
-  double server_actual_s_ ABSL_GUARDED_BY(mu_) = 0;     // reported by the server
+  double server_actual_s_ ABSL_GUARDED_BY(mu_) = 0;     // server wall seconds per sample
   double server_predicted_s_ ABSL_GUARDED_BY(mu_) = 0;  // client-speed seconds of that work
   uint64_t window_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time window_start_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();

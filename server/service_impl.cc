@@ -66,6 +66,7 @@ void SampleServiceImpl::ProcessSample(uint64_t id, Stage target, const SampleKey
   out->set_id(id);
   out->set_label(entry.label);
   const double t0 = ThreadCpuSeconds();
+  const absl::Time wall0 = absl::Now();
   absl::StatusOr<std::string> bytes = dataset_->Read(id);
   absl::Status status = bytes.status();
   if (status.ok()) {
@@ -81,6 +82,7 @@ void SampleServiceImpl::ProcessSample(uint64_t id, Stage target, const SampleKey
     }
   }
   out->set_server_cpu_seconds(ThreadCpuSeconds() - t0);
+  out->set_server_wall_seconds(absl::ToDoubleSeconds(absl::Now() - wall0));
   if (!status.ok()) {
     out->set_stage(static_cast<v1::Stage>(target));
     SetSampleStatus(status, out);
