@@ -1,5 +1,7 @@
 #include "net_probe.h"
 
+#include <sys/resource.h>
+
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -7,12 +9,23 @@
 #include "sophon/wire.h"
 
 namespace sophon {
+namespace {
+
+double ProcessCpuSeconds() {
+  rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_utime.tv_sec + usage.ru_utime.tv_usec * 1e-6 + usage.ru_stime.tv_sec +
+         usage.ru_stime.tv_usec * 1e-6;
+}
+
+}  // namespace
 
 absl::StatusOr<NetProbeResult> ProbeBandwidth(SampleClient* client,
                                               const NetProbeOptions& options) {
   const v1::Manifest& manifest = client->manifest();
   std::vector<uint64_t> order = EpochOrder(options.seed, /*epoch=*/~0ULL, manifest.num_samples());
   if (static_cast<int64_t>(order.size()) > options.max_samples) order.resize(options.max_samples);
+  const double cpu0 = ProcessCpuSeconds();
   std::unique_ptr<FetchCall> call = client->OpenFetch();
   std::thread writer([&] {
     v1::FetchRequest request;
@@ -58,6 +71,7 @@ absl::StatusOr<NetProbeResult> ProbeBandwidth(SampleClient* client,
     }
   }
   absl::Status status = call->Finish();
+  result.client_cpu_seconds = ProcessCpuSeconds() - cpu0;
   if (!cut_short && !status.ok()) {
     return absl::Status(status.code(), absl::StrCat("bandwidth probe of storage server ",
                                                     client->address(), " failed: ",

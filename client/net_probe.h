@@ -23,6 +23,9 @@ struct NetProbeResult {
   uint64_t bytes = 0;
   int64_t samples = 0;
   double seconds = 0;
+  // CPU seconds this process spent while receiving (all threads, user +
+  // system): the training node's cost of taking bytes off the network.
+  double client_cpu_seconds = 0;
 };
 
 // Errors name the server.

@@ -352,19 +352,21 @@ absl::StatusOr<std::unique_ptr<SmartoffPlanner>> CreateSmartoffPlanner(
     }
   }
 
+  // The probe gives the link rate and what receiving costs this node's CPUs.
   Resources resources;
-  if (options.net_bw_mbit > 0) {
-    resources.net_bytes_per_s = MbitToBytesPerSecond(options.net_bw_mbit);
-  } else {
-    NetProbeOptions probe_options;
-    probe_options.seed = loader_options.seed;
-    absl::StatusOr<NetProbeResult> probe = ProbeBandwidth(client, probe_options);
-    if (!probe.ok()) return probe.status();
-    resources.net_bytes_per_s = probe->bytes_per_second;
-    spdlog::info("smartoff: measured {:.1f} Mbit/s from {} ({} samples, {:.1f} MB in {:.2f}s)",
-                 probe->bytes_per_second * 8 / 1e6, client->address(), probe->samples,
-                 probe->bytes / 1e6, probe->seconds);
-  }
+  NetProbeOptions probe_options;
+  probe_options.seed = loader_options.seed;
+  absl::StatusOr<NetProbeResult> probe = ProbeBandwidth(client, probe_options);
+  if (!probe.ok()) return probe.status();
+  resources.local_seconds_per_wire_byte =
+      probe->bytes > 0 ? probe->client_cpu_seconds / static_cast<double>(probe->bytes) : 0;
+  spdlog::info(
+      "smartoff: measured {:.1f} Mbit/s from {} ({} samples, {:.1f} MB in {:.2f}s); receiving "
+      "costs this node {:.2f} ns of CPU per byte",
+      probe->bytes_per_second * 8 / 1e6, client->address(), probe->samples, probe->bytes / 1e6,
+      probe->seconds, resources.local_seconds_per_wire_byte * 1e9);
+  resources.net_bytes_per_s = options.net_bw_mbit > 0 ? MbitToBytesPerSecond(options.net_bw_mbit)
+                                                      : probe->bytes_per_second;
   resources.remote_cpus =
       options.remote_cpus > 0 ? options.remote_cpus : static_cast<double>(manifest.prep_workers());
   resources.remote_speed = profile->server_speed_factor;

@@ -43,7 +43,8 @@ PlanCost CostOfWork(const EpochWork& work, const Resources& resources) {
   PlanCost cost;
   cost.wire_bytes = work.wire_bytes;
   cost.remote_cpu_s = static_cast<double>(work.remote_ns) * 1e-9 * resources.remote_speed;
-  cost.local_cpu_s = static_cast<double>(work.local_ns) * 1e-9;
+  cost.local_cpu_s = static_cast<double>(work.local_ns) * 1e-9 +
+                     static_cast<double>(work.wire_bytes) * resources.local_seconds_per_wire_byte;
   cost.net_s = static_cast<double>(work.wire_bytes) / resources.net_bytes_per_s;
   cost.remote_s = ResourceSeconds(cost.remote_cpu_s, resources.remote_cpus);
   cost.local_s = ResourceSeconds(cost.local_cpu_s, resources.local_cpus);

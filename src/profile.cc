@@ -102,6 +102,10 @@ absl::Status Resources::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("--remote-speed: must be > 0, got ", remote_speed));
   }
+  if (!std::isfinite(local_seconds_per_wire_byte) || local_seconds_per_wire_byte < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "receive cost per byte must be >= 0, got ", local_seconds_per_wire_byte));
+  }
   if (!std::isfinite(local_cpus) || local_cpus <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("--workers: must be > 0, got ", local_cpus));
   }

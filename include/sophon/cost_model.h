@@ -53,7 +53,7 @@ struct PlanCost {
   Resource bottleneck = Resource::kNetwork;
   uint64_t wire_bytes = 0;
   double remote_cpu_s = 0;  // storage node CPU seconds (speed factor applied)
-  double local_cpu_s = 0;   // training node CPU seconds
+  double local_cpu_s = 0;   // training node CPU seconds (ops + receiving the wire bytes)
   std::array<int64_t, kNumStages> samples_per_stage{};
 };
 

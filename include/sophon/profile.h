@@ -83,6 +83,10 @@ struct Resources {
   // Storage node CPU seconds per training node CPU second for the same op. > 0.
   double remote_speed = 1.0;
   double local_cpus = 2;  // training node prep workers (--workers); > 0
+  // Training node CPU seconds per byte received (network stack, gRPC,
+  // message parsing and copies), charged to the local CPUs beside the ops.
+  // >= 0; 0 ignores it.
+  double local_seconds_per_wire_byte = 0;
   // Trainer step time per batch; >= 0, and 0 means the GPU never limits.
   double gpu_seconds_per_batch = 0;
   int batch_size = 256;  // samples per batch; > 0
