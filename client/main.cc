@@ -17,6 +17,7 @@
 #include "modes.h"
 #include "sample_client.h"
 #include "smartoff.h"
+#include "sophon/allocator.h"
 #include "sophon/gpu_profile.h"
 #include "spdlog/spdlog.h"
 #include "synthetic_run.h"
@@ -202,6 +203,7 @@ int main(int argc, char** argv) {
   // LibTorch's OpenMP threads share the cores with the loader's prep threads;
   // spinning while they wait starves the loader (set before LibTorch starts).
   setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
+  sophon::ConfigureAllocatorForLargeBuffers();
   sophon::InitUsage(
       "Sophon training node.\nUsage: sophon-train --server=HOST:PORT --mode=nooff|resizeoff|"
       "alloff --arch=resnet18 [--epochs=1] [--workers=N]");

@@ -6,6 +6,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "sophon/allocator.h"
 #include "sophon/cli.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
@@ -45,6 +46,7 @@ sigset_t BlockTerminationSignals() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sophon::ConfigureAllocatorForLargeBuffers();
   sophon::InitUsage(
       "Sophon storage node.\nUsage: sophon-server --data=DIR [--port=50051] "
       "[--prep-workers=N]");
