@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 
 namespace sophon {
@@ -57,9 +58,10 @@ absl::Status CheckMarkers(absl::string_view bytes) {
   return absl::InvalidArgumentError("truncated JPEG file (no EOI marker)");
 }
 
-// CMYK from libjpeg (Adobe files store it inverted) to RGB, as PIL converts it.
-void CmykToRgb(const uint8_t* in, int pixels, bool inverted, uint8_t* out) {
-  for (int i = 0; i < pixels; ++i) {
+// CMYK from libjpeg (Adobe files store it inverted) to RGB or RGBX (out_channels
+// 3 or 4; X is 255), as PIL converts it.
+void CmykToRgb(const uint8_t* in, int pixels, bool inverted, int out_channels, uint8_t* out) {
+  for (int i = 0; i < pixels; ++i, out += out_channels) {
     int c = in[4 * i], m = in[4 * i + 1], y = in[4 * i + 2], k = in[4 * i + 3];
     if (!inverted) {
       c = 255 - c;
@@ -68,25 +70,27 @@ void CmykToRgb(const uint8_t* in, int pixels, bool inverted, uint8_t* out) {
       k = 255 - k;
     }
     // inverted: value = 255 - ink, so RGB = value_c * value_k / 255.
-    out[3 * i] = static_cast<uint8_t>((c * k + 127) / 255);
-    out[3 * i + 1] = static_cast<uint8_t>((m * k + 127) / 255);
-    out[3 * i + 2] = static_cast<uint8_t>((y * k + 127) / 255);
+    out[0] = static_cast<uint8_t>((c * k + 127) / 255);
+    out[1] = static_cast<uint8_t>((m * k + 127) / 255);
+    out[2] = static_cast<uint8_t>((y * k + 127) / 255);
+    if (out_channels == 4) out[3] = 255;
   }
 }
 
-// What a decode should produce: the whole image, or a box at a reduced scale.
+// What a decode should produce: the whole image in RGB, or the box that
+// `choose_box` picks once the header is known, in RGBX at a reduced scale.
 struct DecodeRequest {
-  bool region = false;
-  CropBox box;
+  absl::FunctionRef<absl::StatusOr<CropBox>(const ImageInfo&)>* choose_box = nullptr;
   int min_side = 0;
 };
 
 // One decode. All objects with destructors are created before setjmp, so the
 // longjmp from libjpeg's error handler skips nothing that needs cleanup.
+// `out->image.pixels` is reused: it only grows.
 absl::Status Decode(absl::string_view bytes, const DecodeLimits& limits,
                     const DecodeRequest& request, ImageInfo* info, DecodedRegion* out) {
   if (absl::Status s = CheckMarkers(bytes); !s.ok()) return s;
-  std::vector<uint8_t> row_buffer;
+  absl::StatusOr<CropBox> chosen = CropBox{};
   jpeg_decompress_struct cinfo;
   ErrorManager err;
   cinfo.err = jpeg_std_error(&err.pub);
@@ -118,14 +122,21 @@ absl::Status Decode(absl::string_view bytes, const DecodeLimits& limits,
     return absl::OkStatus();
   }
 
+  const bool region = request.choose_box != nullptr;
+  const int channels = region ? 4 : 3;
   const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
-  cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+  cinfo.out_color_space = cmyk ? JCS_CMYK : (region ? JCS_EXT_RGBX : JCS_RGB);
   cinfo.dct_method = JDCT_ISLOW;
 
   CropBox box{0, 0, info->height, info->width};
   int scale = 8;
-  if (request.region) {
-    box = request.box;
+  if (region) {
+    chosen = (*request.choose_box)(*info);
+    if (!chosen.ok()) {
+      jpeg_destroy_decompress(&cinfo);
+      return chosen.status();
+    }
+    box = *chosen;
     if (box.top < 0 || box.left < 0 || box.height <= 0 || box.width <= 0 ||
         box.top + box.height > info->height || box.left + box.width > info->width) {
       jpeg_destroy_decompress(&cinfo);
@@ -133,8 +144,11 @@ absl::Status Decode(absl::string_view bytes, const DecodeLimits& limits,
           "crop box (top ", box.top, ", left ", box.left, ", ", box.height, "x", box.width,
           ") outside the ", info->height, "x", info->width, " image"));
     }
-    // Smallest M with box * M / 8 >= min_side on both sides.
-    for (scale = 1; scale < 8; ++scale) {
+    // Smallest M in {1, 2, 4, 8} with box * M / 8 >= min_side on both sides.
+    // libjpeg-turbo has SIMD inverse DCTs only for these sizes; the others are
+    // plain C (and for 2x2-subsampled chroma at M = 5..7, a 10x10..14x14
+    // IDCT), which costs more than the extra pixels of the next power of two.
+    for (scale = 1; scale < 8; scale *= 2) {
       if (static_cast<int64_t>(box.width) * scale >= 8LL * request.min_side &&
           static_cast<int64_t>(box.height) * scale >= 8LL * request.min_side) {
         break;
@@ -164,25 +178,32 @@ absl::Status Decode(absl::string_view bytes, const DecodeLimits& limits,
   const int width = static_cast<int>(cinfo.output_width);  // after cropping
   const int comps = cinfo.output_components;
   const int rows = row1 - row0;
+  const size_t stride = static_cast<size_t>(width) * channels;
   out->image.height = rows;
   out->image.width = width;
-  out->image.pixels.resize(static_cast<size_t>(rows) * width * 3);
-  if (comps != 3) row_buffer.resize(static_cast<size_t>(width) * comps);
+  out->image.channels = channels;
+  if (out->image.pixels.size() < rows * stride) out->image.pixels.resize(rows * stride);
+  uint8_t* cmyk_row = nullptr;
+  if (cmyk) {  // one spare row past the image for libjpeg's CMYK output
+    const size_t need = rows * stride + static_cast<size_t>(width) * 4;
+    if (out->image.pixels.size() < need) out->image.pixels.resize(need);
+    cmyk_row = out->image.pixels.data() + rows * stride;
+  }
   const bool inverted = cinfo.saw_Adobe_marker != 0;
   for (int r = 0; r < rows; ++r) {
-    uint8_t* dst = out->image.pixels.data() + static_cast<size_t>(r) * width * 3;
-    JSAMPROW row = comps == 3 ? dst : row_buffer.data();
+    uint8_t* dst = out->image.pixels.data() + r * stride;
+    JSAMPROW row = cmyk ? cmyk_row : dst;
     if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) {
       jpeg_destroy_decompress(&cinfo);
       return absl::InvalidArgumentError("truncated JPEG data");
     }
-    if (comps == 4) CmykToRgb(row_buffer.data(), width, inverted, dst);
+    if (cmyk) CmykToRgb(cmyk_row, width, inverted, channels, dst);
   }
   const bool eof = err.premature_eof;
   // Stops early when the box ends above the bottom: abort, do not finish.
   jpeg_destroy_decompress(&cinfo);
   if (eof) return absl::InvalidArgumentError("truncated JPEG data (premature end of file)");
-  if (comps != 3 && comps != 4) {
+  if (comps != channels && !(cmyk && comps == 4)) {
     return absl::InvalidArgumentError(absl::StrCat("unsupported output components ", comps));
   }
   out->x0 = bx0 - col0;
@@ -209,18 +230,28 @@ absl::StatusOr<Image8> DecodeJpeg(absl::string_view bytes, const DecodeLimits& l
   if (absl::Status s = Decode(bytes, limits, DecodeRequest{}, &info, &region); !s.ok()) {
     return s;
   }
+  region.image.pixels.resize(static_cast<size_t>(region.image.height) * region.image.width * 3);
   return std::move(region.image);
+}
+
+absl::Status DecodeJpegCrop(absl::string_view bytes, int min_side, const DecodeLimits& limits,
+                            absl::FunctionRef<absl::StatusOr<CropBox>(const ImageInfo&)> choose_box,
+                            DecodedRegion* out) {
+  ImageInfo info;
+  DecodeRequest request;
+  request.choose_box = &choose_box;
+  request.min_side = min_side;
+  return Decode(bytes, limits, request, &info, out);
 }
 
 absl::StatusOr<DecodedRegion> DecodeJpegRegion(absl::string_view bytes, const CropBox& box,
                                                int min_side, const DecodeLimits& limits) {
-  ImageInfo info;
   DecodedRegion region;
-  DecodeRequest request;
-  request.region = true;
-  request.box = box;
-  request.min_side = min_side;
-  if (absl::Status s = Decode(bytes, limits, request, &info, &region); !s.ok()) return s;
+  absl::Status s = DecodeJpegCrop(
+      bytes, min_side, limits, [&box](const ImageInfo&) -> absl::StatusOr<CropBox> { return box; },
+      &region);
+  if (!s.ok()) return s;
+  region.image.pixels.resize(static_cast<size_t>(region.image.height) * region.image.width * 4);
   return region;
 }
 

@@ -11,21 +11,27 @@ namespace sophon {
 namespace {
 
 // RAW -> CROPPED: decode only what the crop box needs, then resize to S x S.
+// The crop box depends on the image size, so it is chosen once the header is
+// read, within the same decode.
 absl::StatusOr<StageData> DecodeAndCrop(const StageData& in, const SampleKey& key,
                                         const PipelineOptions& options) {
   const int s = options.augment.crop_size;
-  absl::StatusOr<ImageInfo> info = ReadJpegInfo(in.data, options.limits);
-  if (!info.ok()) return info.status();
-  const SampleAugment aug = AugmentFor(key, info->height, info->width, options.augment);
-  absl::StatusOr<DecodedRegion> region = DecodeJpegRegion(in.data, aug.box, s, options.limits);
-  if (!region.ok()) return region.status();
+  thread_local DecodedRegion region;  // reused: no allocation in steady state
+  absl::Status status = DecodeJpegCrop(
+      in.data, s, options.limits,
+      [&](const ImageInfo& info) -> absl::StatusOr<CropBox> {
+        return AugmentFor(key, info.height, info.width, options.augment).box;
+      },
+      &region);
+  if (!status.ok()) return status;
   StageData out;
   out.stage = Stage::kCropped;
   out.height = s;
   out.width = s;
   out.data.resize(static_cast<size_t>(s) * s * 3);
-  ResizeAreaRgb(region->image.pixels.data(), region->image.height, region->image.width,
-                region->image.width * 3, region->x0, region->y0, region->x1, region->y1, s, s,
+  const Image8& image = region.image;
+  ResizeAreaRgb(image.pixels.data(), image.height, image.width, image.width * image.channels,
+                image.channels, region.x0, region.y0, region.x1, region.y1, s, s,
                 reinterpret_cast<uint8_t*>(out.data.data()));
   return out;
 }

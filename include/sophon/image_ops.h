@@ -10,13 +10,25 @@ namespace sophon {
 inline constexpr float kImageNetMean[3] = {0.485f, 0.456f, 0.406f};
 inline constexpr float kImageNetStd[3] = {0.229f, 0.224f, 0.225f};
 
-// Resizes the rectangle [x0, x1) x [y0, y1) (fractional source pixels) of an
-// RGB uint8 image to out_h x out_w with an area-averaging (box) filter: each
-// output pixel is the exact mean of the source area it covers, so downscaling
-// is antialiased. `src_stride` is bytes per source row.
+// Resizes the rectangle [x0, x1) x [y0, y1) (fractional source pixels) of a
+// uint8 image with `src_channels` bytes per pixel (3: RGB; 4: RGBX, X ignored)
+// to an RGB out_h x out_w image with an area-averaging (box) filter: each
+// output pixel is the mean of the source area it covers, so downscaling is
+// antialiased. Separable, in fixed point (14-bit weights, a 7-bit fractional
+// intermediate): within one level of the exact mean. RGBX input takes the
+// SSE2 kernels; results are bit-identical to the portable ones.
+// `src_stride` is bytes per source row. Uses per-thread scratch memory.
 // REQUIRES: 0 <= x0 < x1 <= src_w, 0 <= y0 < y1 <= src_h, dst has out_h*out_w*3 bytes.
-void ResizeAreaRgb(const uint8_t* src, int src_h, int src_w, int src_stride, double x0,
-                   double y0, double x1, double y1, int out_h, int out_w, uint8_t* dst);
+void ResizeAreaRgb(const uint8_t* src, int src_h, int src_w, int src_stride, int src_channels,
+                   double x0, double y0, double x1, double y1, int out_h, int out_w,
+                   uint8_t* dst);
+
+namespace internal {
+// ResizeAreaRgb with the SIMD kernels switched off when !allow_simd (tests).
+void ResizeArea(const uint8_t* src, int src_h, int src_w, int src_stride, int src_channels,
+                double x0, double y0, double x1, double y1, int out_h, int out_w, uint8_t* dst,
+                bool allow_simd);
+}  // namespace internal
 
 // Mirrors an RGB uint8 HWC image left-right in place.
 void FlipHorizontalRgb(uint8_t* pixels, int height, int width);

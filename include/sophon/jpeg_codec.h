@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "sophon/augment.h"
@@ -25,10 +26,12 @@ struct ImageInfo {
   bool progressive = false;
 };
 
-// 8-bit RGB, HWC, rows packed (stride = width * 3).
+// 8-bit RGB (channels 3) or RGBX (channels 4, X unused), HWC, rows packed
+// (stride = width * channels).
 struct Image8 {
   int height = 0;
   int width = 0;
+  int channels = 3;
   std::vector<uint8_t> pixels;
 };
 
@@ -47,9 +50,19 @@ absl::StatusOr<ImageInfo> ReadJpegInfo(absl::string_view bytes, const DecodeLimi
 // Full-resolution decode to RGB (gray and CMYK/YCCK are converted).
 absl::StatusOr<Image8> DecodeJpeg(absl::string_view bytes, const DecodeLimits& limits);
 
-// Decodes just what `box` needs: at the smallest scale M/8 (M = 1..8) that
-// keeps the box at least `min_side` pixels on each side, only the iMCU columns
-// and the scanlines that the box covers. REQUIRES: box lies within the image.
+// Reads the header, asks `choose_box` for the crop box of that image (its
+// error is returned as is), then decodes just what the box needs, to RGBX: at
+// the smallest scale M/8 (M = 1, 2, 4, 8) that keeps the box at least `min_side`
+// pixels on each side, only the iMCU columns and the scanlines that the box
+// covers. `out` may be reused across calls: its pixel buffer only grows, so
+// image.pixels can be longer than height * width * 4. InvalidArgument if the
+// box does not lie within the image.
+absl::Status DecodeJpegCrop(absl::string_view bytes, int min_side, const DecodeLimits& limits,
+                            absl::FunctionRef<absl::StatusOr<CropBox>(const ImageInfo&)> choose_box,
+                            DecodedRegion* out);
+
+// DecodeJpegCrop with a fixed box, into a new region (RGBX, pixels exactly
+// height * width * 4 bytes).
 absl::StatusOr<DecodedRegion> DecodeJpegRegion(absl::string_view bytes, const CropBox& box,
                                                int min_side, const DecodeLimits& limits);
 
