@@ -252,6 +252,7 @@ void Loader::WorkerLoop() {
       obs.local = times;
       obs.server_cpu_seconds = item.sample.server_cpu_seconds();
       obs.server_wall_seconds = item.sample.server_wall_seconds();
+      obs.server_read_seconds = item.sample.server_read_seconds();
       obs.ok = status.ok();
       options_.observer(obs);
     }

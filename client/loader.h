@@ -35,6 +35,7 @@ struct SampleObservation {
   OpTimes local;                 // thread CPU seconds of the ops run here
   double server_cpu_seconds = 0; // as reported by the server
   double server_wall_seconds = 0; // the server's prep worker wall time
+  double server_read_seconds = 0; // ... of which reading the file
   bool ok = true;
 };
 

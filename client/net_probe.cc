@@ -1,30 +1,20 @@
 #include "net_probe.h"
 
-#include <sys/resource.h>
-
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "sampler.h"
+#include "sophon/pipeline.h"
 #include "sophon/wire.h"
 
 namespace sophon {
-namespace {
-
-double ProcessCpuSeconds() {
-  rusage usage;
-  getrusage(RUSAGE_SELF, &usage);
-  return usage.ru_utime.tv_sec + usage.ru_utime.tv_usec * 1e-6 + usage.ru_stime.tv_sec +
-         usage.ru_stime.tv_usec * 1e-6;
-}
-
-}  // namespace
-
 absl::StatusOr<NetProbeResult> ProbeBandwidth(SampleClient* client,
                                               const NetProbeOptions& options) {
   const v1::Manifest& manifest = client->manifest();
   std::vector<uint64_t> order = EpochOrder(options.seed, /*epoch=*/~0ULL, manifest.num_samples());
   if (static_cast<int64_t>(order.size()) > options.max_samples) order.resize(options.max_samples);
+  absl::StatusOr<v1::ServerStats> stats0 = client->GetStats();
   const double cpu0 = ProcessCpuSeconds();
   std::unique_ptr<FetchCall> call = client->OpenFetch();
   std::thread writer([&] {
@@ -46,12 +36,17 @@ absl::StatusOr<NetProbeResult> ProbeBandwidth(SampleClient* client,
   // The clock starts at the first byte, so connection set-up is not counted.
   absl::Time first = absl::InfiniteFuture(), last = absl::InfiniteFuture();
   uint64_t first_bytes = 0;
+  double server_sample_cpu = 0;
   const absl::Time deadline = absl::Now() + options.max_time;
   bool cut_short = false;
   while (call->Read(&response)) {
     const absl::Time now = absl::Now();
     uint64_t bytes = 0;
-    for (const v1::Sample& s : response.samples()) bytes += s.payload().size();
+    for (const v1::Sample& s : response.samples()) {
+      bytes += s.payload().size();
+      result.server_read_seconds += s.server_read_seconds();
+      server_sample_cpu += s.server_cpu_seconds();
+    }
     if (first == absl::InfiniteFuture()) {
       first = now;
       first_bytes = bytes;
@@ -72,6 +67,11 @@ absl::StatusOr<NetProbeResult> ProbeBandwidth(SampleClient* client,
   }
   absl::Status status = call->Finish();
   result.client_cpu_seconds = ProcessCpuSeconds() - cpu0;
+  absl::StatusOr<v1::ServerStats> stats1 = client->GetStats();
+  if (stats0.ok() && stats1.ok() && stats1->process_cpu_seconds() > 0) {
+    result.server_send_cpu_seconds = std::max(
+        0.0, stats1->process_cpu_seconds() - stats0->process_cpu_seconds() - server_sample_cpu);
+  }
   if (!cut_short && !status.ok()) {
     return absl::Status(status.code(), absl::StrCat("bandwidth probe of storage server ",
                                                     client->address(), " failed: ",

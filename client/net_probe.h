@@ -1,6 +1,7 @@
 // Measures the achievable transfer rate from a storage server: raw samples are
 // fetched and discarded, so neither side decodes anything and the figure is
-// what the link (and the server's reads) can carry.
+// what the link (and the server's reads) can carry. Also measures what moving
+// bytes costs the CPUs of both ends.
 #ifndef SOPHON_CLIENT_NET_PROBE_H_
 #define SOPHON_CLIENT_NET_PROBE_H_
 
@@ -26,6 +27,11 @@ struct NetProbeResult {
   // CPU seconds this process spent while receiving (all threads, user +
   // system): the training node's cost of taking bytes off the network.
   double client_cpu_seconds = 0;
+  // The storage node: wall time its prep workers spent reading the files, and
+  // its process CPU beyond the prep workers' (gRPC, sending); -1 when the
+  // server does not report its process CPU.
+  double server_read_seconds = 0;
+  double server_send_cpu_seconds = -1;
 };
 
 // Errors name the server.

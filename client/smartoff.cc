@@ -30,6 +30,13 @@ std::string DescribePlan(const PlanResult& plan) {
       c.samples_per_stage[2], c.samples_per_stage[3]);
 }
 
+// The storage node's time for a sample's ops: its prep worker's wall time
+// (above the CPU time when throttled or sharing cores) without the file read,
+// which the cost model charges per byte.
+double ServerOpSeconds(double wall, double cpu, double read) {
+  return std::max(0.0, std::max(wall, cpu) - read);
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -138,7 +145,8 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
       for (const v1::Sample& sample : response.samples()) {
         if (!SampleStatus(sample).ok() || sample.id() >= n) continue;
         const OpTimes& t = times[sample.id()];
-        server_s += std::max(sample.server_wall_seconds(), sample.server_cpu_seconds());
+        server_s += ServerOpSeconds(sample.server_wall_seconds(), sample.server_cpu_seconds(),
+                                    sample.server_read_seconds());
         local_s += t.decode_crop + t.flip + t.tensor;
       }
     }
@@ -205,7 +213,8 @@ void SmartoffPlanner::Observe(const SampleObservation& obs) {
   if (obs.ok && obs.received != Stage::kRaw) {
     // Wall time, not CPU time: a throttled or shared storage node is slower
     // per sample even though each sample costs it the same CPU time.
-    server_actual_s_ += std::max(obs.server_wall_seconds, obs.server_cpu_seconds);
+    server_actual_s_ +=
+        ServerOpSeconds(obs.server_wall_seconds, obs.server_cpu_seconds, obs.server_read_seconds);
     server_predicted_s_ += predicted;
   }
 }
@@ -358,13 +367,18 @@ absl::StatusOr<std::unique_ptr<SmartoffPlanner>> CreateSmartoffPlanner(
   probe_options.seed = loader_options.seed;
   absl::StatusOr<NetProbeResult> probe = ProbeBandwidth(client, probe_options);
   if (!probe.ok()) return probe.status();
-  resources.local_seconds_per_wire_byte =
-      probe->bytes > 0 ? probe->client_cpu_seconds / static_cast<double>(probe->bytes) : 0;
+  const double probe_bytes = std::max(1.0, static_cast<double>(probe->bytes));
+  resources.local_seconds_per_wire_byte = probe->client_cpu_seconds / probe_bytes;
+  resources.remote_seconds_per_raw_byte = probe->server_read_seconds / probe_bytes;
+  resources.remote_seconds_per_wire_byte = std::max(0.0, probe->server_send_cpu_seconds) / probe_bytes;
   spdlog::info(
-      "smartoff: measured {:.1f} Mbit/s from {} ({} samples, {:.1f} MB in {:.2f}s); receiving "
-      "costs this node {:.2f} ns of CPU per byte",
+      "smartoff: measured {:.1f} Mbit/s from {} ({} samples, {:.1f} MB in {:.2f}s); per byte, "
+      "receiving costs this node {:.2f} ns of CPU, the storage node {:.2f} ns to read and {:.2f} "
+      "ns to send{}",
       probe->bytes_per_second * 8 / 1e6, client->address(), probe->samples, probe->bytes / 1e6,
-      probe->seconds, resources.local_seconds_per_wire_byte * 1e9);
+      probe->seconds, resources.local_seconds_per_wire_byte * 1e9,
+      resources.remote_seconds_per_raw_byte * 1e9, resources.remote_seconds_per_wire_byte * 1e9,
+      probe->server_send_cpu_seconds < 0 ? " (not reported by the server)" : "");
   resources.net_bytes_per_s = options.net_bw_mbit > 0 ? MbitToBytesPerSecond(options.net_bw_mbit)
                                                       : probe->bytes_per_second;
   resources.remote_cpus =

@@ -57,6 +57,7 @@ absl::Status SampleServiceImpl::GetStats(const v1::GetStatsRequest&, v1::ServerS
   response->set_prep_workers(static_cast<uint32_t>(pool_.workers()));
   response->set_queue_depth(static_cast<uint32_t>(pool_.queue_depth()));
   response->set_max_inflight_per_stream(static_cast<uint32_t>(options_.max_inflight_per_stream));
+  response->set_process_cpu_seconds(ProcessCpuSeconds());
   return absl::OkStatus();
 }
 
@@ -68,6 +69,7 @@ void SampleServiceImpl::ProcessSample(uint64_t id, Stage target, const SampleKey
   const double t0 = ThreadCpuSeconds();
   const absl::Time wall0 = absl::Now();
   absl::StatusOr<std::string> bytes = dataset_->Read(id);
+  out->set_server_read_seconds(absl::ToDoubleSeconds(absl::Now() - wall0));
   absl::Status status = bytes.status();
   if (status.ok()) {
     StageData raw;

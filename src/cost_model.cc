@@ -22,6 +22,7 @@ StageCost SampleStageCost(const SampleProfile& sample, Stage stage) {
                           CpuNanos(sample.client.tensor)};
   StageCost cost;
   cost.bytes = StageBytes(sample, stage);
+  cost.raw_bytes = sample.raw_bytes;
   // Op j takes a sample from stage j to stage j + 1.
   for (int j = 0; j < 3; ++j) {
     if (j < static_cast<int>(stage)) {
@@ -42,7 +43,10 @@ double ResourceSeconds(double cpu_seconds, double cpus) {
 PlanCost CostOfWork(const EpochWork& work, const Resources& resources) {
   PlanCost cost;
   cost.wire_bytes = work.wire_bytes;
-  cost.remote_cpu_s = static_cast<double>(work.remote_ns) * 1e-9 * resources.remote_speed;
+  cost.remote_cpu_s =
+      static_cast<double>(work.remote_ns) * 1e-9 * resources.remote_speed +
+      static_cast<double>(work.raw_bytes) * resources.remote_seconds_per_raw_byte +
+      static_cast<double>(work.wire_bytes) * resources.remote_seconds_per_wire_byte;
   cost.local_cpu_s = static_cast<double>(work.local_ns) * 1e-9 +
                      static_cast<double>(work.wire_bytes) * resources.local_seconds_per_wire_byte;
   cost.net_s = static_cast<double>(work.wire_bytes) / resources.net_bytes_per_s;
@@ -81,10 +85,7 @@ absl::StatusOr<PlanCost> EvaluatePlan(const DatasetProfile& profile, const Resou
       return absl::InvalidArgumentError(
           absl::StrCat("sample ", ids[i], ": invalid stage ", static_cast<int>(stages[i])));
     }
-    const StageCost c = SampleStageCost(profile.samples[ids[i]], stages[i]);
-    work.wire_bytes += c.bytes;
-    work.remote_ns += c.remote_ns;
-    work.local_ns += c.local_ns;
+    work.Add(SampleStageCost(profile.samples[ids[i]], stages[i]));
     ++per_stage[static_cast<int>(stages[i])];
   }
   work.samples = static_cast<int64_t>(ids.size());

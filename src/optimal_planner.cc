@@ -44,22 +44,10 @@ bool Better(const Score& a, const Score& b) {
   return false;
 }
 
-void Add(EpochWork* work, const StageCost& c) {
-  work->wire_bytes += c.bytes;
-  work->remote_ns += c.remote_ns;
-  work->local_ns += c.local_ns;
-}
-
-void Subtract(EpochWork* work, const StageCost& c) {
-  work->wire_bytes -= c.bytes;
-  work->remote_ns -= c.remote_ns;
-  work->local_ns -= c.local_ns;
-}
-
 EpochWork WorkOf(const std::vector<SampleCosts>& costs, const std::vector<Stage>& stages) {
   EpochWork work;
   work.samples = static_cast<int64_t>(costs.size());
-  for (size_t i = 0; i < costs.size(); ++i) Add(&work, costs[i][static_cast<int>(stages[i])]);
+  for (size_t i = 0; i < costs.size(); ++i) work.Add(costs[i][static_cast<int>(stages[i])]);
   return work;
 }
 
@@ -176,8 +164,8 @@ HullWalk WalkHull(const std::vector<SampleCosts>& costs, const Resources& resour
   const bool can_offload = resources.remote_cpus > 0;
   for (size_t e = 0; can_offload && e < edges.size(); ++e) {
     const Edge& edge = edges[e];
-    Subtract(&work, costs[edge.sample][static_cast<int>(edge.from)]);
-    Add(&work, costs[edge.sample][static_cast<int>(edge.to)]);
+    work.Subtract(costs[edge.sample][static_cast<int>(edge.from)]);
+    work.Add(costs[edge.sample][static_cast<int>(edge.to)]);
     const std::array<double, 3> cur = times(work);
     walk.lp_min_s = std::min(walk.lp_min_s, MinMaxOnSegment(prev, cur));
     prev = cur;
@@ -205,8 +193,8 @@ void Polish(const std::vector<SampleCosts>& costs, const Resources& resources,
         const int cur = static_cast<int>((*stages)[i]);
         if (k == cur) continue;
         EpochWork w = work;
-        Subtract(&w, costs[i][cur]);
-        Add(&w, costs[i][k]);
+        w.Subtract(costs[i][cur]);
+        w.Add(costs[i][k]);
         const Score s = ScoreOf(w, resources);
         if (Better(s, score)) {
           work = w;

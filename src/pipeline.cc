@@ -1,5 +1,6 @@
 #include "sophon/pipeline.h"
 
+#include <sys/resource.h>
 #include <time.h>
 
 #include <cstring>
@@ -48,6 +49,13 @@ double ThreadCpuSeconds() {
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+double ProcessCpuSeconds() {
+  rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_utime.tv_sec + usage.ru_utime.tv_usec * 1e-6 + usage.ru_stime.tv_sec +
+         usage.ru_stime.tv_usec * 1e-6;
 }
 
 absl::Status CheckStageData(const StageData& data, int crop_size) {

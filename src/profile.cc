@@ -106,6 +106,12 @@ absl::Status Resources::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "receive cost per byte must be >= 0, got ", local_seconds_per_wire_byte));
   }
+  if (!std::isfinite(remote_seconds_per_raw_byte) || remote_seconds_per_raw_byte < 0 ||
+      !std::isfinite(remote_seconds_per_wire_byte) || remote_seconds_per_wire_byte < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "storage read and send costs per byte must be >= 0, got ", remote_seconds_per_raw_byte,
+        " and ", remote_seconds_per_wire_byte));
+  }
   if (!std::isfinite(local_cpus) || local_cpus <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("--workers: must be > 0, got ", local_cpus));
   }

@@ -73,6 +73,27 @@ TEST(CostModelTest, PredictsEachResourceAndTheBottleneck) {
   EXPECT_EQ(c->samples_per_stage[3], 0);
 }
 
+// The storage node reads every sample's file, whatever its stage, and sends
+// the wire bytes; the training node receives them. All go beside the ops.
+TEST(CostModelTest, ChargesReadingSendingAndReceivingPerByte) {
+  const DatasetProfile p = TwoSamples();
+  Resources r = SomeResources();
+  r.remote_seconds_per_raw_byte = 1e-3;   // 3000 raw bytes read: 3 s
+  r.remote_seconds_per_wire_byte = 1e-4;  // 1300 wire bytes sent: 0.13 s
+  r.local_seconds_per_wire_byte = 1e-4;   // ... received: 0.13 s
+  absl::StatusOr<PlanCost> c = EvaluatePlan(p, r, {0, 1}, {Stage::kRaw, Stage::kCropped});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->remote_cpu_s, 1.5 + 3.0 + 0.13);
+  EXPECT_DOUBLE_EQ(c->remote_s, (1.5 + 3.0 + 0.13) / 2);
+  EXPECT_DOUBLE_EQ(c->local_cpu_s, 1.25 + 0.13);
+  // All RAW: nothing offloaded, yet the storage node still reads and sends.
+  absl::StatusOr<PlanCost> raw = EvaluatePlan(p, r, {0, 1}, {Stage::kRaw, Stage::kRaw});
+  ASSERT_TRUE(raw.ok());
+  EXPECT_DOUBLE_EQ(raw->remote_cpu_s, 3.0 + 0.3);
+  r.remote_seconds_per_wire_byte = -1;
+  EXPECT_FALSE(EvaluatePlan(p, r, {0, 1}, {Stage::kRaw, Stage::kRaw}).ok());
+}
+
 TEST(CostModelTest, GpuCountsWholeBatches) {
   const DatasetProfile p = TwoSamples();
   Resources r = SomeResources();

@@ -175,13 +175,21 @@ double OneSampleSlack(const DatasetProfile& p, const Resources& r) {
   double slack = 0;
   for (const SampleProfile& s : p.samples) {
     const double ops = s.client.decode_crop + s.client.flip + s.client.tensor;
-    slack =
-        std::max({slack,
-                  static_cast<double>(std::max({s.raw_bytes, s.cropped_bytes, s.tensor_bytes})) /
-                      r.net_bytes_per_s,
-                  ops * r.remote_speed / r.remote_cpus, ops / r.local_cpus});
+    const double bytes = static_cast<double>(std::max({s.raw_bytes, s.cropped_bytes, s.tensor_bytes}));
+    slack = std::max(
+        {slack, bytes / r.net_bytes_per_s,
+         (ops * r.remote_speed + bytes * r.remote_seconds_per_wire_byte) / r.remote_cpus,
+         (ops + bytes * r.local_seconds_per_wire_byte) / r.local_cpus});
   }
   return slack;
+}
+
+// Per-byte costs of reading, sending and receiving, up to 10 ns per byte
+// (about a millisecond for a 100 KB sample: the order of its ops).
+void AddRandomByteCosts(Resources* r, double a, double b, double c) {
+  r->remote_seconds_per_raw_byte = 1e-8 * a;
+  r->remote_seconds_per_wire_byte = 1e-8 * b;
+  r->local_seconds_per_wire_byte = 1e-8 * c;
 }
 
 TEST(PlannerTest, OptimalIsNeverWorseThanAnyOtherPlannerAndNearItsBound) {
@@ -193,6 +201,7 @@ TEST(PlannerTest, OptimalIsNeverWorseThanAnyOtherPlannerAndNearItsBound) {
     Resources r =
         Net(std::pow(10, 5 + 4 * u(rng)), std::floor(u(rng) * 9), 1 + std::floor(u(rng) * 8));
     r.remote_speed = 0.5 + 2 * u(rng);
+    if (trial % 2) AddRandomByteCosts(&r, u(rng), u(rng), u(rng));
     r.batch_size = 32;
     r.gpu_seconds_per_batch = u(rng) < 0.3 ? 0.05 * u(rng) : 0;
     absl::StatusOr<std::vector<PlanResult>> all = MakeAllPlans(p, r, AllSampleIds(p));
@@ -221,8 +230,9 @@ TEST(PlannerTest, LowerBoundHoldsAgainstExhaustiveSearch) {
   for (int trial = 0; trial < kTrials; ++trial) {
     const int n = 1 + trial % 6;
     const DatasetProfile p = RandomProfile(n, 500 + trial);
-    const Resources r =
+    Resources r =
         Net(std::pow(10, 5 + 3 * u(rng)), 1 + std::floor(u(rng) * 4), 1 + std::floor(u(rng) * 2));
+    if (trial % 2) AddRandomByteCosts(&r, u(rng), u(rng), u(rng));
     const std::vector<uint64_t> ids = AllSampleIds(p);
     double best = INFINITY;
     std::vector<Stage> stages(n);

@@ -60,10 +60,13 @@ std::string FormatPlanTable(const DatasetProfile& profile, const Resources& reso
       profile.times_detail.empty() ? TimesSourceName(profile.times_source) : profile.times_detail);
   absl::StrAppendFormat(
       &out,
-      "resources  network %.6g Mbit/s; storage node %.6g CPUs at %.3g s per client s; "
-      "training node %.6g workers; GPU %.6g s/batch x %d batches of %d\n",
+      "resources  network %.6g Mbit/s; storage node %.6g CPUs at %.3g s per client s, "
+      "%.3g ns/byte read, %.3g ns/byte sent; training node %.6g workers, %.3g ns/byte "
+      "received; GPU %.6g s/batch x %d batches of %d\n",
       resources.net_bytes_per_s * 8 / 1e6, resources.remote_cpus, resources.remote_speed,
-      resources.local_cpus, resources.gpu_seconds_per_batch,
+      resources.remote_seconds_per_raw_byte * 1e9, resources.remote_seconds_per_wire_byte * 1e9,
+      resources.local_cpus, resources.local_seconds_per_wire_byte * 1e9,
+      resources.gpu_seconds_per_batch,
       Batches(resources, profile.samples.size()), resources.batch_size);
   if (!plans.empty()) {
     absl::StrAppendFormat(&out,
@@ -98,7 +101,13 @@ std::string FormatPlanJson(const DatasetProfile& profile, const Resources& resou
                   JsonNumber(resources.net_bytes_per_s * 8 / 1e6),
                   ", \"remote_cpus\": ", JsonNumber(resources.remote_cpus),
                   ", \"remote_speed\": ", JsonNumber(resources.remote_speed),
+                  ", \"remote_read_ns_per_byte\": ",
+                  JsonNumber(resources.remote_seconds_per_raw_byte * 1e9),
+                  ", \"remote_send_ns_per_byte\": ",
+                  JsonNumber(resources.remote_seconds_per_wire_byte * 1e9),
                   ", \"local_cpus\": ", JsonNumber(resources.local_cpus),
+                  ", \"local_recv_ns_per_byte\": ",
+                  JsonNumber(resources.local_seconds_per_wire_byte * 1e9),
                   ", \"gpu_seconds_per_batch\": ", JsonNumber(resources.gpu_seconds_per_batch),
                   ", \"batch_size\": ", resources.batch_size, "},\n");
   absl::StrAppend(&out, "  \"plans\": [");

@@ -35,6 +35,14 @@ ABSL_FLAG(double, workers, 2, "Training node prep workers (sophon-train --worker
 ABSL_FLAG(double, remote_speed, 0,
           "Storage node CPU seconds per training node CPU second; 0 takes the profile's "
           "server_speed (1 when it has none). Default 0.");
+ABSL_FLAG(double, recv_ns_per_byte, 0,
+          "Training node CPU ns per byte received (sophon-train measures it; about 1 on the "
+          "reference machine). Default 0 (ignored).");
+ABSL_FLAG(double, read_ns_per_byte, 0,
+          "Storage node ns per byte of file read, charged to its CPUs for every sample. "
+          "Default 0 (ignored).");
+ABSL_FLAG(double, send_ns_per_byte, 0,
+          "Storage node CPU ns per byte sent, charged to its CPUs. Default 0 (ignored).");
 ABSL_FLAG(double, gpu_batch_seconds, 0,
           "Trainer step time per batch in seconds; 0: the GPU never limits. Default 0.");
 ABSL_FLAG(int, batch_size, 256, "Samples per batch. Default 256.");
@@ -81,6 +89,9 @@ absl::Status Run() {
   resources.local_cpus = absl::GetFlag(FLAGS_workers);
   resources.remote_speed = absl::GetFlag(FLAGS_remote_speed) > 0 ? absl::GetFlag(FLAGS_remote_speed)
                                                                  : profile.server_speed_factor;
+  resources.local_seconds_per_wire_byte = absl::GetFlag(FLAGS_recv_ns_per_byte) * 1e-9;
+  resources.remote_seconds_per_raw_byte = absl::GetFlag(FLAGS_read_ns_per_byte) * 1e-9;
+  resources.remote_seconds_per_wire_byte = absl::GetFlag(FLAGS_send_ns_per_byte) * 1e-9;
   resources.gpu_seconds_per_batch = absl::GetFlag(FLAGS_gpu_batch_seconds);
   resources.batch_size = absl::GetFlag(FLAGS_batch_size);
 

@@ -1,8 +1,10 @@
 // The cost model: how long an epoch takes under a plan (one stage per sample).
 //
 //   T_net    = wire bytes / network bytes per second
-//   T_remote = remote_speed * (client CPU seconds of the ops the storage node runs) / remote_cpus
-//   T_local  = (client CPU seconds of the ops the training node runs) / local_cpus
+//   T_remote = (remote_speed * (client CPU seconds of the ops the storage node runs)
+//               + raw bytes read * read cost + wire bytes * send cost) / remote_cpus
+//   T_local  = (client CPU seconds of the ops the training node runs
+//               + wire bytes * receive cost) / local_cpus
 //   T_gpu    = ceil(samples / batch_size) * gpu_seconds_per_batch
 //   epoch    = max of the four (the pipeline overlaps them)
 //
@@ -28,7 +30,8 @@ const char* ResourceName(Resource resource);  // "network", "remote_cpu", "local
 // What one sample costs when planned at a stage. CPU in client nanoseconds
 // (CpuNanos), before the storage node's speed factor.
 struct StageCost {
-  uint64_t bytes = 0;
+  uint64_t bytes = 0;      // on the wire
+  uint64_t raw_bytes = 0;  // read from storage (the same at every stage)
   int64_t remote_ns = 0;
   int64_t local_ns = 0;
 };
@@ -37,9 +40,24 @@ StageCost SampleStageCost(const SampleProfile& sample, Stage stage);
 // The work a plan puts on each resource; sums of StageCost, so exact.
 struct EpochWork {
   uint64_t wire_bytes = 0;
+  uint64_t raw_bytes = 0;  // read by the storage node
   int64_t remote_ns = 0;  // client CPU ns of the ops the storage node runs
   int64_t local_ns = 0;   // client CPU ns of the ops the training node runs
   int64_t samples = 0;
+
+  // Adds or removes one sample's cost (not the sample count).
+  void Add(const StageCost& c) {
+    wire_bytes += c.bytes;
+    raw_bytes += c.raw_bytes;
+    remote_ns += c.remote_ns;
+    local_ns += c.local_ns;
+  }
+  void Subtract(const StageCost& c) {
+    wire_bytes -= c.bytes;
+    raw_bytes -= c.raw_bytes;
+    remote_ns -= c.remote_ns;
+    local_ns -= c.local_ns;
+  }
 };
 
 struct PlanCost {
@@ -52,7 +70,7 @@ struct PlanCost {
   // CPU, local CPU, GPU).
   Resource bottleneck = Resource::kNetwork;
   uint64_t wire_bytes = 0;
-  double remote_cpu_s = 0;  // storage node CPU seconds (speed factor applied)
+  double remote_cpu_s = 0;  // storage node CPU seconds (ops with the speed factor, reads, sends)
   double local_cpu_s = 0;   // training node CPU seconds (ops + receiving the wire bytes)
   std::array<int64_t, kNumStages> samples_per_stage{};
 };

@@ -51,6 +51,8 @@ absl::Status FinishToTensor(StageData in, const SampleKey& key, const PipelineOp
 
 // Thread CPU time in seconds (CLOCK_THREAD_CPUTIME_ID).
 double ThreadCpuSeconds();
+// CPU seconds of this process, all threads, user + system.
+double ProcessCpuSeconds();
 
 }  // namespace sophon
 

@@ -87,6 +87,12 @@ struct Resources {
   // message parsing and copies), charged to the local CPUs beside the ops.
   // >= 0; 0 ignores it.
   double local_seconds_per_wire_byte = 0;
+  // Storage node seconds per byte of file read (every sample is read, at any
+  // stage) and per byte sent (gRPC, the network stack), charged to its CPUs
+  // beside the ops: its threads that read and send share those CPUs with the
+  // prep workers. >= 0; 0 ignores them.
+  double remote_seconds_per_raw_byte = 0;
+  double remote_seconds_per_wire_byte = 0;
   // Trainer step time per batch; >= 0, and 0 means the GPU never limits.
   double gpu_seconds_per_batch = 0;
   int batch_size = 256;  // samples per batch; > 0
