@@ -123,6 +123,13 @@ void Loader::SendLoop() {
     const int64_t begin = k * b;
     const int64_t end = std::min(begin + b, total);
     batch->n = static_cast<int>(end - begin);
+    {
+      absl::MutexLock lock(&mu_);
+      if (!spare_images_.empty()) {
+        batch->images = std::move(spare_images_.back());
+        spare_images_.pop_back();
+      }
+    }
     batch->images.resize(static_cast<size_t>(batch->n) * sample_floats_);
     batch->bad.assign(batch->n, 0);
     batch->remaining = batch->n;
@@ -317,6 +324,12 @@ absl::StatusOr<bool> Loader::Next(Batch* out) {
     batch->images.resize(static_cast<size_t>(kept) * sample_floats_);
     batch->labels.resize(kept);
     batch->ids.resize(kept);
+    if (out->images.capacity() > 0) {
+      absl::MutexLock lock(&mu_);
+      if (static_cast<int>(spare_images_.size()) < options_.prefetch_batches) {
+        spare_images_.push_back(std::move(out->images));
+      }
+    }
     out->index = batch->index;
     out->n = kept;
     out->c = 3;

@@ -84,6 +84,8 @@ class Loader {
   absl::Status StartEpoch(uint64_t epoch);
   // The next batch in epoch order. false at the end of the epoch. Errors:
   // a failed stream (naming the server), or a bad sample under kFail.
+  // `batch`'s previous image buffer is recycled for a later batch (every slot
+  // is overwritten, so buffers are neither zeroed nor faulted in anew).
   absl::StatusOr<bool> Next(Batch* batch);
   // Batches this epoch will yield (an upper bound when samples are skipped).
   int64_t num_batches() const { return num_batches_; }
@@ -152,6 +154,8 @@ class Loader {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   LoaderEpochStats stats_ ABSL_GUARDED_BY(mu_);
+  // Image buffers handed back through Next(), for SendLoop's next batches.
+  std::vector<std::vector<float>> spare_images_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sophon

@@ -33,6 +33,9 @@ ABSL_FLAG(std::string, arch, "resnet18", "Model: alexnet, resnet18, resnet50, ti
 ABSL_FLAG(int, batch_size, 256, "Samples per batch. Default 256.");
 ABSL_FLAG(int, epochs, 1, "Epochs to train. Default 1.");
 ABSL_FLAG(int64_t, max_batches, 0, "Stop each epoch after this many batches; 0 = whole epoch.");
+ABSL_FLAG(int64_t, warmup_batches, 0,
+          "Train this many batches of an unreported warm-up epoch first (benchmarks: keeps "
+          "one-time costs such as first-touch memory out of epoch 0). Default 0.");
 ABSL_FLAG(int, workers, 2, "Local prep threads that finish each sample's ops. Default 2.");
 ABSL_FLAG(int, prefetch_batches, 3,
           "Batches requested ahead of the trainer (bounds memory: ~batch*12*S^2 bytes each). "
@@ -238,6 +241,9 @@ int main(int argc, char** argv) {
   if (absl::Status s = loader_options.Validate(); !s.ok()) return Fail(s);
   const int epochs = absl::GetFlag(FLAGS_epochs);
   if (epochs < 1) return Fail(absl::InvalidArgumentError("--epochs must be at least 1"));
+  if (absl::GetFlag(FLAGS_max_batches) < 0 || absl::GetFlag(FLAGS_warmup_batches) < 0) {
+    return Fail(absl::InvalidArgumentError("--max-batches and --warmup-batches must be >= 0"));
+  }
   if (absl::GetFlag(FLAGS_synthetic_data)) return RunSynthetic(loader_options, epochs);
 
   sophon::ClientOptions client_options;
@@ -293,6 +299,7 @@ int main(int argc, char** argv) {
   sophon::TrainLoopOptions loop_options;
   loop_options.epochs = epochs;
   loop_options.max_batches = absl::GetFlag(FLAGS_max_batches);
+  loop_options.warmup_batches = absl::GetFlag(FLAGS_warmup_batches);
   loop_options.mode_name = sophon::ModeName(*mode);
   loop_options.arch = trainer_options.arch;
   loop_options.progress = absl::GetFlag(FLAGS_progress);

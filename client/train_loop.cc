@@ -57,6 +57,35 @@ class Progress {
   absl::Time last_ = absl::InfinitePast();
 };
 
+// The warm-up epoch's number: far from any real epoch.
+constexpr uint64_t kWarmupEpoch = 1ULL << 32;
+
+absl::Status WarmUp(Loader* loader, Trainer* trainer, const TrainLoopOptions& options) {
+  const absl::Time start = absl::Now();
+  if (absl::Status s = loader->StartEpoch(kWarmupEpoch); !s.ok()) return s;
+  Batch batch;
+  int64_t steps = 0;
+  while (steps < options.warmup_batches) {
+    absl::StatusOr<bool> more = loader->Next(&batch);
+    if (!more.ok()) {
+      return absl::Status(more.status().code(),
+                          absl::StrCat("warm-up: ", more.status().message()));
+    }
+    if (!*more) break;
+    const absl::Time step_start = absl::Now();
+    absl::StatusOr<StepResult> step = trainer->Step(batch);
+    if (!step.ok()) {
+      return absl::Status(step.status().code(),
+                          absl::StrCat("warm-up step ", steps, ": ", step.status().message()));
+    }
+    if (options.after_step) options.after_step(Seconds(step_start));
+    ++steps;
+  }
+  loader->Stop();
+  spdlog::info("warm-up: {} batches in {:.2f}s (not reported)", steps, Seconds(start));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loader* loader,
@@ -69,6 +98,9 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
         BatchTimingsWriter::Create(options.batch_timings);
     if (!w.ok()) return w.status();
     timings = *std::move(w);
+  }
+  if (options.warmup_batches > 0) {
+    if (absl::Status s = WarmUp(loader, trainer, options); !s.ok()) return s;
   }
   for (int epoch = 0; epoch < options.epochs; ++epoch) {
     absl::StatusOr<v1::ServerStats> before = client->GetStats();

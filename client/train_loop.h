@@ -18,6 +18,10 @@ namespace sophon {
 struct TrainLoopOptions {
   int epochs = 1;
   int64_t max_batches = 0;         // per epoch; 0 = all
+  // Batches of an unreported warm-up epoch (its own epoch number, so its
+  // samples and crops differ) run before the first epoch: first-touch memory,
+  // connections and, for smartoff, measured speeds are then not in epoch 0.
+  int64_t warmup_batches = 0;
   std::string mode_name;           // for reports
   std::string arch;                // for reports
   bool progress = true;            // progress line on stderr

@@ -376,6 +376,9 @@ TEST_F(ClusterTest, BandwidthProbeMovesRawBytes) {
   EXPECT_EQ(probe->samples, 40);
   EXPECT_EQ(probe->bytes, total);
   EXPECT_GT(probe->bytes_per_second, 1e6);  // loopback moves far more than 1 MB/s
+  // The server read 40 files and reported its process CPU.
+  EXPECT_GT(probe->server_read_seconds, 0);
+  EXPECT_GE(probe->server_send_cpu_seconds, 0);
 }
 
 TEST(ClientTest, UnreachableServerIsReportedWithItsAddress) {
