@@ -60,7 +60,8 @@ class Progress {
 // The warm-up epoch's number: far from any real epoch.
 constexpr uint64_t kWarmupEpoch = 1ULL << 32;
 
-absl::Status WarmUp(Loader* loader, Trainer* trainer, const TrainLoopOptions& options) {
+absl::Status WarmUp(Loader* loader, Trainer* trainer, const TrainLoopOptions& options,
+                    WarmupReport* report) {
   const absl::Time start = absl::Now();
   if (absl::Status s = loader->StartEpoch(kWarmupEpoch); !s.ok()) return s;
   Batch batch;
@@ -82,7 +83,11 @@ absl::Status WarmUp(Loader* loader, Trainer* trainer, const TrainLoopOptions& op
     ++steps;
   }
   loader->Stop();
-  spdlog::info("warm-up: {} batches in {:.2f}s (not reported)", steps, Seconds(start));
+  report->batches = steps;
+  report->seconds = Seconds(start);
+  report->bytes_received = TotalBytes(loader->stats());
+  spdlog::info("warm-up: {} batches in {:.2f}s, {:.1f} MB received (not reported)", steps,
+               report->seconds, report->bytes_received / 1e6);
   return absl::OkStatus();
 }
 
@@ -99,8 +104,9 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
     if (!w.ok()) return w.status();
     timings = *std::move(w);
   }
+  WarmupReport warmup;
   if (options.warmup_batches > 0) {
-    if (absl::Status s = WarmUp(loader, trainer, options); !s.ok()) return s;
+    if (absl::Status s = WarmUp(loader, trainer, options, &warmup); !s.ok()) return s;
   }
   for (int epoch = 0; epoch < options.epochs; ++epoch) {
     absl::StatusOr<v1::ServerStats> before = client->GetStats();
@@ -161,7 +167,7 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
   if (timings) {
     if (absl::Status s = timings->Close(); !s.ok()) return s;
   }
-  if (absl::Status s = WriteReportJson(reports, options); !s.ok()) return s;
+  if (absl::Status s = WriteReportJson(reports, options, warmup); !s.ok()) return s;
   return reports;
 }
 
@@ -180,10 +186,10 @@ void EpochTally::Finish(EpochReport* report) const {
 }
 
 absl::Status WriteReportJson(const std::vector<EpochReport>& reports,
-                             const TrainLoopOptions& options) {
+                             const TrainLoopOptions& options, const WarmupReport& warmup) {
   if (options.report_json.empty()) return absl::OkStatus();
   std::ofstream out(options.report_json);
-  out << EpochReportsToJson(reports, options);
+  out << EpochReportsToJson(reports, options, warmup);
   if (!out) {
     return absl::UnavailableError(
         absl::StrCat("cannot write --report-json file '", options.report_json, "'"));
@@ -223,11 +229,13 @@ std::string FormatEpochReport(const EpochReport& r) {
 }
 
 std::string EpochReportsToJson(const std::vector<EpochReport>& reports,
-                               const TrainLoopOptions& options) {
+                               const TrainLoopOptions& options, const WarmupReport& warmup) {
   std::string out = absl::StrFormat(
       "{\n  \"mode\": \"%s\",\n  \"arch\": \"%s\",\n  \"device\": \"%s\",\n  \"emulated\": %s,"
+      "\n  \"warmup\": {\"batches\": %d, \"seconds\": %.6f, \"bytes_received\": %d},"
       "\n  \"epochs\": [",
-      options.mode_name, options.arch, options.device, options.emulated ? "true" : "false");
+      options.mode_name, options.arch, options.device, options.emulated ? "true" : "false",
+      warmup.batches, warmup.seconds, warmup.bytes_received);
   for (size_t i = 0; i < reports.size(); ++i) {
     const EpochReport& r = reports[i];
     const LoaderEpochStats& l = r.loader;

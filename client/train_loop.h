@@ -74,15 +74,22 @@ class EpochTally {
   int64_t seen_ = 0;
 };
 
+// What the unreported warm-up (TrainLoopOptions::warmup_batches) did.
+struct WarmupReport {
+  int64_t batches = 0;
+  double seconds = 0;
+  uint64_t bytes_received = 0;  // sample payload bytes
+};
+
 // Writes the reports as JSON to options.report_json; nothing if it is empty.
 absl::Status WriteReportJson(const std::vector<EpochReport>& reports,
-                             const TrainLoopOptions& options);
+                             const TrainLoopOptions& options, const WarmupReport& warmup = {});
 
 // Human-readable summary of one epoch (several lines).
 std::string FormatEpochReport(const EpochReport& report);
 // All reports as JSON.
 std::string EpochReportsToJson(const std::vector<EpochReport>& reports,
-                               const TrainLoopOptions& options);
+                               const TrainLoopOptions& options, const WarmupReport& warmup = {});
 
 }  // namespace sophon
 
