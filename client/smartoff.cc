@@ -37,6 +37,16 @@ double ServerOpSeconds(double wall, double cpu, double read) {
   return std::max(0.0, std::max(wall, cpu) - read);
 }
 
+// Prep workers sharing a CPU quota smaller than their number are each slowed
+// by prep_workers / cpu_limit; the cost model charges the storage node's work
+// to min(prep workers, cpu limit) CPUs, so wall times measured on one prep
+// worker are scaled by this factor (1 without such a quota) to count the
+// quota once.
+double StorageWallScale(const v1::Manifest& manifest) {
+  if (manifest.cpu_limit() <= 0 || manifest.prep_workers() == 0) return 1.0;
+  return std::min(1.0, manifest.cpu_limit() / manifest.prep_workers());
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -155,7 +165,8 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
                                                   " failed: ", st.message()));
     }
   }
-  profile.server_speed_factor = server_s > 0 && local_s > 0 ? server_s / local_s : 1.0;
+  profile.server_speed_factor =
+      server_s > 0 && local_s > 0 ? server_s * StorageWallScale(manifest) / local_s : 1.0;
   double decode = 0;
   for (const OpTimes& t : times) decode += t.decode_crop;
   spdlog::info(
@@ -168,10 +179,11 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
 }
 
 SmartoffPlanner::SmartoffPlanner(DatasetProfile profile, Resources resources,
-                                 const SmartoffOptions& options)
+                                 const SmartoffOptions& options, double storage_wall_scale)
     : profile_(std::move(profile)),
       options_(options),
       measure_gpu_(options.gpu_batch_seconds < 0),
+      storage_wall_scale_(storage_wall_scale),
       resources_(resources) {}
 
 std::vector<Stage> SmartoffPlanner::PlanEpoch(uint64_t epoch, const std::vector<uint64_t>& order) {
@@ -213,8 +225,9 @@ void SmartoffPlanner::Observe(const SampleObservation& obs) {
   if (obs.ok && obs.received != Stage::kRaw) {
     // Wall time, not CPU time: a throttled or shared storage node is slower
     // per sample even though each sample costs it the same CPU time.
-    server_actual_s_ +=
-        ServerOpSeconds(obs.server_wall_seconds, obs.server_cpu_seconds, obs.server_read_seconds);
+    server_actual_s_ += storage_wall_scale_ * ServerOpSeconds(obs.server_wall_seconds,
+                                                                      obs.server_cpu_seconds,
+                                                                      obs.server_read_seconds);
     server_predicted_s_ += predicted;
   }
 }
@@ -369,7 +382,8 @@ absl::StatusOr<std::unique_ptr<SmartoffPlanner>> CreateSmartoffPlanner(
   if (!probe.ok()) return probe.status();
   const double probe_bytes = std::max(1.0, static_cast<double>(probe->bytes));
   resources.local_seconds_per_wire_byte = probe->client_cpu_seconds / probe_bytes;
-  resources.remote_seconds_per_raw_byte = probe->server_read_seconds / probe_bytes;
+  const double wall_scale = StorageWallScale(manifest);
+  resources.remote_seconds_per_raw_byte = probe->server_read_seconds * wall_scale / probe_bytes;
   resources.remote_seconds_per_wire_byte = std::max(0.0, probe->server_send_cpu_seconds) / probe_bytes;
   spdlog::info(
       "smartoff: measured {:.1f} Mbit/s from {} ({} samples, {:.1f} MB in {:.2f}s); per byte, "
@@ -381,14 +395,21 @@ absl::StatusOr<std::unique_ptr<SmartoffPlanner>> CreateSmartoffPlanner(
       probe->server_send_cpu_seconds < 0 ? " (not reported by the server)" : "");
   resources.net_bytes_per_s = options.net_bw_mbit > 0 ? MbitToBytesPerSecond(options.net_bw_mbit)
                                                       : probe->bytes_per_second;
+  // The storage node's CPUs: its prep workers, or its CPU quota when smaller.
+  const double prep_workers = static_cast<double>(manifest.prep_workers());
+  const double cpu_limit = manifest.cpu_limit() > 0 ? manifest.cpu_limit() : prep_workers;
   resources.remote_cpus =
-      options.remote_cpus > 0 ? options.remote_cpus : static_cast<double>(manifest.prep_workers());
+      options.remote_cpus > 0 ? options.remote_cpus : std::min(prep_workers, cpu_limit);
+  if (cpu_limit < prep_workers) {
+    spdlog::info("smartoff: the storage node may use {:.2f} CPUs for its {} prep workers",
+                 cpu_limit, manifest.prep_workers());
+  }
   resources.remote_speed = profile->server_speed_factor;
   resources.local_cpus = loader_options.workers;
   resources.gpu_seconds_per_batch = std::max(0.0, options.gpu_batch_seconds);
   resources.batch_size = loader_options.batch_size;
   if (absl::Status st = resources.Validate(); !st.ok()) return st;
-  return std::make_unique<SmartoffPlanner>(*std::move(profile), resources, options);
+  return std::make_unique<SmartoffPlanner>(*std::move(profile), resources, options, wall_scale);
 }
 
 }  // namespace sophon

@@ -47,7 +47,11 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
 // PlanEpoch/ObserveStep/MaybeReplan on the training thread.
 class SmartoffPlanner final : public Planner {
  public:
-  SmartoffPlanner(DatasetProfile profile, Resources resources, const SmartoffOptions& options);
+  // `storage_wall_scale` turns a storage prep worker's wall time into the
+  // CPU time the cost model charges (below 1 when a CPU quota is smaller
+  // than the prep worker count; see CreateSmartoffPlanner).
+  SmartoffPlanner(DatasetProfile profile, Resources resources, const SmartoffOptions& options,
+                  double storage_wall_scale = 1.0);
 
   std::vector<Stage> PlanEpoch(uint64_t epoch, const std::vector<uint64_t>& order) override;
 
@@ -73,6 +77,7 @@ class SmartoffPlanner final : public Planner {
   const DatasetProfile profile_;
   const SmartoffOptions options_;
   const bool measure_gpu_;
+  const double storage_wall_scale_;
 
   mutable absl::Mutex mu_;
   Resources resources_ ABSL_GUARDED_BY(mu_);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "sophon/cpu_limit.h"
 #include "sophon/pipeline.h"
 #include "sophon/wire.h"
 #include "spdlog/spdlog.h"
@@ -48,6 +49,7 @@ absl::Status SampleServiceImpl::GetManifest(const v1::GetManifestRequest&,
     response->add_relative_paths(e.relative_path);
   }
   response->set_prep_workers(static_cast<uint32_t>(pool_.workers()));
+  response->set_cpu_limit(ProcessCpuLimit());
   return absl::OkStatus();
 }
 
