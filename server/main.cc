@@ -23,6 +23,10 @@ ABSL_FLAG(int, prep_workers, 4,
 ABSL_FLAG(int, max_inflight_per_stream, 128,
           "Samples a stream may have accepted but not yet sent; bounds server memory per "
           "client. Default 128.");
+ABSL_FLAG(double, cpu_limit, 0,
+          "CPUs of time this server may use (prep workers, reads and sends together), as "
+          "reported to smartoff clients; 0 = detect from the CPU affinity and a cgroup CPU "
+          "quota. Default 0.");
 ABSL_FLAG(int64_t, max_pixels, 100'000'000,
           "Images whose header claims more pixels are rejected. Default 100000000.");
 ABSL_FLAG(absl::Duration, stats_interval, absl::Seconds(10),
@@ -62,6 +66,7 @@ int main(int argc, char** argv) {
   options.port = absl::GetFlag(FLAGS_port);
   options.service.prep_workers = absl::GetFlag(FLAGS_prep_workers);
   options.service.max_inflight_per_stream = absl::GetFlag(FLAGS_max_inflight_per_stream);
+  options.service.cpu_limit = absl::GetFlag(FLAGS_cpu_limit);
   options.service.limits.max_pixels = absl::GetFlag(FLAGS_max_pixels);
   options.stats_interval = absl::GetFlag(FLAGS_stats_interval);
 

@@ -21,6 +21,10 @@ absl::Status ServiceOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max-inflight-per-stream must be at least 1, got ", max_inflight_per_stream));
   }
+  if (!(cpu_limit >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cpu-limit must be >= 0 (0 = detect), got ", cpu_limit));
+  }
   if (max_samples_per_message < 1) {
     return absl::InvalidArgumentError("max samples per message must be at least 1");
   }
@@ -49,7 +53,7 @@ absl::Status SampleServiceImpl::GetManifest(const v1::GetManifestRequest&,
     response->add_relative_paths(e.relative_path);
   }
   response->set_prep_workers(static_cast<uint32_t>(pool_.workers()));
-  response->set_cpu_limit(ProcessCpuLimit());
+  response->set_cpu_limit(options_.cpu_limit > 0 ? options_.cpu_limit : ProcessCpuLimit());
   return absl::OkStatus();
 }
 

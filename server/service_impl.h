@@ -29,6 +29,9 @@ class FetchStream {
 struct ServiceOptions {
   int prep_workers = 4;              // threads that decode/transform; >= 1
   int max_inflight_per_stream = 128; // samples accepted but not yet written, per stream
+  // CPUs of time this server may use, as reported to clients for planning;
+  // 0 = detected (CPU affinity capped by a cgroup quota).
+  double cpu_limit = 0;
   int max_samples_per_message = 16;  // samples batched into one FetchResponse
   int64_t max_message_bytes = 4 << 20;  // payload bytes per FetchResponse (>= 1 sample)
   DecodeLimits limits;
