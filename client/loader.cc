@@ -64,7 +64,7 @@ Loader::Loader(SampleClient* client, const LoaderOptions& options, Planner* plan
 
 Loader::~Loader() { Stop(); }
 
-absl::Status Loader::StartEpoch(uint64_t epoch) {
+absl::Status Loader::StartEpoch(uint64_t epoch, int64_t max_batches) {
   Stop();  // ends whatever is left of the previous epoch
   const v1::Manifest& manifest = client_->manifest();
   epoch_ = epoch;
@@ -84,6 +84,7 @@ absl::Status Loader::StartEpoch(uint64_t epoch) {
   const int64_t n = static_cast<int64_t>(order_.size());
   const int64_t b = options_.batch_size;
   num_batches_ = options_.drop_last ? n / b : (n + b - 1) / b;
+  if (max_batches > 0) num_batches_ = std::min(num_batches_, max_batches);
   {
     absl::MutexLock lock(&mu_);
     pending_.clear();

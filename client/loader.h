@@ -79,9 +79,10 @@ class Loader {
                                                         Planner* planner);
   ~Loader();
 
-  // Plans and starts fetching `epoch`. REQUIRES: the previous epoch is over
-  // (Next returned false or an error) or none was started.
-  absl::Status StartEpoch(uint64_t epoch);
+  // Plans and starts fetching `epoch`, only its first `max_batches` batches
+  // when > 0 (nothing beyond them is requested). REQUIRES: the previous epoch
+  // is over (Next returned false or an error) or none was started.
+  absl::Status StartEpoch(uint64_t epoch, int64_t max_batches = 0);
   // The next batch in epoch order. false at the end of the epoch. Errors:
   // a failed stream (naming the server), or a bad sample under kFail.
   // `batch`'s previous image buffer is recycled for a later batch (every slot

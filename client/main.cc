@@ -89,7 +89,8 @@ ABSL_FLAG(std::string, net_bw, "auto",
           "smartoff: network bandwidth in Mbit/s, or auto to measure it by fetching raw samples. "
           "Default auto.");
 ABSL_FLAG(double, remote_cpus, 0,
-          "smartoff: storage node prep CPUs; 0 = the server's --prep-workers. Default 0.");
+          "smartoff: storage node prep CPUs; 0 = the server's --prep-workers, or its CPU limit "
+          "(sophon-server --cpu-limit) when smaller. Default 0.");
 ABSL_FLAG(double, gpu_batch_seconds, -1,
           "smartoff: training step seconds per batch; negative = measure from the first batches. "
           "Default -1.");

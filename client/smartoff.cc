@@ -30,13 +30,6 @@ std::string DescribePlan(const PlanResult& plan) {
       c.samples_per_stage[2], c.samples_per_stage[3]);
 }
 
-// The storage node's time for a sample's ops: its prep worker's wall time
-// (above the CPU time when throttled or sharing cores) without the file read,
-// which the cost model charges per byte.
-double ServerOpSeconds(double wall, double cpu, double read) {
-  return std::max(0.0, std::max(wall, cpu) - read);
-}
-
 // Prep workers sharing a CPU quota smaller than their number are each slowed
 // by prep_workers / cpu_limit; the cost model charges the storage node's work
 // to min(prep workers, cpu limit) CPUs, so wall times measured on one prep
@@ -45,6 +38,17 @@ double ServerOpSeconds(double wall, double cpu, double read) {
 double StorageWallScale(const v1::Manifest& manifest) {
   if (manifest.cpu_limit() <= 0 || manifest.prep_workers() == 0) return 1.0;
   return std::min(1.0, manifest.cpu_limit() / manifest.prep_workers());
+}
+
+// The storage node's time for a sample's ops, without the file read (the cost
+// model charges it per byte). Without a binding CPU quota (wall_scale 1): its
+// prep worker's wall time, above the CPU time when it shares cores. Under one,
+// which the cost model charges through the storage CPU count: CPU time, which
+// throttling does not stretch (wall times under a quota move in bursts of the
+// quota period).
+double ServerOpSeconds(double wall, double cpu, double read, double wall_scale) {
+  if (wall_scale < 1) return std::max(0.0, cpu - wall_scale * read);
+  return std::max(0.0, std::max(wall, cpu) - read);
 }
 
 double Median(std::vector<double> v) {
@@ -136,6 +140,7 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
     if (ok[id]) probe_ids.push_back(id);
     if (static_cast<int>(probe_ids.size()) == speed_probe_samples) break;
   }
+  const double wall_scale = StorageWallScale(manifest);
   double server_s = 0, local_s = 0;
   if (!probe_ids.empty()) {
     std::unique_ptr<FetchCall> call = client->OpenFetch();
@@ -156,7 +161,7 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
         if (!SampleStatus(sample).ok() || sample.id() >= n) continue;
         const OpTimes& t = times[sample.id()];
         server_s += ServerOpSeconds(sample.server_wall_seconds(), sample.server_cpu_seconds(),
-                                    sample.server_read_seconds());
+                                    sample.server_read_seconds(), wall_scale);
         local_s += t.decode_crop + t.flip + t.tensor;
       }
     }
@@ -165,8 +170,7 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
                                                   " failed: ", st.message()));
     }
   }
-  profile.server_speed_factor =
-      server_s > 0 && local_s > 0 ? server_s * StorageWallScale(manifest) / local_s : 1.0;
+  profile.server_speed_factor = server_s > 0 && local_s > 0 ? server_s / local_s : 1.0;
   double decode = 0;
   for (const OpTimes& t : times) decode += t.decode_crop;
   spdlog::info(
@@ -223,11 +227,10 @@ void SmartoffPlanner::Observe(const SampleObservation& obs) {
   ++observed_;
   window_bytes_ += obs.payload_bytes;
   if (obs.ok && obs.received != Stage::kRaw) {
-    // Wall time, not CPU time: a throttled or shared storage node is slower
-    // per sample even though each sample costs it the same CPU time.
-    server_actual_s_ += storage_wall_scale_ * ServerOpSeconds(obs.server_wall_seconds,
-                                                                      obs.server_cpu_seconds,
-                                                                      obs.server_read_seconds);
+    // Wall time where the storage node shares its cores: it is slower per
+    // sample though each sample costs it the same CPU time (ServerOpSeconds).
+    server_actual_s_ += ServerOpSeconds(obs.server_wall_seconds, obs.server_cpu_seconds,
+                                        obs.server_read_seconds, storage_wall_scale_);
     server_predicted_s_ += predicted;
   }
 }
@@ -384,7 +387,8 @@ absl::StatusOr<std::unique_ptr<SmartoffPlanner>> CreateSmartoffPlanner(
   resources.local_seconds_per_wire_byte = probe->client_cpu_seconds / probe_bytes;
   const double wall_scale = StorageWallScale(manifest);
   resources.remote_seconds_per_raw_byte = probe->server_read_seconds * wall_scale / probe_bytes;
-  resources.remote_seconds_per_wire_byte = std::max(0.0, probe->server_send_cpu_seconds) / probe_bytes;
+  resources.remote_seconds_per_wire_byte =
+      std::max(0.0, probe->server_send_cpu_seconds) / probe_bytes;
   spdlog::info(
       "smartoff: measured {:.1f} Mbit/s from {} ({} samples, {:.1f} MB in {:.2f}s); per byte, "
       "receiving costs this node {:.2f} ns of CPU, the storage node {:.2f} ns to read and {:.2f} "

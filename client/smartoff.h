@@ -25,7 +25,7 @@ struct SmartoffOptions {
   std::string profile_folder;  // where the profile is looked up; "" = profiles/<dataset>/
   std::string profile_out;     // where a new profile is written; "" = profile_folder
   double net_bw_mbit = 0;      // network bandwidth; 0 = measure (--net-bw=auto)
-  double remote_cpus = 0;      // storage prep workers; 0 = the server's --prep-workers
+  double remote_cpus = 0;      // storage CPUs; 0 = min(server's --prep-workers, its CPU limit)
   double gpu_batch_seconds = -1;  // step time; < 0 = measure from the first batches
   double replan_threshold = 0.25; // relative drift that triggers a re-plan
   int64_t replan_min_samples = 256;  // observations between drift checks
@@ -37,7 +37,9 @@ struct SmartoffOptions {
 // A profiling pass through the server: every sample is fetched RAW and run
 // through all ops here, timing each (no training); then the same work on
 // `speed_probe_samples` samples is done by the server to get its speed factor
-// (from its prep workers' wall time, so a CPU quota or shared cores count).
+// (from its prep workers' wall time, so shared cores count; under a CPU quota
+// below the prep worker count, from their CPU time, as the cost model charges
+// the quota through the storage CPU count).
 // Sizes of the decoded stages follow from the crop size.
 absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
                                                   const LoaderOptions& loader_options,

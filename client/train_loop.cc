@@ -63,7 +63,9 @@ constexpr uint64_t kWarmupEpoch = 1ULL << 32;
 absl::Status WarmUp(Loader* loader, Trainer* trainer, const TrainLoopOptions& options,
                     WarmupReport* report) {
   const absl::Time start = absl::Now();
-  if (absl::Status s = loader->StartEpoch(kWarmupEpoch); !s.ok()) return s;
+  if (absl::Status s = loader->StartEpoch(kWarmupEpoch, options.warmup_batches); !s.ok()) {
+    return s;
+  }
   Batch batch;
   int64_t steps = 0;
   while (steps < options.warmup_batches) {
@@ -111,7 +113,7 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
   for (int epoch = 0; epoch < options.epochs; ++epoch) {
     absl::StatusOr<v1::ServerStats> before = client->GetStats();
     if (!before.ok()) return before.status();
-    if (absl::Status s = loader->StartEpoch(epoch); !s.ok()) return s;
+    if (absl::Status s = loader->StartEpoch(epoch, options.max_batches); !s.ok()) return s;
     EpochReport report;
     report.epoch = epoch;
     Progress progress(options.progress);

@@ -362,6 +362,36 @@ TEST_F(ClusterTest, ServerMemoryStaysBoundedWithASlowConsumer) {
   call->Finish();
 }
 
+// An epoch cut to its first batches (warm-up, --max-batches) requests nothing
+// beyond them: the server prepares exactly those samples.
+TEST_F(ClusterTest, EpochCutToSomeBatchesRequestsOnlyThose) {
+  testing::TestDatasetOptions dopts;
+  dopts.classes = 2;
+  dopts.per_class = 10;
+  StartServer(testing::MakeTestDataset("cluster_cut", dopts));
+  const LoaderOptions options = SmallLoaderOptions();  // batch 5, prefetch 2
+  FixedPlanner planner(Mode::kResizeOff);
+  absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(client_.get(), options, &planner);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  ASSERT_TRUE((*loader)->StartEpoch(0, /*max_batches=*/2).ok());
+  EXPECT_EQ((*loader)->num_batches(), 2);
+  Batch batch;
+  int batches = 0;
+  while (true) {
+    absl::StatusOr<bool> more = (*loader)->Next(&batch);
+    ASSERT_TRUE(more.ok()) << more.status();
+    if (!*more) break;
+    ++batches;
+  }
+  (*loader)->Stop();
+  EXPECT_EQ(batches, 2);
+  absl::StatusOr<v1::ServerStats> stats = client_->GetStats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  uint64_t served = 0;
+  for (uint64_t n : stats->samples_by_stage()) served += n;
+  EXPECT_EQ(served, 10u);
+}
+
 TEST_F(ClusterTest, BandwidthProbeMovesRawBytes) {
   testing::TestDatasetOptions dopts;
   dopts.classes = 2;

@@ -175,7 +175,8 @@ double OneSampleSlack(const DatasetProfile& p, const Resources& r) {
   double slack = 0;
   for (const SampleProfile& s : p.samples) {
     const double ops = s.client.decode_crop + s.client.flip + s.client.tensor;
-    const double bytes = static_cast<double>(std::max({s.raw_bytes, s.cropped_bytes, s.tensor_bytes}));
+    const double bytes =
+        static_cast<double>(std::max({s.raw_bytes, s.cropped_bytes, s.tensor_bytes}));
     slack = std::max(
         {slack, bytes / r.net_bytes_per_s,
          (ops * r.remote_speed + bytes * r.remote_seconds_per_wire_byte) / r.remote_cpus,
