@@ -16,6 +16,10 @@
 namespace sophon {
 namespace {
 
+// Offloaded work (client CPU seconds) below which a storage speed measurement
+// is too noisy to act on.
+constexpr double kMinSpeedEvidenceSeconds = 0.05;
+
 // Epoch number whose augmentations the profiling pass uses.
 constexpr uint64_t kProfileEpoch = 0;
 
@@ -191,7 +195,21 @@ SmartoffPlanner::SmartoffPlanner(DatasetProfile profile, Resources resources,
       resources_(resources) {}
 
 std::vector<Stage> SmartoffPlanner::PlanEpoch(uint64_t epoch, const std::vector<uint64_t>& order) {
-  const Resources r = resources();
+  Resources r;
+  {
+    absl::MutexLock lock(&mu_);
+    // The storage speed measured over the previous epoch (or warm-up), when it
+    // offloaded enough work to tell.
+    if (epoch_server_predicted_s_ > kMinSpeedEvidenceSeconds) {
+      const double speed = epoch_server_actual_s_ / epoch_server_predicted_s_;
+      spdlog::info("smartoff: storage node speed {:.2f} over the last epoch (assumed {:.2f})",
+                   speed, resources_.remote_speed);
+      resources_.remote_speed = speed;
+    }
+    epoch_server_actual_s_ = 0;
+    epoch_server_predicted_s_ = 0;
+    r = resources_;
+  }
   absl::StatusOr<PlanResult> plan = MakePlan(options_.planner, profile_, r, order);
   if (!plan.ok()) {
     spdlog::error("smartoff: planning epoch {} failed ({}); sending every sample raw", epoch,
@@ -229,9 +247,12 @@ void SmartoffPlanner::Observe(const SampleObservation& obs) {
   if (obs.ok && obs.received != Stage::kRaw) {
     // Wall time where the storage node shares its cores: it is slower per
     // sample though each sample costs it the same CPU time (ServerOpSeconds).
+    const double before = server_actual_s_;
     server_actual_s_ += ServerOpSeconds(obs.server_wall_seconds, obs.server_cpu_seconds,
                                         obs.server_read_seconds, storage_wall_scale_);
     server_predicted_s_ += predicted;
+    epoch_server_actual_s_ += server_actual_s_ - before;
+    epoch_server_predicted_s_ += predicted;
   }
 }
 
@@ -262,7 +283,7 @@ bool SmartoffPlanner::MaybeReplan(Loader* loader) {
     if (observed_ >= options_.replan_min_samples) {
       const double elapsed = absl::ToDoubleSeconds(absl::Now() - window_start_);
       const double rate = elapsed > 0 ? window_bytes_ / elapsed : 0;
-      if (server_predicted_s_ > 0.05) {
+      if (server_predicted_s_ > kMinSpeedEvidenceSeconds) {
         const double speed = server_actual_s_ / server_predicted_s_;
         if (std::abs(speed / resources_.remote_speed - 1) > th) {
           r.remote_speed = speed;

@@ -90,6 +90,10 @@ class SmartoffPlanner final : public Planner {
   int64_t observed_ ABSL_GUARDED_BY(mu_) = 0;
   double server_actual_s_ ABSL_GUARDED_BY(mu_) = 0;     // server wall seconds per sample
   double server_predicted_s_ ABSL_GUARDED_BY(mu_) = 0;  // client-speed seconds of that work
+  // The same sums over the whole epoch so far: the next epoch is planned with
+  // the storage speed they give, drift threshold or not.
+  double epoch_server_actual_s_ ABSL_GUARDED_BY(mu_) = 0;
+  double epoch_server_predicted_s_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t window_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time window_start_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::vector<double> step_seconds_ ABSL_GUARDED_BY(mu_);
