@@ -247,11 +247,11 @@ void SmartoffPlanner::Observe(const SampleObservation& obs) {
   if (obs.ok && obs.received != Stage::kRaw) {
     // Wall time where the storage node shares its cores: it is slower per
     // sample though each sample costs it the same CPU time (ServerOpSeconds).
-    const double before = server_actual_s_;
-    server_actual_s_ += ServerOpSeconds(obs.server_wall_seconds, obs.server_cpu_seconds,
-                                        obs.server_read_seconds, storage_wall_scale_);
+    const double actual = ServerOpSeconds(obs.server_wall_seconds, obs.server_cpu_seconds,
+                                          obs.server_read_seconds, storage_wall_scale_);
+    server_actual_s_ += actual;
     server_predicted_s_ += predicted;
-    epoch_server_actual_s_ += server_actual_s_ - before;
+    epoch_server_actual_s_ += actual;
     epoch_server_predicted_s_ += predicted;
   }
 }

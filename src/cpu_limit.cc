@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <fstream>
 #include <limits>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "csv_lines.h"
 
 namespace sophon {
 namespace internal {
@@ -35,16 +35,16 @@ double CfsQuota(double quota_us, double period_us) {
 
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return in ? text.str() : std::string();
+// The file's text, or "" when it cannot be read (no such cgroup file).
+std::string ReadFileOrEmpty(const std::string& path) {
+  absl::StatusOr<std::string> text = csv::ReadFile(path);
+  return text.ok() ? *std::move(text) : std::string();
 }
 
 double ReadNumber(const std::string& path) {
   double value = 0;
-  return absl::SimpleAtod(absl::StripAsciiWhitespace(ReadFile(path)), &value) ? value : -1;
+  const std::string text = ReadFileOrEmpty(path);
+  return absl::SimpleAtod(absl::StripAsciiWhitespace(text), &value) ? value : -1;
 }
 
 // Where the cgroup hierarchy with `controller` is mounted ("" for v2's
@@ -70,7 +70,7 @@ double QuotaAlongPath(const std::string& mount, std::string path, bool v2) {
   double limit = std::numeric_limits<double>::infinity();
   while (true) {
     const std::string dir = mount + (path == "/" ? "" : path);
-    limit = std::min(limit, v2 ? internal::CpuMaxQuota(ReadFile(dir + "/cpu.max"))
+    limit = std::min(limit, v2 ? internal::CpuMaxQuota(ReadFileOrEmpty(dir + "/cpu.max"))
                                : internal::CfsQuota(ReadNumber(dir + "/cpu.cfs_quota_us"),
                                                     ReadNumber(dir + "/cpu.cfs_period_us")));
     if (path.empty() || path == "/") break;
