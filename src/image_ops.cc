@@ -1,6 +1,7 @@
 #include "sophon/image_ops.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -14,11 +15,11 @@ namespace internal {
 namespace {
 
 // Fixed point: weights carry kWeightBits fractional bits and sum to exactly
-// 1 << kWeightBits per output; the intermediate rows carry kInterBits.
+// 1 << kWeightBits per output; the intermediate row carries kInterBits.
 constexpr int kWeightBits = 14;
 constexpr int kInterBits = 7;  // 255 << 7 = 32640 fits int16
-constexpr int kHorizontalShift = kWeightBits - kInterBits;
-constexpr int kVerticalShift = kWeightBits + kInterBits;
+constexpr int kVerticalBits = kWeightBits - kInterBits;    // shift after the first pass
+constexpr int kHorizontalBits = kWeightBits + kInterBits;  // shift after the second
 
 // Area weights of every output index along one axis, quantized to int16, with
 // the same number of taps `k` per output (even, so SIMD can take them in
@@ -71,101 +72,156 @@ Taps ComputeTaps(double lo, double hi, int out, int src_len) {
   return t;
 }
 
-// Per-thread buffers, reused so that steady-state resizes allocate nothing.
-struct Scratch {
-  std::vector<int16_t> rows;  // horizontal pass output, 4 lanes per pixel
-  std::vector<uint8_t> line;  // one RGBX output row
-};
-Scratch& ThreadScratch() {
-  thread_local Scratch scratch;
-  return scratch;
+// Per-thread buffer, reused so that steady-state resizes allocate nothing.
+std::vector<int16_t>& ThreadLine() {
+  thread_local std::vector<int16_t> line;
+  return line;
 }
 
-// One source row -> out_w pixels of 4 int16 lanes (RGB << kInterBits; lane 3
-// is unused and not read back).
-void HorizontalScalar(const uint8_t* row, int channels, const Taps& t, int out_w, int16_t* dst) {
-  for (int o = 0; o < out_w; ++o) {
-    const uint8_t* p = row + static_cast<size_t>(channels) * t.first[o];
-    const int16_t* w = t.weights.data() + static_cast<size_t>(o) * t.k;
-    int32_t r = 0, g = 0, b = 0;
-    for (int j = 0; j < t.k; ++j, p += channels) {
-      r += w[j] * p[0];
-      g += w[j] * p[1];
-      b += w[j] * p[2];
-    }
-    constexpr int32_t kRound = 1 << (kHorizontalShift - 1);
-    dst[4 * o] = static_cast<int16_t>((r + kRound) >> kHorizontalShift);
-    dst[4 * o + 1] = static_cast<int16_t>((g + kRound) >> kHorizontalShift);
-    dst[4 * o + 2] = static_cast<int16_t>((b + kRound) >> kHorizontalShift);
-    dst[4 * o + 3] = 0;
+constexpr int32_t kVerticalRound = 1 << (kVerticalBits - 1);
+constexpr int32_t kHorizontalRound = 1 << (kHorizontalBits - 1);
+
+// The vertical pass, channel-blind: bytes [0, n) of the k rows at `src`
+// (`stride` apart) weighted by `w` -> n int16 lanes with kInterBits fraction.
+void VerticalScalar(const uint8_t* src, size_t stride, const int16_t* w, int k, size_t n,
+                    int16_t* line) {
+  for (size_t i = 0; i < n; ++i) {
+    int32_t acc = 0;
+    for (int j = 0; j < k; ++j) acc += w[j] * src[j * stride + i];
+    line[i] = static_cast<int16_t>((acc + kVerticalRound) >> kVerticalBits);
   }
 }
 
-// out_lanes int16 lanes of rows[first .. first + t.k) weighted by output row o.
-// `base` is the first of the output row's source rows.
-void VerticalScalar(const int16_t* base, size_t row_lanes, const Taps& t, int o, int out_lanes,
-                    uint8_t* dst) {
-  const int16_t* w = t.weights.data() + static_cast<size_t>(o) * t.k;
-  for (int i = 0; i < out_lanes; ++i) {
-    int32_t acc = 0;
-    for (int j = 0; j < t.k; ++j) acc += w[j] * base[j * row_lanes + i];
-    acc = (acc + (1 << (kVerticalShift - 1))) >> kVerticalShift;
-    dst[i] = static_cast<uint8_t>(std::clamp(acc, 0, 255));
+// The horizontal pass: output pixel o of the int16 line (`channels` lanes per
+// pixel; the line starts at source pixel `px0`) -> RGB bytes.
+void HorizontalScalar(const int16_t* line, int channels, int px0, const Taps& t, int out_w,
+                      uint8_t* dst) {
+  for (int o = 0; o < out_w; ++o) {
+    const int16_t* p = line + static_cast<size_t>(channels) * (t.first[o] - px0);
+    const int16_t* w = t.weights.data() + static_cast<size_t>(o) * t.k;
+    for (int c = 0; c < 3; ++c) {
+      int32_t acc = 0;
+      for (int j = 0; j < t.k; ++j) acc += w[j] * p[j * channels + c];
+      dst[3 * o + c] =
+          static_cast<uint8_t>(std::clamp((acc + kHorizontalRound) >> kHorizontalBits, 0, 255));
+    }
   }
 }
 
 #if defined(__SSE2__)
-// Same arithmetic as HorizontalScalar for RGBX input, two taps per madd.
-// REQUIRES: every window lies inside the row (src_w >= t.k), t.k even.
-void HorizontalSse2(const uint8_t* row, const Taps& t, int out_w, int16_t* dst) {
+// VerticalScalar, 16 bytes at a time, two rows per madd, with the K weights
+// held in registers; the scalar loop takes the tail.
+template <int K>
+void VerticalSse2Fixed(const uint8_t* src, size_t stride, const int16_t* w, size_t n,
+                       int16_t* line) {
+  static_assert(K % 2 == 0 && K >= 2);
   const __m128i zero = _mm_setzero_si128();
-  const __m128i round = _mm_set1_epi32(1 << (kHorizontalShift - 1));
-  for (int o = 0; o < out_w; ++o) {
-    const uint8_t* p = row + 4 * static_cast<size_t>(t.first[o]);
-    const int16_t* w = t.weights.data() + static_cast<size_t>(o) * t.k;
-    __m128i acc = _mm_setzero_si128();
-    for (int j = 0; j < t.k; j += 2, p += 8) {
-      // [r0 g0 b0 x0 r1 g1 b1 x1] -> [r0 r1 g0 g1 b0 b1 x0 x1] as int16
-      const __m128i two = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-      const __m128i pairs = _mm_unpacklo_epi8(_mm_unpacklo_epi8(two, _mm_srli_si128(two, 4)), zero);
-      int32_t wpair;
-      std::memcpy(&wpair, w + j, sizeof(wpair));
-      acc = _mm_add_epi32(acc, _mm_madd_epi16(pairs, _mm_set1_epi32(wpair)));
+  const __m128i round = _mm_set1_epi32(kVerticalRound);
+  __m128i wv[K / 2];
+  for (int j = 0; j < K; j += 2) {
+    int32_t wpair;
+    std::memcpy(&wpair, w + j, sizeof(wpair));
+    wv[j / 2] = _mm_set1_epi32(wpair);
+  }
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m128i acc0 = round, acc1 = round, acc2 = round, acc3 = round;
+    for (int j = 0; j < K; j += 2) {
+      const uint8_t* p = src + j * stride + i;
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + stride));
+      const __m128i ab_lo = _mm_unpacklo_epi8(a, b);  // a0 b0 a1 b1 ...
+      const __m128i ab_hi = _mm_unpackhi_epi8(a, b);
+      acc0 = _mm_add_epi32(acc0, _mm_madd_epi16(_mm_unpacklo_epi8(ab_lo, zero), wv[j / 2]));
+      acc1 = _mm_add_epi32(acc1, _mm_madd_epi16(_mm_unpackhi_epi8(ab_lo, zero), wv[j / 2]));
+      acc2 = _mm_add_epi32(acc2, _mm_madd_epi16(_mm_unpacklo_epi8(ab_hi, zero), wv[j / 2]));
+      acc3 = _mm_add_epi32(acc3, _mm_madd_epi16(_mm_unpackhi_epi8(ab_hi, zero), wv[j / 2]));
     }
-    acc = _mm_srai_epi32(_mm_add_epi32(acc, round), kHorizontalShift);
-    acc = _mm_packs_epi32(acc, acc);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + 4 * o), acc);  // lane 3 unused
+    acc0 = _mm_srai_epi32(acc0, kVerticalBits);
+    acc1 = _mm_srai_epi32(acc1, kVerticalBits);
+    acc2 = _mm_srai_epi32(acc2, kVerticalBits);
+    acc3 = _mm_srai_epi32(acc3, kVerticalBits);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(line + i), _mm_packs_epi32(acc0, acc1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(line + i + 8), _mm_packs_epi32(acc2, acc3));
+  }
+  VerticalScalar(src + i, stride, w, K, n - i, line + i);
+}
+
+// REQUIRES: k even. Area downscales by less than 2x (every decode here) have
+// k = 2 or 4; other k take the scalar kernel.
+void VerticalSse2(const uint8_t* src, size_t stride, const int16_t* w, int k, size_t n,
+                  int16_t* line) {
+  switch (k) {
+    case 2: return VerticalSse2Fixed<2>(src, stride, w, n, line);
+    case 4: return VerticalSse2Fixed<4>(src, stride, w, n, line);
+    case 6: return VerticalSse2Fixed<6>(src, stride, w, n, line);
+    case 8: return VerticalSse2Fixed<8>(src, stride, w, n, line);
+    default: return VerticalScalar(src, stride, w, k, n, line);
   }
 }
 
-// Same arithmetic as VerticalScalar, eight lanes at a time, two rows per madd.
-// REQUIRES: out_lanes a multiple of 8 and t.k even.
-void VerticalSse2(const int16_t* base, size_t row_lanes, const Taps& t, int o, int out_lanes,
-                  uint8_t* dst) {
-  const int16_t* w = t.weights.data() + static_cast<size_t>(o) * t.k;
-  const __m128i round = _mm_set1_epi32(1 << (kVerticalShift - 1));
-  for (int i = 0; i < out_lanes; i += 8) {
-    __m128i lo = _mm_setzero_si128(), hi = _mm_setzero_si128();
-    for (int j = 0; j < t.k; j += 2) {
-      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + j * row_lanes + i));
-      const __m128i b =
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + (j + 1) * row_lanes + i));
-      int32_t wpair;
-      std::memcpy(&wpair, w + j, sizeof(wpair));
-      const __m128i wv = _mm_set1_epi32(wpair);
-      lo = _mm_add_epi32(lo, _mm_madd_epi16(_mm_unpacklo_epi16(a, b), wv));
-      hi = _mm_add_epi32(hi, _mm_madd_epi16(_mm_unpackhi_epi16(a, b), wv));
+// HorizontalScalar for RGBX lines, two taps per madd, K taps unrolled, with
+// the weight pairs broadcast once per resize (`wv`: K / 2 vectors per output).
+// Each pixel is stored as 4 bytes whose last one the next pixel overwrites;
+// the last pixel goes through the scalar kernel.
+// REQUIRES: windows inside the line.
+using WeightPair4 = std::array<int32_t, 4>;  // one weight pair, broadcast
+
+template <int K>
+void HorizontalSse2Fixed(const int16_t* line, int px0, const Taps& t, const WeightPair4* wv,
+                         int out_w, uint8_t* dst) {
+  const __m128i round = _mm_set1_epi32(kHorizontalRound);
+  for (int o = 0; o + 1 < out_w; ++o, wv += K / 2) {
+    const int16_t* p = line + 4 * static_cast<size_t>(t.first[o] - px0);
+    __m128i acc = round;
+    for (int j = 0; j < K; j += 2) {
+      // [r0 g0 b0 x0 r1 g1 b1 x1] -> [r0 r1 g0 g1 b0 b1 x0 x1]
+      const __m128i two = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 4 * j));
+      const __m128i pairs = _mm_unpacklo_epi16(two, _mm_srli_si128(two, 8));
+      const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wv[j / 2].data()));
+      acc = _mm_add_epi32(acc, _mm_madd_epi16(pairs, w));
     }
-    lo = _mm_srai_epi32(_mm_add_epi32(lo, round), kVerticalShift);
-    hi = _mm_srai_epi32(_mm_add_epi32(hi, round), kVerticalShift);
-    const __m128i v16 = _mm_packs_epi32(lo, hi);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + i), _mm_packus_epi16(v16, v16));
+    acc = _mm_srai_epi32(acc, kHorizontalBits);
+    const __m128i v16 = _mm_packs_epi32(acc, acc);
+    const int32_t rgbx = _mm_cvtsi128_si32(_mm_packus_epi16(v16, v16));
+    std::memcpy(dst + 3 * o, &rgbx, sizeof(rgbx));
+  }
+}
+
+// Weight pairs of every output, broadcast: t.k / 2 vectors per output.
+void BroadcastPairs(const Taps& t, int out_w, std::vector<WeightPair4>* wv) {
+  wv->resize(static_cast<size_t>(out_w) * (t.k / 2));
+  for (size_t i = 0; i < wv->size(); ++i) {
+    int32_t wpair;
+    std::memcpy(&wpair, t.weights.data() + 2 * i, sizeof(wpair));
+    (*wv)[i].fill(wpair);
+  }
+}
+
+// REQUIRES: t.k in {2, 4, 6, 8}, windows inside the line.
+void HorizontalSse2(const int16_t* line, int px0, const Taps& t, const WeightPair4* wv, int out_w,
+                    uint8_t* dst) {
+  switch (t.k) {
+    case 2: HorizontalSse2Fixed<2>(line, px0, t, wv, out_w, dst); break;
+    case 4: HorizontalSse2Fixed<4>(line, px0, t, wv, out_w, dst); break;
+    case 6: HorizontalSse2Fixed<6>(line, px0, t, wv, out_w, dst); break;
+    default: HorizontalSse2Fixed<8>(line, px0, t, wv, out_w, dst); break;
+  }
+  if (out_w > 0) {
+    Taps last;
+    last.k = t.k;
+    last.first = {t.first[out_w - 1]};
+    last.weights.assign(t.weights.end() - t.k, t.weights.end());
+    HorizontalScalar(line, 4, px0, last, 1, dst + 3 * (out_w - 1));
   }
 }
 #endif
 
 }  // namespace
 
+// Vertical pass first, over only the columns the horizontal taps read, then
+// the horizontal pass on out_h rows: the (costlier) horizontal kernel runs
+// once per output row, not once per source row.
 void ResizeArea(const uint8_t* src, int src_h, int src_w, int src_stride, int src_channels,
                 double x0, double y0, double x1, double y1, int out_h, int out_w, uint8_t* dst,
                 bool allow_simd) {
@@ -177,49 +233,40 @@ void ResizeArea(const uint8_t* src, int src_h, int src_w, int src_stride, int sr
   const bool simd = false;
   (void)allow_simd;
 #endif
-  const bool simd_x = simd && src_channels == 4 && src_w >= tx.k && tx.k % 2 == 0;
+  const bool simd_x = simd && src_channels == 4 && src_w >= tx.k && tx.k % 2 == 0 && tx.k <= 8;
   const bool simd_y = simd && src_h >= ty.k && ty.k % 2 == 0;
-  int row_first = src_h, row_last = 0;
-  for (int o = 0; o < out_h; ++o) {
-    row_first = std::min(row_first, ty.first[o]);
-    row_last = std::max(row_last, ty.first[o] + ty.k);
+  int px0 = src_w, px1 = 0;
+  for (int o = 0; o < out_w; ++o) {
+    px0 = std::min(px0, tx.first[o]);
+    px1 = std::max(px1, tx.first[o] + tx.k);
   }
-  // Lanes per intermediate row: 4 per pixel, padded to whole 8-lane vectors.
-  const size_t row_lanes = (static_cast<size_t>(out_w) * 4 + 7) / 8 * 8;
-  Scratch& s = ThreadScratch();
-  s.rows.resize(std::max(s.rows.size(), static_cast<size_t>(row_last - row_first) * row_lanes));
-  s.line.resize(std::max(s.line.size(), row_lanes));
-  for (int y = row_first; y < row_last; ++y) {
-    const uint8_t* row = src + static_cast<size_t>(y) * src_stride;
-    int16_t* out = s.rows.data() + static_cast<size_t>(y - row_first) * row_lanes;
+  const size_t lanes = static_cast<size_t>(px1 - px0) * src_channels;
+  std::vector<int16_t>& line = ThreadLine();
+  if (line.size() < lanes) line.resize(lanes);
 #if defined(__SSE2__)
-    if (simd_x) {
-      HorizontalSse2(row, tx, out_w, out);
-    } else {
-      HorizontalScalar(row, src_channels, tx, out_w, out);
-    }
-#else
-    HorizontalScalar(row, src_channels, tx, out_w, out);
+  thread_local std::vector<WeightPair4> wv;
+  if (simd_x) BroadcastPairs(tx, out_w, &wv);
 #endif
-    std::fill(out + 4 * out_w, out + row_lanes, 0);
-  }
   for (int o = 0; o < out_h; ++o) {
-    const int16_t* base = s.rows.data() + static_cast<size_t>(ty.first[o] - row_first) * row_lanes;
+    const uint8_t* rows = src + static_cast<size_t>(ty.first[o]) * src_stride +
+                          static_cast<size_t>(px0) * src_channels;
+    const int16_t* w = ty.weights.data() + static_cast<size_t>(o) * ty.k;
+    uint8_t* out = dst + static_cast<size_t>(o) * out_w * 3;
 #if defined(__SSE2__)
     if (simd_y) {
-      VerticalSse2(base, row_lanes, ty, o, static_cast<int>(row_lanes), s.line.data());
+      VerticalSse2(rows, src_stride, w, ty.k, lanes, line.data());
     } else {
-      VerticalScalar(base, row_lanes, ty, o, 4 * out_w, s.line.data());
+      VerticalScalar(rows, src_stride, w, ty.k, lanes, line.data());
+    }
+    if (simd_x) {
+      HorizontalSse2(line.data(), px0, tx, wv.data(), out_w, out);
+    } else {
+      HorizontalScalar(line.data(), src_channels, px0, tx, out_w, out);
     }
 #else
-    VerticalScalar(base, row_lanes, ty, o, 4 * out_w, s.line.data());
+    VerticalScalar(rows, src_stride, w, ty.k, lanes, line.data());
+    HorizontalScalar(line.data(), src_channels, px0, tx, out_w, out);
 #endif
-    uint8_t* out = dst + static_cast<size_t>(o) * out_w * 3;
-    for (int x = 0; x < out_w; ++x) {
-      out[3 * x] = s.line[4 * x];
-      out[3 * x + 1] = s.line[4 * x + 1];
-      out[3 * x + 2] = s.line[4 * x + 2];
-    }
   }
 }
 
@@ -243,7 +290,7 @@ void FlipHorizontalRgb(uint8_t* pixels, int height, int width) {
   }
 }
 
-void ToTensorNormalize(const uint8_t* hwc, int height, int width, float* dst) {
+void ToTensorNormalize(const uint8_t* hwc, int height, int width, float* dst, bool mirror) {
   // (x / 255 - mean) / std == x * a + b, tabulated for the 256 values of x:
   // one pass over the pixels, three contiguous planes out.
   struct Table {
@@ -261,10 +308,22 @@ void ToTensorNormalize(const uint8_t* hwc, int height, int width, float* dst) {
   float* r = dst;
   float* g = dst + plane;
   float* b = dst + 2 * plane;
-  for (size_t i = 0; i < plane; ++i, hwc += 3) {
-    r[i] = table.v[0][hwc[0]];
-    g[i] = table.v[1][hwc[1]];
-    b[i] = table.v[2][hwc[2]];
+  if (!mirror) {
+    for (size_t i = 0; i < plane; ++i, hwc += 3) {
+      r[i] = table.v[0][hwc[0]];
+      g[i] = table.v[1][hwc[1]];
+      b[i] = table.v[2][hwc[2]];
+    }
+    return;
+  }
+  for (int y = 0; y < height; ++y) {
+    const uint8_t* px = hwc + (static_cast<size_t>(y) * width + width - 1) * 3;
+    const size_t row = static_cast<size_t>(y) * width;
+    for (int x = 0; x < width; ++x, px -= 3) {
+      r[row + x] = table.v[0][px[0]];
+      g[row + x] = table.v[1][px[1]];
+      b[row + x] = table.v[2][px[2]];
+    }
   }
 }
 

@@ -117,12 +117,14 @@ absl::Status FinishToTensor(StageData in, const SampleKey& key, const PipelineOp
     std::memcpy(dst, in.data.data(), in.data.size());
     return absl::OkStatus();
   }
-  absl::StatusOr<StageData> flipped = RunPipeline(std::move(in), Stage::kFlipped, key, options,
-                                                  times);
-  if (!flipped.ok()) return flipped.status();
+  // A CROPPED sample is flipped while it is converted (one pass, same floats).
+  const bool mirror = in.stage <= Stage::kCropped && FlipBit(key, options);
+  const Stage target = in.stage <= Stage::kCropped ? Stage::kCropped : Stage::kFlipped;
+  absl::StatusOr<StageData> ready = RunPipeline(std::move(in), target, key, options, times);
+  if (!ready.ok()) return ready.status();
   const double t0 = ThreadCpuSeconds();
-  ToTensorNormalize(reinterpret_cast<const uint8_t*>(flipped->data.data()), flipped->height,
-                    flipped->width, dst);
+  ToTensorNormalize(reinterpret_cast<const uint8_t*>(ready->data.data()), ready->height,
+                    ready->width, dst, mirror);
   if (times) times->tensor += ThreadCpuSeconds() - t0;
   return absl::OkStatus();
 }

@@ -130,5 +130,15 @@ TEST(ToTensorNormalizeTest, MatchesTorchvisionFormula) {
   EXPECT_NEAR(chw[5], (30 / 255.0 - 0.406) / 0.225, 1e-5);  // B, x=1
 }
 
+TEST(ToTensorNormalizeTest, MirroredEqualsFlipThenTensor) {
+  const Image8 img = testing::MakeTestImage(5, 7, 3);
+  std::vector<uint8_t> flipped = img.pixels;
+  FlipHorizontalRgb(flipped.data(), 5, 7);
+  std::vector<float> expected(3 * 5 * 7), mirrored(3 * 5 * 7);
+  ToTensorNormalize(flipped.data(), 5, 7, expected.data());
+  ToTensorNormalize(img.pixels.data(), 5, 7, mirrored.data(), /*mirror=*/true);
+  EXPECT_EQ(mirrored, expected);
+}
+
 }  // namespace
 }  // namespace sophon

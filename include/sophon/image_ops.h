@@ -34,8 +34,11 @@ void ResizeArea(const uint8_t* src, int src_h, int src_w, int src_stride, int sr
 void FlipHorizontalRgb(uint8_t* pixels, int height, int width);
 
 // uint8 HWC RGB -> float32 CHW, x / 255 then (x - mean) / std per channel.
+// With `mirror`, reads each row right to left: the same floats as
+// FlipHorizontalRgb then ToTensorNormalize, in one pass.
 // `dst` has 3 * height * width floats.
-void ToTensorNormalize(const uint8_t* hwc, int height, int width, float* dst);
+void ToTensorNormalize(const uint8_t* hwc, int height, int width, float* dst,
+                       bool mirror = false);
 
 }  // namespace sophon
 

@@ -45,7 +45,9 @@ absl::StatusOr<StageData> RunPipeline(StageData in, Stage target, const SampleKe
                                       const PipelineOptions& options, OpTimes* times = nullptr);
 
 // Finishes a sample at any stage into float32 CHW written to `dst`
-// (3 * S * S floats), without an intermediate TENSOR buffer.
+// (3 * S * S floats), without an intermediate TENSOR buffer. A sample before
+// FLIPPED is mirrored while it is converted, so `times->flip` stays 0 and the
+// (nearly free) flip is part of `times->tensor`.
 absl::Status FinishToTensor(StageData in, const SampleKey& key, const PipelineOptions& options,
                             float* dst, OpTimes* times = nullptr);
 

@@ -47,9 +47,15 @@ int main(int argc, char** argv) {
   std::vector<std::string> files;
   uint64_t total_bytes = 0;
   for (const std::string& p : paths) {
-    std::ifstream in(p, std::ios::binary);
-    files.emplace_back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    total_bytes += files.back().size();
+    std::ifstream in(p, std::ios::binary | std::ios::ate);
+    std::string bytes(static_cast<size_t>(std::max<std::streamoff>(0, in.tellg())), '\0');
+    in.seekg(0);
+    if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) {
+      std::fprintf(stderr, "sophon-bench-prep: cannot read %s\n", p.c_str());
+      return 2;
+    }
+    total_bytes += bytes.size();
+    files.push_back(std::move(bytes));
   }
   sophon::PipelineOptions options;
   options.augment.crop_size = absl::GetFlag(FLAGS_crop_size);
