@@ -98,7 +98,11 @@ absl::Status Loader::StartEpoch(uint64_t epoch, int64_t max_batches) {
     error_ = absl::OkStatus();
     stats_ = LoaderEpochStats();
   }
-  call_ = client_->OpenFetch();
+  {
+    absl::MutexLock lock(&mu_);
+    call_ = client_->OpenFetch();
+    stream_gen_ = 0;
+  }
   threads_.emplace_back([this] { SendLoop(); });
   NameThread(threads_.back(), "sophon-send");
   threads_.emplace_back([this] { ReceiveLoop(); });
@@ -114,10 +118,60 @@ void Loader::FailLocked(absl::Status status) {
   if (error_.ok()) error_ = std::move(status);
 }
 
+void Loader::WriteRequests(FetchCall* call,
+                           const std::vector<std::pair<uint64_t, Stage>>& requests) {
+  v1::FetchRequest request;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (request.samples_size() == 0) {
+      request.set_epoch(epoch_);
+      request.set_seed(options_.seed);
+      *request.mutable_augment() = ToProto(options_.pipeline.augment);
+    }
+    v1::SampleRequest* sr = request.add_samples();
+    sr->set_id(requests[i].first);
+    sr->set_target_stage(static_cast<v1::Stage>(requests[i].second));
+    if (request.samples_size() == options_.requests_per_message || i + 1 == requests.size()) {
+      if (!call->Write(request)) return;  // the stream broke: see ReceiveLoop
+      request.Clear();
+    }
+  }
+}
+
+void Loader::ResendIfReconnected(uint64_t* gen, std::shared_ptr<FetchCall>* call) {
+  std::vector<std::pair<uint64_t, Stage>> missing;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stream_gen_ == *gen) return;
+    *gen = stream_gen_;
+    *call = call_;
+    for (const auto& [index, batch] : pending_) {
+      for (int i = 0; i < batch->n; ++i) {
+        if (!batch->arrived[i]) missing.emplace_back(batch->ids[i], batch->stages[i]);
+      }
+    }
+    stats_.resent += missing.size();
+  }
+  spdlog::info("requesting again the {} samples that had not arrived from storage server {}",
+               missing.size(), client_->address());
+  // A failed write means this stream broke too: the receiver re-opens it and
+  // the next call resends again.
+  WriteRequests(call->get(), missing);
+}
+
+// The only writer of requests. Each batch is registered (under mu_) before its
+// requests go out, so replies find it; a batch registered before a reconnect
+// has its missing samples resent on the new stream before any later batch.
 void Loader::SendLoop() {
   const v1::Manifest& manifest = client_->manifest();
   const int64_t b = options_.batch_size;
   const int64_t total = options_.drop_last ? num_batches_ * b : static_cast<int64_t>(order_.size());
+  uint64_t gen = 0;
+  std::shared_ptr<FetchCall> call;
+  {
+    absl::MutexLock lock(&mu_);
+    gen = stream_gen_;
+    call = call_;
+  }
   for (int64_t k = 0; k < num_batches_; ++k) {
     auto batch = std::make_unique<PendingBatch>();
     batch->index = k;
@@ -133,87 +187,166 @@ void Loader::SendLoop() {
     }
     batch->images.resize(static_cast<size_t>(batch->n) * sample_floats_);
     batch->bad.assign(batch->n, 0);
+    batch->arrived.assign(batch->n, 0);
     batch->remaining = batch->n;
     for (int64_t p = begin; p < end; ++p) {
       batch->ids.push_back(order_[p]);
       batch->labels.push_back(manifest.labels(static_cast<int>(order_[p])));
     }
+    // Waits for room; a stream re-opened meanwhile gets the missing requests
+    // first (the trainer may be waiting for them to make room).
+    bool go = true;
+    while (true) {
+      bool reconnected = false;
+      {
+        absl::MutexLock lock(&mu_);
+        auto has_room = [this, gen]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return opened_batches_ - next_batch_ < options_.prefetch_batches || stopping_ ||
+                 !error_.ok() || stream_gen_ != gen;
+        };
+        mu_.Await(absl::Condition(&has_room));
+        go = !stopping_ && error_.ok();
+        reconnected = stream_gen_ != gen;
+      }
+      if (!go || !reconnected) break;
+      ResendIfReconnected(&gen, &call);
+    }
+    if (!go) break;
+    {
+      absl::MutexLock lock(&plan_mu_);
+      batch->stages.assign(plan_.begin() + begin, plan_.begin() + end);
+      sent_ = end;
+    }
+    std::vector<std::pair<uint64_t, Stage>> requests;
+    for (int i = 0; i < batch->n; ++i) requests.emplace_back(batch->ids[i], batch->stages[i]);
+    bool reconnected = false;
     {
       absl::MutexLock lock(&mu_);
-      auto has_room = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        return opened_batches_ - next_batch_ < options_.prefetch_batches || stopping_ ||
-               !error_.ok();
-      };
-      mu_.Await(absl::Condition(&has_room));
       if (stopping_ || !error_.ok()) break;
       requested_ += batch->n;
       pending_[k] = std::move(batch);
       ++opened_batches_;
+      reconnected = stream_gen_ != gen;
     }
-    // Requests go out after the batch is registered, so replies find it.
-    v1::FetchRequest request;
-    bool ok = true;
-    std::vector<Stage> stages;
-    {
-      absl::MutexLock lock(&plan_mu_);
-      stages.assign(plan_.begin() + begin, plan_.begin() + end);
-      sent_ = end;
+    // Requests go out after the batch is registered, so replies find it. If
+    // the stream was re-opened since, the resend covers this batch; a failed
+    // write means the stream broke, and the resend after the reconnect covers it.
+    if (reconnected) {
+      ResendIfReconnected(&gen, &call);
+    } else {
+      WriteRequests(call.get(), requests);
     }
-    for (int64_t p = begin; p < end && ok; ++p) {
-      if (request.samples_size() == 0) {
-        request.set_epoch(epoch_);
-        request.set_seed(options_.seed);
-        *request.mutable_augment() = ToProto(options_.pipeline.augment);
-      }
-      v1::SampleRequest* sr = request.add_samples();
-      sr->set_id(order_[p]);
-      sr->set_target_stage(static_cast<v1::Stage>(stages[p - begin]));
-      if (request.samples_size() == options_.requests_per_message || p + 1 == end) {
-        ok = call_->Write(request);
-        request.Clear();
-      }
-    }
-    if (!ok) break;  // the receiver reports the stream's status
   }
-  call_->WritesDone();
+  // Until the epoch's stream ends, each re-opened stream gets the missing
+  // requests and its own WritesDone.
+  while (true) {
+    call->WritesDone();
+    {
+      absl::MutexLock lock(&mu_);
+      auto settled = [this, gen]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return stream_done_ || stopping_ || !error_.ok() || stream_gen_ != gen;
+      };
+      mu_.Await(absl::Condition(&settled));
+      if (stream_gen_ == gen) return;
+    }
+    ResendIfReconnected(&gen, &call);
+  }
 }
 
+namespace {
+
+// Codes with which a Fetch stream breaks when the server went away or is
+// restarting (CANCELLED: the server shut down with the call open).
+bool StreamBreakIsRetryable(absl::StatusCode code) {
+  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kAborted ||
+         code == absl::StatusCode::kCancelled;
+}
+
+}  // namespace
+
 void Loader::ReceiveLoop() {
+  constexpr int kMaxFruitlessReconnects = 3;
   v1::FetchResponse response;
   const int64_t b = options_.batch_size;
-  while (call_->Read(&response)) {
+  std::shared_ptr<FetchCall> call;
+  {
     absl::MutexLock lock(&mu_);
-    for (v1::Sample& sample : *response.mutable_samples()) {
-      const uint64_t id = sample.id();
-      const int64_t pos = id < position_of_id_.size() ? position_of_id_[id] : -1;
-      auto it = pos >= 0 ? pending_.find(pos / b) : pending_.end();
-      if (it == pending_.end()) {
-        FailLocked(absl::DataLossError(absl::StrCat("storage server ", client_->address(),
-                                                    " sent sample ", id,
-                                                    " that was not requested")));
+    call = call_;
+  }
+  int fruitless = 0;  // re-opened streams in a row that delivered nothing
+  while (true) {
+    int64_t delivered = 0;
+    while (call->Read(&response)) {
+      absl::MutexLock lock(&mu_);
+      for (v1::Sample& sample : *response.mutable_samples()) {
+        const uint64_t id = sample.id();
+        const int64_t pos = id < position_of_id_.size() ? position_of_id_[id] : -1;
+        auto it = pos >= 0 ? pending_.find(pos / b) : pending_.end();
+        const int slot = static_cast<int>(pos % b);
+        if (it == pending_.end() || it->second->arrived[slot]) {
+          FailLocked(absl::DataLossError(absl::StrCat(
+              "storage server ", client_->address(), " sent sample ", id,
+              it == pending_.end() ? " that was not requested" : " twice")));
+          break;
+        }
+        it->second->arrived[slot] = 1;
+        WorkItem item;
+        item.sample = std::move(sample);
+        item.batch = it->second.get();
+        item.slot = slot;
+        work_.push_back(std::move(item));
+        ++received_;
+        ++delivered;
+      }
+    }
+    const absl::Status status = call->Finish();
+    int64_t outstanding = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_ || !error_.ok()) break;
+      if (status.ok()) {
+        if (received_ < requested_) {
+          FailLocked(absl::DataLossError(absl::StrCat(
+              "storage server ", client_->address(), " closed the stream with ",
+              requested_ - received_, " of ", requested_, " requested samples missing")));
+        }
         break;
       }
-      WorkItem item;
-      item.sample = std::move(sample);
-      item.batch = it->second.get();
-      item.slot = static_cast<int>(pos % b);
-      work_.push_back(std::move(item));
-      ++received_;
+      fruitless = delivered > 0 ? 0 : fruitless + 1;
+      const std::string what = absl::StrCat("fetch stream from storage server ",
+                                            client_->address(), " failed: ", status.message());
+      if (!StreamBreakIsRetryable(status.code()) || fruitless >= kMaxFruitlessReconnects) {
+        FailLocked(absl::Status(
+            status.code(),
+            fruitless >= kMaxFruitlessReconnects
+                ? absl::StrCat(what, " (", fruitless, " re-opened streams in a row delivered nothing)")
+                : what));
+        break;
+      }
+      outstanding = requested_ - received_;
     }
+    spdlog::warn("{} ({}); {} requested samples outstanding, reconnecting",
+                 absl::StatusCodeToString(status.code()), std::string(status.message()),
+                 outstanding);
+    absl::Status back = client_->AwaitSameServer([this]() {
+      absl::MutexLock lock(&mu_);
+      return stopping_;
+    });
+    std::shared_ptr<FetchCall> fresh;
+    if (back.ok()) fresh = client_->OpenFetch();
+    absl::MutexLock lock(&mu_);
+    if (stopping_) break;
+    if (!back.ok()) {
+      FailLocked(std::move(back));
+      break;
+    }
+    spdlog::info("storage server {} is back; fetch stream re-opened", client_->address());
+    call_ = fresh;
+    call = std::move(fresh);
+    ++stream_gen_;
+    stats_.reconnects++;
   }
-  absl::Status status = call_->Finish();
   absl::MutexLock lock(&mu_);
-  if (!stopping_) {
-    if (!status.ok()) {
-      FailLocked(absl::Status(status.code(), absl::StrCat("fetch stream from storage server ",
-                                                          client_->address(), " failed: ",
-                                                          status.message())));
-    } else if (received_ < requested_) {
-      FailLocked(absl::DataLossError(absl::StrCat(
-          "storage server ", client_->address(), " closed the stream with ",
-          requested_ - received_, " of ", requested_, " requested samples missing")));
-    }
-  }
   stream_done_ = true;
 }
 
@@ -365,17 +498,20 @@ LoaderEpochStats Loader::stats() const {
 }
 
 void Loader::Stop() {
+  std::shared_ptr<FetchCall> call;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    call = call_;
   }
-  if (call_) call_->Cancel();
+  if (call) call->Cancel();
   JoinThreads();
 }
 
 void Loader::JoinThreads() {
   for (std::thread& t : threads_) t.join();
   threads_.clear();
+  absl::MutexLock lock(&mu_);
   call_.reset();
 }
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -68,6 +69,8 @@ struct LoaderEpochStats {
   std::array<uint64_t, kNumStages> bytes_by_stage{};    // payload bytes received
   double local_cpu_seconds = 0;   // thread CPU of local prep
   double server_cpu_seconds = 0;  // as reported per sample by the server
+  int reconnects = 0;             // Fetch streams re-opened after the server went away
+  uint64_t resent = 0;            // sample requests sent again on a re-opened stream
   std::vector<std::string> first_errors;  // up to 5 bad-sample messages
 };
 
@@ -85,6 +88,12 @@ class Loader {
   absl::Status StartEpoch(uint64_t epoch, int64_t max_batches = 0);
   // The next batch in epoch order. false at the end of the epoch. Errors:
   // a failed stream (naming the server), or a bad sample under kFail.
+  // A stream that breaks because the server went away or restarted
+  // (UNAVAILABLE, ABORTED, CANCELLED by the server) is re-opened once the
+  // server answers again with the same dataset (within the client's
+  // connect_timeout), and every requested sample that had not arrived is
+  // requested again, so each still arrives exactly once. Three breaks in a row
+  // with no sample delivered in between end the epoch with the last error.
   // `batch`'s previous image buffer is recycled for a later batch (every slot
   // is overwritten, so buffers are neither zeroed nor faulted in anew).
   absl::StatusOr<bool> Next(Batch* batch);
@@ -111,7 +120,9 @@ class Loader {
     std::vector<float> images;
     std::vector<int64_t> labels;
     std::vector<uint64_t> ids;
+    std::vector<Stage> stages;   // as requested
     std::vector<char> bad;
+    std::vector<char> arrived;   // a reply came (counts against `remaining` in WorkerLoop)
     int remaining = 0;
   };
   struct WorkItem {
@@ -122,6 +133,12 @@ class Loader {
 
   Loader(SampleClient* client, const LoaderOptions& options, Planner* planner);
   void SendLoop();
+  // Writes requests on `call`, requests_per_message to a message; stops at
+  // the first failed write (the stream broke, and the receiver re-opens it).
+  void WriteRequests(FetchCall* call, const std::vector<std::pair<uint64_t, Stage>>& requests);
+  // If the receiver re-opened the stream since `*gen`: adopts the new stream
+  // and re-requests every registered sample that has not arrived.
+  void ResendIfReconnected(uint64_t* gen, std::shared_ptr<FetchCall>* call);
   void ReceiveLoop();
   void WorkerLoop();
   void FailLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -141,7 +158,6 @@ class Loader {
   int64_t sent_ ABSL_GUARDED_BY(plan_mu_) = 0;  // positions requested so far
   std::vector<int64_t> position_of_id_;  // -1 if not in this epoch
   int64_t num_batches_ = 0;
-  std::unique_ptr<FetchCall> call_;
   std::vector<std::thread> threads_;
 
   mutable absl::Mutex mu_;
@@ -152,6 +168,10 @@ class Loader {
   int64_t requested_ ABSL_GUARDED_BY(mu_) = 0;  // samples asked for so far
   int64_t received_ ABSL_GUARDED_BY(mu_) = 0;
   bool stream_done_ ABSL_GUARDED_BY(mu_) = false;
+  // The current Fetch stream; the receiver replaces it (and bumps the
+  // generation) when the server went away, the sender re-requests on it.
+  std::shared_ptr<FetchCall> call_ ABSL_GUARDED_BY(mu_);
+  uint64_t stream_gen_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   LoaderEpochStats stats_ ABSL_GUARDED_BY(mu_);

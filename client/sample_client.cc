@@ -27,10 +27,12 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
 
 }  // namespace
 
-absl::Status RetryWithBackoff(const std::function<absl::Status()>& attempt, absl::Time deadline) {
+absl::Status RetryWithBackoff(const std::function<absl::Status()>& attempt, absl::Time deadline,
+                              const std::function<bool()>& stop) {
   absl::Duration backoff = absl::Milliseconds(50);
   int tries = 0;
   while (true) {
+    if (stop && stop()) return absl::CancelledError("stopped while retrying");
     absl::Status status = attempt();
     ++tries;
     if (status.ok() || !IsRetryable(status.code())) return status;
@@ -40,7 +42,12 @@ absl::Status RetryWithBackoff(const std::function<absl::Status()>& attempt, absl
                                                       tries, " tries)"));
     }
     spdlog::debug("retrying in {} after: {}", absl::FormatDuration(backoff), std::string(status.message()));
-    absl::SleepFor(backoff);
+    // Sleeps in short slices so that `stop` is seen promptly.
+    for (absl::Duration left = backoff; left > absl::ZeroDuration();
+         left -= absl::Milliseconds(50)) {
+      if (stop && stop()) return absl::CancelledError("stopped while retrying");
+      absl::SleepFor(std::min(left, absl::Milliseconds(50)));
+    }
     backoff = std::min(backoff * 2, absl::Seconds(2));
   }
 }
@@ -65,6 +72,11 @@ absl::StatusOr<std::unique_ptr<SampleClient>> SampleClient::Connect(const Client
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(64 << 20);
+  // gRPC's own reconnect backoff grows to 120 s by default: a restarted
+  // storage server would sit unused that long. Ours tops out at 2 s.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   client->channel_ = grpc::CreateCustomChannel(options.address,
                                                grpc::InsecureChannelCredentials(), args);
   client->stub_ = v1::SampleService::NewStub(client->channel_);
@@ -104,6 +116,39 @@ absl::StatusOr<v1::ServerStats> SampleClient::GetStats() {
                                                     options_.address, ": ", status.message()));
   }
   return stats;
+}
+
+absl::Status SampleClient::AwaitSameServer(const std::function<bool()>& stop) {
+  v1::Manifest fresh;
+  absl::Status status = RetryWithBackoff(
+      [&] {
+        grpc::ClientContext context;
+        SetDeadline(&context, std::min(options_.rpc_timeout, options_.connect_timeout));
+        fresh.Clear();
+        return FromGrpc(stub_->GetManifest(&context, {}, &fresh));
+      },
+      absl::Now() + options_.connect_timeout, stop);
+  if (!status.ok()) {
+    if (status.code() == absl::StatusCode::kCancelled) return status;
+    return absl::Status(status.code(),
+                        absl::StrCat("storage server ", options_.address, " did not come back within ",
+                                     absl::FormatDuration(options_.connect_timeout), ": ",
+                                     status.message()));
+  }
+  const v1::Manifest& was = manifest_;
+  auto same = [](const auto& a, const auto& b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
+  };
+  if (fresh.num_samples() != was.num_samples() || !same(fresh.labels(), was.labels()) ||
+      !same(fresh.raw_sizes(), was.raw_sizes()) ||
+      !same(fresh.relative_paths(), was.relative_paths()) ||
+      !same(fresh.class_names(), was.class_names())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "storage server ", options_.address, " came back serving a different dataset (",
+        fresh.num_samples(), " samples, was ", was.num_samples(),
+        "); the epoch cannot continue"));
+  }
+  return absl::OkStatus();
 }
 
 std::unique_ptr<FetchCall> SampleClient::OpenFetch() {

@@ -23,8 +23,10 @@ struct ClientOptions {
 // Calls `attempt` until it succeeds, fails with a code other than UNAVAILABLE
 // or ABORTED (or DEADLINE_EXCEEDED of a single try), or `deadline` passes;
 // sleeps with exponential backoff (50 ms doubling to 2 s) between tries.
+// A `stop` that returns true ends the retries early with CANCELLED.
 absl::Status RetryWithBackoff(const std::function<absl::Status()>& attempt,
-                              absl::Time deadline);
+                              absl::Time deadline,
+                              const std::function<bool()>& stop = nullptr);
 
 // One Fetch stream. Write/Read may be called from two different threads
 // (one writer, one reader), as gRPC allows.
@@ -56,6 +58,12 @@ class SampleClient {
 
   absl::StatusOr<v1::ServerStats> GetStats();
   std::unique_ptr<FetchCall> OpenFetch();
+  // After a Fetch stream broke: waits (with backoff, up to connect_timeout)
+  // until the server answers again and checks that it serves the same dataset
+  // (samples, paths, labels, sizes) as when this client connected. Errors name
+  // the address: UNAVAILABLE if it did not come back, FAILED_PRECONDITION if
+  // its dataset changed, CANCELLED once `stop` returns true.
+  absl::Status AwaitSameServer(const std::function<bool()>& stop);
 
  private:
   SampleClient() = default;

@@ -160,7 +160,10 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
     tally.Finish(&report);
     absl::StatusOr<v1::ServerStats> after = client->GetStats();
     if (after.ok()) {
-      report.server_prep_busy_seconds = after->prep_busy_seconds() - before->prep_busy_seconds();
+      // A server that restarted during the epoch counts from its restart.
+      const bool restarted = after->uptime_seconds() < before->uptime_seconds();
+      report.server_prep_busy_seconds =
+          after->prep_busy_seconds() - (restarted ? 0.0 : before->prep_busy_seconds());
       report.server_prep_workers = static_cast<int>(after->prep_workers());
     }
     spdlog::info("{}", FormatEpochReport(report));
@@ -223,6 +226,10 @@ std::string FormatEpochReport(const EpochReport& r) {
                             ? 100 * r.server_prep_busy_seconds /
                                   (r.server_prep_workers * std::max(1e-9, r.wall_seconds))
                             : 0.0);
+  if (l.reconnects > 0) {
+    absl::StrAppendFormat(&out, "; stream re-opened %d times, %d requests resent", l.reconnects,
+                          l.resent);
+  }
   if (r.predicted_seconds > 0) {
     absl::StrAppendFormat(&out, "; planner predicted %.2fs (measured/predicted %.2f)",
                           r.predicted_seconds, r.wall_seconds / r.predicted_seconds);
@@ -257,12 +264,12 @@ std::string EpochReportsToJson(const std::vector<EpochReport>& reports,
         "\"copy_seconds\": %.6f, "
         "\"mean_loss\": %.6f, \"top1\": %.6f, \"skipped\": %d, \"local_prep_cpu_seconds\": %.6f, "
         "\"server_prep_cpu_seconds\": %.6f, \"server_prep_workers\": %d, "
-        "\"predicted_seconds\": %.6f}",
+        "\"reconnects\": %d, \"predicted_seconds\": %.6f}",
         i ? "," : "", r.epoch, r.wall_seconds, l.samples, r.images_per_second, bytes,
         l.samples ? static_cast<double>(bytes) / l.samples : 0.0, samples_by_stage,
         bytes_by_stage, r.data_wait_seconds, r.compute_seconds, r.copy_seconds, r.mean_loss,
         r.top1, l.skipped,
-        l.local_cpu_seconds, r.server_prep_busy_seconds, r.server_prep_workers,
+        l.local_cpu_seconds, r.server_prep_busy_seconds, r.server_prep_workers, l.reconnects,
         r.predicted_seconds);
   }
   out += "\n  ]\n}\n";

@@ -69,6 +69,7 @@ absl::Status SampleServiceImpl::GetStats(const v1::GetStatsRequest&, v1::ServerS
 
 void SampleServiceImpl::ProcessSample(uint64_t id, Stage target, const SampleKey& key,
                                       const PipelineOptions& options, v1::Sample* out) {
+  if (options_.before_prep) options_.before_prep(id);
   const ManifestEntry& entry = dataset_->entry(id);
   out->set_id(id);
   out->set_label(entry.label);

@@ -4,6 +4,7 @@
 #ifndef SOPHON_SERVER_SERVICE_IMPL_H_
 #define SOPHON_SERVER_SERVICE_IMPL_H_
 
+#include <functional>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -35,6 +36,9 @@ struct ServiceOptions {
   int max_samples_per_message = 16;  // samples batched into one FetchResponse
   int64_t max_message_bytes = 4 << 20;  // payload bytes per FetchResponse (>= 1 sample)
   DecodeLimits limits;
+  // For tests: runs on the prep worker before each sample (may block, e.g.
+  // to hold samples back while the server is shut down). Empty in production.
+  std::function<void(uint64_t id)> before_prep;
 
   absl::Status Validate() const;
 };

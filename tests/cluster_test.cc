@@ -1,6 +1,7 @@
 // In-process cluster tests: a real sophon-server (gRPC on 127.0.0.1, port 0)
 // over a dataset of real JPEG files written by the test, and the real loader.
 #include <chrono>
+#include <functional>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -8,12 +9,14 @@
 #include <set>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "loader.h"
 #include "modes.h"
 #include "net_probe.h"
 #include "smartoff.h"
 #include "sample_client.h"
+#include "sampler.h"
 #include "sophon/wire.h"
 #include "storage_server.h"
 #include "test_util.h"
@@ -23,20 +26,23 @@ namespace {
 
 class ClusterTest : public ::testing::Test {
  protected:
-  void StartServer(const std::string& root, int prep_workers = 2, int max_inflight = 128) {
+  void StartServer(const std::string& root, int prep_workers = 2, int max_inflight = 128,
+                   std::function<void(uint64_t)> before_prep = nullptr,
+                   absl::Duration connect_timeout = absl::Seconds(10)) {
     StorageServerOptions options;
     options.data_dir = root;
     options.host = "127.0.0.1";
     options.port = 0;
     options.service.prep_workers = prep_workers;
     options.service.max_inflight_per_stream = max_inflight;
+    options.service.before_prep = std::move(before_prep);
     options.stats_interval = absl::ZeroDuration();
     absl::StatusOr<std::unique_ptr<StorageServer>> server = StorageServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     ClientOptions copts;
     copts.address = server_->address();
-    copts.connect_timeout = absl::Seconds(10);
+    copts.connect_timeout = connect_timeout;
     absl::StatusOr<std::unique_ptr<SampleClient>> client = SampleClient::Connect(copts);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
@@ -72,9 +78,39 @@ class ClusterTest : public ::testing::Test {
     return batches;
   }
 
+  // Stops the server while its prep workers are held back by `gate` (so the
+  // samples they hold are never sent), then opens the gate.
+  void StopServerHoldingSamples(absl::Notification* gate) {
+    std::thread stopper([this] { server_->Shutdown(absl::ZeroDuration()); });
+    absl::SleepFor(absl::Milliseconds(300));  // the open call is cancelled at once
+    gate->Notify();
+    stopper.join();
+    server_.reset();
+  }
+
+  // A server on `port` again (the same address the client knows).
+  void RestartServer(const std::string& root, int port) {
+    StorageServerOptions options;
+    options.data_dir = root;
+    options.host = "127.0.0.1";
+    options.port = port;
+    options.service.prep_workers = 2;
+    options.stats_interval = absl::ZeroDuration();
+    absl::StatusOr<std::unique_ptr<StorageServer>> server = StorageServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+
   std::unique_ptr<StorageServer> server_;
   std::unique_ptr<SampleClient> client_;
 };
+
+// Samples in `pass` go through; the others wait for `gate`.
+std::function<void(uint64_t)> HoldExcept(std::set<uint64_t> pass, absl::Notification* gate) {
+  return [pass = std::move(pass), gate](uint64_t id) {
+    if (pass.count(id) == 0) gate->WaitForNotification();
+  };
+}
 
 TEST_F(ClusterTest, EveryModeDeliversEverySampleOnceAndIdenticalBatches) {
   testing::TestDatasetOptions dopts;
@@ -409,6 +445,93 @@ TEST_F(ClusterTest, BandwidthProbeMovesRawBytes) {
   // The server read 40 files and reported its process CPU.
   EXPECT_GT(probe->server_read_seconds, 0);
   EXPECT_GE(probe->server_send_cpu_seconds, 0);
+}
+
+// The storage server goes away mid-epoch with samples requested but not sent,
+// and comes back on the same address: the loader re-opens its stream, asks
+// again for what had not arrived, and the epoch yields the same batches, byte
+// for byte, as an epoch without the restart.
+TEST_F(ClusterTest, ServerRestartMidEpochResendsMissingSamplesAndEpochMatches) {
+  testing::TestDatasetOptions dopts;
+  dopts.classes = 2;
+  dopts.per_class = 10;  // 4 batches of 5
+  const std::string root = testing::MakeTestDataset("cluster_restart", dopts);
+  const LoaderOptions options = SmallLoaderOptions();  // batch 5, prefetch 2
+  const std::vector<uint64_t> order = EpochOrder(options.seed, 0, 20, true, 0, 1);
+  absl::Notification gate;  // only the first batch's samples are let through
+  StartServer(root, /*prep_workers=*/2, /*max_inflight=*/128,
+              HoldExcept({order.begin(), order.begin() + 5}, &gate));
+  const int port = server_->port();
+  FixedPlanner planner(Mode::kResizeOff);
+  absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(client_.get(), options, &planner);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  ASSERT_TRUE((*loader)->StartEpoch(0).ok());
+  std::vector<Batch> batches(1);
+  absl::StatusOr<bool> more = (*loader)->Next(&batches[0]);  // the 5 samples let through
+  ASSERT_TRUE(more.ok() && *more) << more.status();
+
+  StopServerHoldingSamples(&gate);
+  RestartServer(root, port);
+  while (true) {
+    Batch b;
+    more = (*loader)->Next(&b);
+    ASSERT_TRUE(more.ok()) << more.status();
+    if (!*more) break;
+    batches.push_back(std::move(b));
+  }
+  const LoaderEpochStats stats = (*loader)->stats();
+  EXPECT_EQ(stats.reconnects, 1);
+  EXPECT_GE(stats.resent, 5u);  // batch 1 at least was held back
+  EXPECT_EQ(stats.samples, 20u);
+
+  absl::StatusOr<std::vector<Batch>> reference = RunEpoch(Mode::kResizeOff, options, 0);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  ASSERT_EQ(batches.size(), reference->size());
+  for (size_t k = 0; k < batches.size(); ++k) {
+    ASSERT_EQ(batches[k].ids, (*reference)[k].ids) << "batch " << k;
+    ASSERT_EQ(batches[k].images.size(), (*reference)[k].images.size());
+    EXPECT_EQ(0, std::memcmp(batches[k].images.data(), (*reference)[k].images.data(),
+                             batches[k].images.size() * sizeof(float)))
+        << "batch " << k;
+  }
+}
+
+// A server that comes back with another dataset ends the epoch with an error
+// naming it; one that does not come back, after the client's connect_timeout.
+TEST_F(ClusterTest, ServerBackWithOtherDataOrNotAtAllEndsTheEpochWithAnError) {
+  testing::TestDatasetOptions dopts;
+  dopts.classes = 2;
+  dopts.per_class = 5;
+  const std::string root = testing::MakeTestDataset("cluster_restart_a", dopts);
+  dopts.per_class = 6;
+  const std::string other = testing::MakeTestDataset("cluster_restart_b", dopts);
+  for (bool comes_back : {true, false}) {
+    SCOPED_TRACE(comes_back ? "back with other data" : "never back");
+    absl::Notification gate;
+    StartServer(root, 2, 128, HoldExcept({}, &gate),
+                /*connect_timeout=*/comes_back ? absl::Seconds(5) : absl::Seconds(1));
+    const int port = server_->port();
+    const std::string address = server_->address();
+    FixedPlanner planner(Mode::kAllOff);
+    absl::StatusOr<std::unique_ptr<Loader>> loader =
+        Loader::Create(client_.get(), SmallLoaderOptions(), &planner);
+    ASSERT_TRUE(loader.ok()) << loader.status();
+    ASSERT_TRUE((*loader)->StartEpoch(0).ok());
+    absl::SleepFor(absl::Milliseconds(100));  // requests reach the held workers
+    StopServerHoldingSamples(&gate);
+    if (comes_back) RestartServer(other, port);
+    const absl::Time start = absl::Now();
+    Batch batch;
+    absl::StatusOr<bool> more = (*loader)->Next(&batch);
+    ASSERT_FALSE(more.ok());
+    EXPECT_EQ(more.status().code(), comes_back ? absl::StatusCode::kFailedPrecondition
+                                               : absl::StatusCode::kUnavailable)
+        << more.status();
+    EXPECT_NE(more.status().message().find(address), std::string::npos) << more.status();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+    (*loader)->Stop();
+    server_.reset();
+  }
 }
 
 TEST(ClientTest, UnreachableServerIsReportedWithItsAddress) {
