@@ -9,8 +9,23 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SOPHON_HAVE_AVX2_KERNELS 1  // compiled for AVX2, used only where the CPU has it
+#endif
 
 namespace sophon {
+namespace {
+
+#if defined(SOPHON_HAVE_AVX2_KERNELS)
+bool CpuHasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+#endif
+
+}  // namespace
+
 namespace internal {
 namespace {
 
@@ -147,10 +162,64 @@ void VerticalSse2Fixed(const uint8_t* src, size_t stride, const int16_t* w, size
   VerticalScalar(src + i, stride, w, K, n - i, line + i);
 }
 
+#if defined(SOPHON_HAVE_AVX2_KERNELS)
+// VerticalSse2Fixed on 32 bytes at a time. The unpacks and packs work within
+// 128-bit lanes, so the two packed results hold bytes [0, 8) + [16, 24) and
+// [8, 16) + [24, 32); a 64-bit permute restores the order before storing.
+template <int K>
+__attribute__((target("avx2"))) void VerticalAvx2Fixed(const uint8_t* src, size_t stride,
+                                                       const int16_t* w, size_t n,
+                                                       int16_t* line) {
+  static_assert(K % 2 == 0 && K >= 2);
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i round = _mm256_set1_epi32(kVerticalRound);
+  __m256i wv[K / 2];
+  for (int j = 0; j < K; j += 2) {
+    int32_t wpair;
+    std::memcpy(&wpair, w + j, sizeof(wpair));
+    wv[j / 2] = _mm256_set1_epi32(wpair);
+  }
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i acc0 = round, acc1 = round, acc2 = round, acc3 = round;
+    for (int j = 0; j < K; j += 2) {
+      const uint8_t* p = src + j * stride + i;
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + stride));
+      const __m256i ab_lo = _mm256_unpacklo_epi8(a, b);
+      const __m256i ab_hi = _mm256_unpackhi_epi8(a, b);
+      acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(_mm256_unpacklo_epi8(ab_lo, zero), wv[j / 2]));
+      acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(_mm256_unpackhi_epi8(ab_lo, zero), wv[j / 2]));
+      acc2 = _mm256_add_epi32(acc2, _mm256_madd_epi16(_mm256_unpacklo_epi8(ab_hi, zero), wv[j / 2]));
+      acc3 = _mm256_add_epi32(acc3, _mm256_madd_epi16(_mm256_unpackhi_epi8(ab_hi, zero), wv[j / 2]));
+    }
+    const __m256i v01 = _mm256_packs_epi32(_mm256_srai_epi32(acc0, kVerticalBits),
+                                           _mm256_srai_epi32(acc1, kVerticalBits));
+    const __m256i v23 = _mm256_packs_epi32(_mm256_srai_epi32(acc2, kVerticalBits),
+                                           _mm256_srai_epi32(acc3, kVerticalBits));
+    // v01 = [0..7 | 16..23], v23 = [8..15 | 24..31] (int16 lanes)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(line + i),
+                        _mm256_permute2x128_si256(v01, v23, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(line + i + 16),
+                        _mm256_permute2x128_si256(v01, v23, 0x31));
+  }
+  VerticalSse2Fixed<K>(src + i, stride, w, n - i, line + i);
+}
+#endif
+
 // REQUIRES: k even. Area downscales by less than 2x (every decode here) have
 // k = 2 or 4; other k take the scalar kernel.
 void VerticalSse2(const uint8_t* src, size_t stride, const int16_t* w, int k, size_t n,
                   int16_t* line) {
+#if defined(SOPHON_HAVE_AVX2_KERNELS)
+  if (CpuHasAvx2()) {
+    switch (k) {
+      case 2: return VerticalAvx2Fixed<2>(src, stride, w, n, line);
+      case 4: return VerticalAvx2Fixed<4>(src, stride, w, n, line);
+      default: break;
+    }
+  }
+#endif
   switch (k) {
     case 2: return VerticalSse2Fixed<2>(src, stride, w, n, line);
     case 4: return VerticalSse2Fixed<4>(src, stride, w, n, line);
@@ -290,40 +359,97 @@ void FlipHorizontalRgb(uint8_t* pixels, int height, int width) {
   }
 }
 
-void ToTensorNormalize(const uint8_t* hwc, int height, int width, float* dst, bool mirror) {
-  // (x / 255 - mean) / std == x * a + b, tabulated for the 256 values of x:
-  // one pass over the pixels, three contiguous planes out.
-  struct Table {
-    float v[3][256];
-    Table() {
-      for (int c = 0; c < 3; ++c) {
-        const float a = 1.0f / (255.0f * kImageNetStd[c]);
-        const float b = -kImageNetMean[c] / kImageNetStd[c];
-        for (int x = 0; x < 256; ++x) v[c][x] = static_cast<float>(x) * a + b;
-      }
+namespace {
+
+// (x / 255 - mean) / std == x * a + b per channel: a float multiply, then an
+// add (no fused multiply-add, so every kernel gives the same bits).
+struct NormalizeCoefficients {
+  float a[3], b[3];
+  float table[3][256];  // x * a + b for the 256 values of x
+  NormalizeCoefficients() {
+    for (int c = 0; c < 3; ++c) {
+      a[c] = 1.0f / (255.0f * kImageNetStd[c]);
+      b[c] = -kImageNetMean[c] / kImageNetStd[c];
+      for (int x = 0; x < 256; ++x) table[c][x] = static_cast<float>(x) * a[c] + b[c];
     }
-  };
-  static const Table table;
-  const size_t plane = static_cast<size_t>(height) * width;
-  float* r = dst;
-  float* g = dst + plane;
-  float* b = dst + 2 * plane;
-  if (!mirror) {
-    for (size_t i = 0; i < plane; ++i, hwc += 3) {
-      r[i] = table.v[0][hwc[0]];
-      g[i] = table.v[1][hwc[1]];
-      b[i] = table.v[2][hwc[2]];
-    }
-    return;
   }
+};
+const NormalizeCoefficients& Coefficients() {
+  static const NormalizeCoefficients k;
+  return k;
+}
+
+// Output pixels [x0, x1) of one row: source pixel x (or width - 1 - x).
+void TensorRowScalar(const uint8_t* row, int width, bool mirror, int x0, int x1, float* r,
+                     float* g, float* b) {
+  const NormalizeCoefficients& k = Coefficients();
+  for (int x = x0; x < x1; ++x) {
+    const uint8_t* px = row + 3 * static_cast<size_t>(mirror ? width - 1 - x : x);
+    r[x] = k.table[0][px[0]];
+    g[x] = k.table[1][px[1]];
+    b[x] = k.table[2][px[2]];
+  }
+}
+
+#if defined(SOPHON_HAVE_AVX2_KERNELS)
+// Eight pixels per step: two 16-byte loads of four RGB pixels each, shuffled
+// to [r r r r g g g g b b b b], widened to int32, converted, a * x + b.
+// Returns the first output pixel it did not write (the caller finishes the
+// row). Loads read 4 bytes past the 4 pixels they use, so a step runs only
+// when those bytes lie inside the row's buffer (`row_end`).
+__attribute__((target("avx2"))) int TensorRowAvx2(const uint8_t* row, const uint8_t* row_end,
+                                                  int width, bool mirror, float* r, float* g,
+                                                  float* b) {
+  const NormalizeCoefficients& k = Coefficients();
+  const __m256 a_r = _mm256_set1_ps(k.a[0]), a_g = _mm256_set1_ps(k.a[1]),
+               a_b = _mm256_set1_ps(k.a[2]);
+  const __m256 b_r = _mm256_set1_ps(k.b[0]), b_g = _mm256_set1_ps(k.b[1]),
+               b_b = _mm256_set1_ps(k.b[2]);
+  // Forward: pixels 0..3 -> channel planes. Mirrored: pixels 3..0.
+  const __m128i forward = _mm_setr_epi8(0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11, -1, -1, -1, -1);
+  const __m128i backward = _mm_setr_epi8(9, 6, 3, 0, 10, 7, 4, 1, 11, 8, 5, 2, -1, -1, -1, -1);
+  const __m128i shuffle = mirror ? backward : forward;
+  int x = 0;
+  for (; x + 8 <= width; x += 8) {
+    // Source pixels of outputs x..x+7: s..s+7 (mirrored: width-8-x .. width-1-x).
+    const int s = mirror ? width - 8 - x : x;
+    const uint8_t* p = row + 3 * static_cast<size_t>(s);
+    if (p + 12 + 16 > row_end) break;
+    const __m128i first = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)),
+                                           shuffle);
+    const __m128i second = _mm_shuffle_epi8(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 12)), shuffle);
+    // Outputs x..x+3 come from `first` (forward) or `second` (mirrored).
+    const __m128i lo = mirror ? second : first;
+    const __m128i hi = mirror ? first : second;
+    const __m128i rg = _mm_unpacklo_epi32(lo, hi);  // r0-3 r4-7 g0-3 g4-7
+    const __m128i bx = _mm_unpackhi_epi32(lo, hi);  // b0-3 b4-7 ...
+    const __m256 vr = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(rg));
+    const __m256 vg = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(rg, 8)));
+    const __m256 vb = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bx));
+    _mm256_storeu_ps(r + x, _mm256_add_ps(_mm256_mul_ps(vr, a_r), b_r));
+    _mm256_storeu_ps(g + x, _mm256_add_ps(_mm256_mul_ps(vg, a_g), b_g));
+    _mm256_storeu_ps(b + x, _mm256_add_ps(_mm256_mul_ps(vb, a_b), b_b));
+  }
+  return x;
+}
+#endif
+
+}  // namespace
+
+void ToTensorNormalize(const uint8_t* hwc, int height, int width, float* dst, bool mirror) {
+  const size_t plane = static_cast<size_t>(height) * width;
+  const uint8_t* end = hwc + 3 * plane;
   for (int y = 0; y < height; ++y) {
-    const uint8_t* px = hwc + (static_cast<size_t>(y) * width + width - 1) * 3;
-    const size_t row = static_cast<size_t>(y) * width;
-    for (int x = 0; x < width; ++x, px -= 3) {
-      r[row + x] = table.v[0][px[0]];
-      g[row + x] = table.v[1][px[1]];
-      b[row + x] = table.v[2][px[2]];
-    }
+    const uint8_t* row = hwc + 3 * static_cast<size_t>(y) * width;
+    float* r = dst + static_cast<size_t>(y) * width;
+    float* g = r + plane;
+    float* b = g + plane;
+    int done = 0;
+#if defined(SOPHON_HAVE_AVX2_KERNELS)
+    if (CpuHasAvx2()) done = TensorRowAvx2(row, end, width, mirror, r, g, b);
+#endif
+    TensorRowScalar(row, width, mirror, done, width, r, g, b);
   }
 }
 

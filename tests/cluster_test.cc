@@ -395,7 +395,7 @@ TEST_F(ClusterTest, ServerMemoryStaysBoundedWithASlowConsumer) {
   writer.join();
   while (call->Read(&response)) {
   }
-  call->Finish();
+  EXPECT_EQ(call->Finish().code(), absl::StatusCode::kCancelled);
 }
 
 // An epoch cut to its first batches (warm-up, --max-batches) requests nothing

@@ -130,14 +130,37 @@ TEST(ToTensorNormalizeTest, MatchesTorchvisionFormula) {
   EXPECT_NEAR(chw[5], (30 / 255.0 - 0.406) / 0.225, 1e-5);  // B, x=1
 }
 
+// Every pixel, whichever kernel (SIMD on 8-pixel steps, scalar for the rest)
+// handled it, is exactly float(x) * a + b with a float multiply then add.
+TEST(ToTensorNormalizeTest, EveryValueAndWidthGivesTheExactFloats) {
+  for (int width : {1, 7, 8, 9, 37, 224}) {
+    const int height = 3;
+    std::vector<uint8_t> hwc(static_cast<size_t>(height) * width * 3);
+    for (size_t i = 0; i < hwc.size(); ++i) hwc[i] = static_cast<uint8_t>(i * 7 + 3);
+    std::vector<float> chw(hwc.size());
+    ToTensorNormalize(hwc.data(), height, width, chw.data());
+    const size_t plane = static_cast<size_t>(height) * width;
+    for (int c = 0; c < 3; ++c) {
+      const float a = 1.0f / (255.0f * kImageNetStd[c]);
+      const float b = -kImageNetMean[c] / kImageNetStd[c];
+      for (size_t i = 0; i < plane; ++i) {
+        const volatile float scaled = static_cast<float>(hwc[3 * i + c]) * a;  // no FMA
+        ASSERT_EQ(chw[c * plane + i], scaled + b) << "width " << width << " c " << c << " i " << i;
+      }
+    }
+  }
+}
+
 TEST(ToTensorNormalizeTest, MirroredEqualsFlipThenTensor) {
-  const Image8 img = testing::MakeTestImage(5, 7, 3);
-  std::vector<uint8_t> flipped = img.pixels;
-  FlipHorizontalRgb(flipped.data(), 5, 7);
-  std::vector<float> expected(3 * 5 * 7), mirrored(3 * 5 * 7);
-  ToTensorNormalize(flipped.data(), 5, 7, expected.data());
-  ToTensorNormalize(img.pixels.data(), 5, 7, mirrored.data(), /*mirror=*/true);
-  EXPECT_EQ(mirrored, expected);
+  for (int width : {7, 37}) {
+    const Image8 img = testing::MakeTestImage(5, width, 3);
+    std::vector<uint8_t> flipped = img.pixels;
+    FlipHorizontalRgb(flipped.data(), 5, width);
+    std::vector<float> expected(3 * 5 * width), mirrored(3 * 5 * width);
+    ToTensorNormalize(flipped.data(), 5, width, expected.data());
+    ToTensorNormalize(img.pixels.data(), 5, width, mirrored.data(), /*mirror=*/true);
+    EXPECT_EQ(mirrored, expected) << "width " << width;
+  }
 }
 
 }  // namespace
