@@ -247,7 +247,7 @@ void Loader::SendLoop() {
         return stream_done_ || stopping_ || !error_.ok() || stream_gen_ != gen;
       };
       mu_.Await(absl::Condition(&settled));
-      if (stream_gen_ == gen) return;
+      if (stream_gen_ == gen || stopping_ || !error_.ok()) return;
     }
     ResendIfReconnected(&gen, &call);
   }
@@ -265,7 +265,7 @@ bool StreamBreakIsRetryable(absl::StatusCode code) {
 }  // namespace
 
 void Loader::ReceiveLoop() {
-  constexpr int kMaxFruitlessReconnects = 3;
+  constexpr int kMaxFruitlessReconnects = 3;  // breaks in a row that delivered nothing owed
   v1::FetchResponse response;
   const int64_t b = options_.batch_size;
   std::shared_ptr<FetchCall> call;
@@ -312,30 +312,39 @@ void Loader::ReceiveLoop() {
         }
         break;
       }
-      fruitless = delivered > 0 ? 0 : fruitless + 1;
+      stats_.stream_breaks++;
+      outstanding = requested_ - received_;
+      // Everything the epoch needs has arrived: nothing to reconnect for.
+      if (outstanding == 0 && opened_batches_ == num_batches_) break;
+      // Only a break with samples owed and none delivered counts as fruitless.
+      if (delivered > 0) {
+        fruitless = 0;
+      } else if (outstanding > 0) {
+        ++fruitless;
+      }
       const std::string what = absl::StrCat("fetch stream from storage server ",
                                             client_->address(), " failed: ", status.message());
       if (!StreamBreakIsRetryable(status.code()) || fruitless >= kMaxFruitlessReconnects) {
         FailLocked(absl::Status(
             status.code(),
             fruitless >= kMaxFruitlessReconnects
-                ? absl::StrCat(what, " (", fruitless, " re-opened streams in a row delivered nothing)")
+                ? absl::StrCat(what, " (it broke ", fruitless,
+                               " times in a row without delivering a sample)")
                 : what));
         break;
       }
-      outstanding = requested_ - received_;
     }
     spdlog::warn("{} ({}); {} requested samples outstanding, reconnecting",
                  absl::StatusCodeToString(status.code()), std::string(status.message()),
                  outstanding);
     absl::Status back = client_->AwaitSameServer([this]() {
       absl::MutexLock lock(&mu_);
-      return stopping_;
+      return stopping_ || !error_.ok();
     });
     std::shared_ptr<FetchCall> fresh;
     if (back.ok()) fresh = client_->OpenFetch();
     absl::MutexLock lock(&mu_);
-    if (stopping_) break;
+    if (stopping_ || !error_.ok()) break;
     if (!back.ok()) {
       FailLocked(std::move(back));
       break;

@@ -69,6 +69,7 @@ struct LoaderEpochStats {
   std::array<uint64_t, kNumStages> bytes_by_stage{};    // payload bytes received
   double local_cpu_seconds = 0;   // thread CPU of local prep
   double server_cpu_seconds = 0;  // as reported per sample by the server
+  int stream_breaks = 0;          // Fetch streams that broke (server gone or restarting)
   int reconnects = 0;             // Fetch streams re-opened after the server went away
   uint64_t resent = 0;            // sample requests sent again on a re-opened stream
   std::vector<std::string> first_errors;  // up to 5 bad-sample messages
@@ -93,7 +94,7 @@ class Loader {
   // server answers again with the same dataset (within the client's
   // connect_timeout), and every requested sample that had not arrived is
   // requested again, so each still arrives exactly once. Three breaks in a row
-  // with no sample delivered in between end the epoch with the last error.
+  // that owed samples and delivered none end the epoch with the last error.
   // `batch`'s previous image buffer is recycled for a later batch (every slot
   // is overwritten, so buffers are neither zeroed nor faulted in anew).
   absl::StatusOr<bool> Next(Batch* batch);

@@ -160,8 +160,10 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
     tally.Finish(&report);
     absl::StatusOr<v1::ServerStats> after = client->GetStats();
     if (after.ok()) {
-      // A server that restarted during the epoch counts from its restart.
-      const bool restarted = after->uptime_seconds() < before->uptime_seconds();
+      // A server that restarted during the epoch (it has been up for less
+      // than the epoch's time since `before`) counts from its restart.
+      const bool restarted =
+          after->uptime_seconds() + 1.0 < before->uptime_seconds() + report.wall_seconds;
       report.server_prep_busy_seconds =
           after->prep_busy_seconds() - (restarted ? 0.0 : before->prep_busy_seconds());
       report.server_prep_workers = static_cast<int>(after->prep_workers());

@@ -78,11 +78,16 @@ class ClusterTest : public ::testing::Test {
     return batches;
   }
 
-  // Stops the server while its prep workers are held back by `gate` (so the
-  // samples they hold are never sent), then opens the gate.
-  void StopServerHoldingSamples(absl::Notification* gate) {
+  // Stops the server while its prep workers are held back by `gate`, and opens
+  // the gate only once `loader` has seen its stream break, so the samples held
+  // back are never sent on it.
+  void StopServerHoldingSamples(absl::Notification* gate, Loader* loader) {
     std::thread stopper([this] { server_->Shutdown(absl::ZeroDuration()); });
-    absl::SleepFor(absl::Milliseconds(300));  // the open call is cancelled at once
+    const absl::Time give_up = absl::Now() + absl::Seconds(20);
+    while (loader->stats().stream_breaks == 0 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_GE(loader->stats().stream_breaks, 1) << "the stream did not break";
     gate->Notify();
     stopper.join();
     server_.reset();
@@ -470,7 +475,7 @@ TEST_F(ClusterTest, ServerRestartMidEpochResendsMissingSamplesAndEpochMatches) {
   absl::StatusOr<bool> more = (*loader)->Next(&batches[0]);  // the 5 samples let through
   ASSERT_TRUE(more.ok() && *more) << more.status();
 
-  StopServerHoldingSamples(&gate);
+  StopServerHoldingSamples(&gate, loader->get());
   RestartServer(root, port);
   while (true) {
     Batch b;
@@ -480,6 +485,7 @@ TEST_F(ClusterTest, ServerRestartMidEpochResendsMissingSamplesAndEpochMatches) {
     batches.push_back(std::move(b));
   }
   const LoaderEpochStats stats = (*loader)->stats();
+  EXPECT_EQ(stats.stream_breaks, 1);
   EXPECT_EQ(stats.reconnects, 1);
   EXPECT_GE(stats.resent, 5u);  // batch 1 at least was held back
   EXPECT_EQ(stats.samples, 20u);
@@ -518,7 +524,7 @@ TEST_F(ClusterTest, ServerBackWithOtherDataOrNotAtAllEndsTheEpochWithAnError) {
     ASSERT_TRUE(loader.ok()) << loader.status();
     ASSERT_TRUE((*loader)->StartEpoch(0).ok());
     absl::SleepFor(absl::Milliseconds(100));  // requests reach the held workers
-    StopServerHoldingSamples(&gate);
+    StopServerHoldingSamples(&gate, loader->get());
     if (comes_back) RestartServer(other, port);
     const absl::Time start = absl::Now();
     Batch batch;
