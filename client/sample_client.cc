@@ -125,7 +125,12 @@ absl::Status SampleClient::AwaitSameServer(const std::function<bool()>& stop) {
   absl::Status status = RetryWithBackoff(
       [&] {
         grpc::ClientContext context;
-        SetDeadline(&context, std::min(options_.rpc_timeout, absl::Seconds(2)));
+        SetDeadline(&context, std::max(absl::Milliseconds(50),
+                                       std::min({options_.rpc_timeout, absl::Seconds(2),
+                                                 deadline - absl::Now()})));
+        // Waits (up to the deadline) for the channel's own reconnection
+        // instead of failing at once while it is between attempts.
+        context.set_wait_for_ready(true);
         v1::ServerStats stats;
         return FromGrpc(stub_->GetStats(&context, {}, &stats));
       },
@@ -143,7 +148,11 @@ absl::Status SampleClient::AwaitSameServer(const std::function<bool()>& stop) {
   }
   if (!status.ok()) {
     if (status.code() == absl::StatusCode::kCancelled) return status;
-    return absl::Status(status.code(),
+    // A wait-for-ready probe that timed out means the server is still away.
+    const absl::StatusCode code = status.code() == absl::StatusCode::kDeadlineExceeded
+                                      ? absl::StatusCode::kUnavailable
+                                      : status.code();
+    return absl::Status(code,
                         absl::StrCat("storage server ", options_.address, " did not come back within ",
                                      absl::FormatDuration(options_.connect_timeout), ": ",
                                      status.message()));
