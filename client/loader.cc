@@ -151,8 +151,8 @@ void Loader::ResendIfReconnected(uint64_t* gen, std::shared_ptr<FetchCall>* call
     }
     stats_.resent += missing.size();
   }
-  spdlog::info("requesting again the {} samples that had not arrived from storage server {}",
-               missing.size(), client_->address());
+  spdlog::info("requesting again from storage server {} the {} samples not received yet",
+               client_->address(), missing.size());
   // A failed write means this stream broke too: the receiver re-opens it and
   // the next call resends again.
   WriteRequests(call->get(), missing);
@@ -334,9 +334,12 @@ void Loader::ReceiveLoop() {
         break;
       }
     }
-    spdlog::warn("{} ({}); {} requested samples outstanding, reconnecting",
-                 absl::StatusCodeToString(status.code()), std::string(status.message()),
-                 outstanding);
+    spdlog::warn("fetch stream from storage server {} broke ({}: {}) with {} requested samples "
+                 "not received; waiting up to {} for it to come back",
+                 client_->address(), absl::StatusCodeToString(status.code()),
+                 std::string(status.message()), outstanding,
+                 absl::FormatDuration(client_->connect_timeout()));
+    const absl::Time broke = absl::Now();
     absl::Status back = client_->AwaitSameServer([this]() {
       absl::MutexLock lock(&mu_);
       return stopping_ || !error_.ok();
@@ -349,7 +352,8 @@ void Loader::ReceiveLoop() {
       FailLocked(std::move(back));
       break;
     }
-    spdlog::info("storage server {} is back; fetch stream re-opened", client_->address());
+    spdlog::info("storage server {} is back after {}; fetch stream re-opened", client_->address(),
+                 absl::FormatDuration(absl::Trunc(absl::Now() - broke, absl::Milliseconds(100))));
     call_ = fresh;
     call = std::move(fresh);
     ++stream_gen_;

@@ -55,6 +55,7 @@ class SampleClient {
 
   const v1::Manifest& manifest() const { return manifest_; }
   const std::string& address() const { return options_.address; }
+  absl::Duration connect_timeout() const { return options_.connect_timeout; }
 
   absl::StatusOr<v1::ServerStats> GetStats();
   std::unique_ptr<FetchCall> OpenFetch();
