@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "spdlog/spdlog.h"
 
 namespace sophon {
@@ -118,10 +119,20 @@ absl::StatusOr<v1::ServerStats> SampleClient::GetStats() {
   return stats;
 }
 
+absl::Status SampleClient::CheckSameDataset(const v1::ServerStats& stats) const {
+  if (stats.dataset_fingerprint() == manifest_.fingerprint()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "storage server %s now serves another dataset (fingerprint %016x, was %016x when this "
+      "client read its manifest of %d samples); restart the training job",
+      options_.address, stats.dataset_fingerprint(), manifest_.fingerprint(),
+      manifest_.num_samples()));
+}
+
 absl::Status SampleClient::AwaitSameServer(const std::function<bool()>& stop) {
-  // Short probes (a small call, 2 s each) while it is away, so that `stop` is
-  // seen promptly; the manifest, which can be large, once it answers.
+  // Short probes (2 s each) so that `stop` is seen promptly; GetStats carries
+  // the dataset's fingerprint, so the (possibly large) manifest is not re-read.
   const absl::Time deadline = absl::Now() + options_.connect_timeout;
+  v1::ServerStats stats;
   absl::Status status = RetryWithBackoff(
       [&] {
         grpc::ClientContext context;
@@ -131,21 +142,10 @@ absl::Status SampleClient::AwaitSameServer(const std::function<bool()>& stop) {
         // Waits (up to the deadline) for the channel's own reconnection
         // instead of failing at once while it is between attempts.
         context.set_wait_for_ready(true);
-        v1::ServerStats stats;
+        stats.Clear();
         return FromGrpc(stub_->GetStats(&context, {}, &stats));
       },
       deadline, stop);
-  v1::Manifest fresh;
-  if (status.ok()) {
-    status = RetryWithBackoff(
-        [&] {
-          grpc::ClientContext context;
-          SetDeadline(&context, options_.rpc_timeout);
-          fresh.Clear();
-          return FromGrpc(stub_->GetManifest(&context, {}, &fresh));
-        },
-        std::max(deadline, absl::Now() + options_.rpc_timeout), stop);
-  }
   if (!status.ok()) {
     if (status.code() == absl::StatusCode::kCancelled) return status;
     // A wait-for-ready probe that timed out means the server is still away.
@@ -157,20 +157,7 @@ absl::Status SampleClient::AwaitSameServer(const std::function<bool()>& stop) {
                                      absl::FormatDuration(options_.connect_timeout), ": ",
                                      status.message()));
   }
-  const v1::Manifest& was = manifest_;
-  auto same = [](const auto& a, const auto& b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
-  };
-  if (fresh.num_samples() != was.num_samples() || !same(fresh.labels(), was.labels()) ||
-      !same(fresh.raw_sizes(), was.raw_sizes()) ||
-      !same(fresh.relative_paths(), was.relative_paths()) ||
-      !same(fresh.class_names(), was.class_names())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "storage server ", options_.address, " came back serving a different dataset (",
-        fresh.num_samples(), " samples, was ", was.num_samples(),
-        "); the epoch cannot continue"));
-  }
-  return absl::OkStatus();
+  return CheckSameDataset(stats);
 }
 
 std::unique_ptr<FetchCall> SampleClient::OpenFetch() {

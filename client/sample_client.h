@@ -59,11 +59,15 @@ class SampleClient {
 
   absl::StatusOr<v1::ServerStats> GetStats();
   std::unique_ptr<FetchCall> OpenFetch();
+  // FAILED_PRECONDITION naming the address if `stats` (from GetStats) shows
+  // the server now serves another dataset than the manifest this client read
+  // (a restart with other data: its labels and sizes would not match).
+  absl::Status CheckSameDataset(const v1::ServerStats& stats) const;
   // After a Fetch stream broke: waits (with backoff, up to connect_timeout)
   // until the server answers again and checks that it serves the same dataset
-  // (samples, paths, labels, sizes) as when this client connected. Errors name
-  // the address: UNAVAILABLE if it did not come back, FAILED_PRECONDITION if
-  // its dataset changed, CANCELLED once `stop` returns true.
+  // (CheckSameDataset). Errors name the address: UNAVAILABLE if it did not
+  // come back, FAILED_PRECONDITION if its dataset changed, CANCELLED once
+  // `stop` returns true.
   absl::Status AwaitSameServer(const std::function<bool()>& stop);
 
  private:

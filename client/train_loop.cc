@@ -113,6 +113,9 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
   for (int epoch = 0; epoch < options.epochs; ++epoch) {
     absl::StatusOr<v1::ServerStats> before = client->GetStats();
     if (!before.ok()) return before.status();
+    // A server restarted between epochs with other data would pair this
+    // manifest's labels with other images.
+    if (absl::Status s = client->CheckSameDataset(*before); !s.ok()) return s;
     if (absl::Status s = loader->StartEpoch(epoch, options.max_batches); !s.ok()) return s;
     EpochReport report;
     report.epoch = epoch;

@@ -64,6 +64,7 @@ absl::Status SampleServiceImpl::GetStats(const v1::GetStatsRequest&, v1::ServerS
   response->set_queue_depth(static_cast<uint32_t>(pool_.queue_depth()));
   response->set_max_inflight_per_stream(static_cast<uint32_t>(options_.max_inflight_per_stream));
   response->set_process_cpu_seconds(ProcessCpuSeconds());
+  response->set_dataset_fingerprint(dataset_->fingerprint());
   return absl::OkStatus();
 }
 

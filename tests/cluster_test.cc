@@ -540,6 +540,34 @@ TEST_F(ClusterTest, ServerBackWithOtherDataOrNotAtAllEndsTheEpochWithAnError) {
   }
 }
 
+// Between epochs the trainer compares the fingerprint in GetStats with the
+// manifest it read: a server restarted with other data is caught there too.
+TEST_F(ClusterTest, ServerRestartedWithOtherDataIsDetectedByItsFingerprint) {
+  testing::TestDatasetOptions dopts;
+  dopts.classes = 2;
+  dopts.per_class = 3;
+  const std::string root = testing::MakeTestDataset("cluster_fp_a", dopts);
+  dopts.seed = 99;  // same layout and names, other images
+  const std::string other = testing::MakeTestDataset("cluster_fp_b", dopts);
+  StartServer(root);
+  const int port = server_->port();
+  absl::StatusOr<v1::ServerStats> stats = client_->GetStats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_TRUE(client_->CheckSameDataset(*stats).ok());
+  server_.reset();
+  RestartServer(other, port);
+  stats = client_->GetStats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  const absl::Status changed = client_->CheckSameDataset(*stats);
+  EXPECT_EQ(changed.code(), absl::StatusCode::kFailedPrecondition) << changed;
+  EXPECT_NE(changed.message().find(server_->address()), std::string::npos) << changed;
+  server_.reset();
+  RestartServer(root, port);
+  stats = client_->GetStats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_TRUE(client_->CheckSameDataset(*stats).ok());
+}
+
 TEST(ClientTest, UnreachableServerIsReportedWithItsAddress) {
   ClientOptions options;
   options.address = "127.0.0.1:1";
