@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <jpeglib.h>
 #include <jerror.h>
+#include <jpegint.h>  // the entropy decoder's decode_mcu, the crop's iMCU columns
 // clang-format on
 
 #include <algorithm>
@@ -77,6 +78,29 @@ void CmykToRgb(const uint8_t* in, int pixels, bool inverted, int out_channels, u
   }
 }
 
+// libjpeg-turbo entropy-decodes every MCU of a scanline row, also those
+// outside the columns jpeg_crop_scanline kept, and stores their coefficients,
+// which nothing reads (only the kept columns go through the inverse DCT).
+// This wrapper around the Huffman decoder's decode_mcu passes a null block row
+// for those MCUs: the decoder then only parses their bits (keeping its DC
+// predictors), as jpeg_skip_scanlines makes it do for whole rows. It relies on
+// single-scan decoding, where decode_mcu is called for MCU columns 0, 1, ...,
+// MCUs_per_row - 1 of each row in order (by the coefficient controller and by
+// jpeg_skip_scanlines alike).
+struct CropColumns {
+  boolean (*decode_mcu)(j_decompress_ptr cinfo, JBLOCKROW* mcu) = nullptr;  // libjpeg's
+  JDIMENSION first = 0, last = 0;  // kept MCU columns
+  JDIMENSION per_row = 0;
+  JDIMENSION next = 0;             // column of the next call
+};
+
+boolean DecodeMcuInCrop(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
+  auto* crop = static_cast<CropColumns*>(cinfo->client_data);
+  const JDIMENSION col = crop->next;
+  crop->next = col + 1 == crop->per_row ? 0 : col + 1;
+  return crop->decode_mcu(cinfo, col < crop->first || col > crop->last ? nullptr : mcu);
+}
+
 // What a decode should produce: the whole image in RGB, or the box that
 // `choose_box` picks once the header is known, in RGBX at a reduced scale.
 struct DecodeRequest {
@@ -91,6 +115,7 @@ absl::Status Decode(absl::string_view bytes, const DecodeLimits& limits,
                     const DecodeRequest& request, ImageInfo* info, DecodedRegion* out) {
   if (absl::Status s = CheckMarkers(bytes); !s.ok()) return s;
   absl::StatusOr<CropBox> chosen = CropBox{};
+  CropColumns crop_columns;
   jpeg_decompress_struct cinfo;
   ErrorManager err;
   cinfo.err = jpeg_std_error(&err.pub);
@@ -170,6 +195,17 @@ absl::Status Decode(absl::string_view bytes, const DecodeLimits& limits,
   if (cols == 0) cols = 1;
   if (col0 > 0 || cols < static_cast<JDIMENSION>(out_w)) {
     jpeg_crop_scanline(&cinfo, &col0, &cols);  // widens to iMCU boundaries
+    // Single-scan (baseline, interleaved or one component) only: there
+    // decode_mcu runs row by row as the rows are read or skipped.
+    if (!cinfo.progressive_mode && !cinfo.buffered_image && !cinfo.inputctl->has_multiple_scans &&
+        cinfo.entropy != nullptr && cinfo.master != nullptr) {
+      crop_columns.decode_mcu = cinfo.entropy->decode_mcu;
+      crop_columns.first = cinfo.master->first_iMCU_col;
+      crop_columns.last = cinfo.master->last_iMCU_col;
+      crop_columns.per_row = cinfo.MCUs_per_row;
+      cinfo.client_data = &crop_columns;
+      cinfo.entropy->decode_mcu = DecodeMcuInCrop;
+    }
   }
   const int row0 = static_cast<int>(std::floor(by0));
   const int row1 = std::max(row0 + 1, std::min(static_cast<int>(std::ceil(by1)), out_h));

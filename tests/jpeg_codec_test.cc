@@ -159,6 +159,37 @@ TEST(JpegCodecTest, ScaledRegionDecodeMatchesExactReference) {
   EXPECT_GT(reduced, 12);  // most crops of a 1024x768 image decode at < 1/1
 }
 
+// The region path keeps only the crop's MCU columns: the entropy decoder does
+// not store the coefficients of the others (DecodeMcuInCrop). Crops at the
+// left edge, the right edge and inside, of every colour model, with and
+// without restart markers, still match the exact reference.
+TEST(JpegCodecTest, RegionDecodeOfEveryColourModelMatchesExactReference) {
+  const Image8 img = MakeTestImage(400, 600, 8);
+  const CropBox boxes[] = {{0, 0, 300, 250}, {50, 350, 300, 250}, {37, 201, 250, 233},
+                           {100, 0, 280, 600}};
+  for (JpegColor color : {JpegColor::kRgb, JpegColor::kGray, JpegColor::kCmyk}) {
+    for (int restart : {0, 2}) {
+      EncodeOptions opts;
+      opts.color = color;
+      opts.restart_interval = restart;
+      opts.quality = 92;
+      const std::string jpeg = EncodeJpeg(img, opts);
+      absl::StatusOr<Image8> full = DecodeJpeg(jpeg, DecodeLimits());
+      ASSERT_TRUE(full.ok()) << full.status();
+      for (const CropBox& box : boxes) {
+        for (int s : {224, 96}) {  // full scale and reduced scales
+          const Image8 fast = FastCropResize(jpeg, box, s);
+          const Image8 exact = ExactAreaResize(*full, box, s);
+          for (double e : MeanAbsError(exact, fast)) {
+            EXPECT_LT(e, 3.0) << "colour " << static_cast<int>(color) << " restart " << restart
+                              << " box left " << box.left << " S " << s;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(JpegCodecTest, SmallCropIsUpscaledFromFullResolution) {
   const Image8 img = MakeTestImage(300, 300, 6);
   const std::string jpeg = EncodeJpeg(img, {.quality = 95});

@@ -22,6 +22,9 @@ ABSL_FLAG(int, crop_size, 224, "Output side S. Default 224.");
 ABSL_FLAG(int, repeat, 3, "Passes over the files (each pass is a new epoch). Default 3.");
 ABSL_FLAG(int, max_files, 0, "Use at most this many files; 0 = all.");
 ABSL_FLAG(int, warmup, 5, "Files processed before timing starts. Default 5.");
+ABSL_FLAG(bool, checksum, false,
+          "Also print a hash of every output tensor's bytes (to check that two builds give the "
+          "same output). Default false.");
 
 int main(int argc, char** argv) {
   sophon::InitUsage("See the README and --help for this tool's flags.");
@@ -61,6 +64,8 @@ int main(int argc, char** argv) {
   options.augment.crop_size = absl::GetFlag(FLAGS_crop_size);
   std::vector<float> tensor(3 * options.augment.crop_size * options.augment.crop_size);
   int failures = 0;
+  const bool checksum = absl::GetFlag(FLAGS_checksum);
+  uint64_t hash = 1469598103934665603ULL;  // FNV-1a over all output bytes
   auto run = [&](uint64_t epoch, size_t i) {
     sophon::StageData raw;
     raw.data = files[i];
@@ -68,6 +73,12 @@ int main(int argc, char** argv) {
                                             tensor.data());
     if (!s.ok()) {
       if (failures++ < 5) std::fprintf(stderr, "%s: %s\n", paths[i].c_str(), s.ToString().c_str());
+    }
+    if (checksum) {
+      const auto* bytes = reinterpret_cast<const unsigned char*>(tensor.data());
+      for (size_t b = 0; b < tensor.size() * sizeof(float); ++b) {
+        hash = (hash ^ bytes[b]) * 1099511628211ULL;
+      }
     }
   };
   for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) run(1000, i % files.size());
@@ -84,6 +95,7 @@ int main(int argc, char** argv) {
               total_bytes / 1e3 / files.size(), repeat, failures);
   std::printf("sophon prep: %.1f images/s wall, %.2f ms CPU per image\n", images / wall,
               1e3 * cpu / images);
+  if (checksum) std::printf("checksum %016llx\n", static_cast<unsigned long long>(hash));
   std::printf("RESULT images_per_s=%.3f files=%zu\n", images / wall, files.size());
   return failures ? 1 : 0;
 }
