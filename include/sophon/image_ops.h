@@ -15,8 +15,10 @@ inline constexpr float kImageNetStd[3] = {0.229f, 0.224f, 0.225f};
 // to an RGB out_h x out_w image with an area-averaging (box) filter: each
 // output pixel is the mean of the source area it covers, so downscaling is
 // antialiased. Separable, in fixed point (14-bit weights, a 7-bit fractional
-// intermediate): within one level of the exact mean. RGBX input takes the
-// SSE2 kernels; results are bit-identical to the portable ones.
+// intermediate): within one level of the exact mean. The vertical pass runs
+// first, on SSE2 or (where the CPU has it) AVX2 kernels for any channel count;
+// the horizontal pass takes SSE2 kernels for RGBX input. Results are
+// bit-identical to the portable kernels.
 // `src_stride` is bytes per source row. Uses per-thread scratch memory.
 // REQUIRES: 0 <= x0 < x1 <= src_w, 0 <= y0 < y1 <= src_h, dst has out_h*out_w*3 bytes.
 void ResizeAreaRgb(const uint8_t* src, int src_h, int src_w, int src_stride, int src_channels,
