@@ -107,11 +107,12 @@ void VerticalScalar(const uint8_t* src, size_t stride, const int16_t* w, int k, 
   }
 }
 
-// The horizontal pass: output pixel o of the int16 line (`channels` lanes per
-// pixel; the line starts at source pixel `px0`) -> RGB bytes.
-void HorizontalScalar(const int16_t* line, int channels, int px0, const Taps& t, int out_w,
-                      uint8_t* dst) {
-  for (int o = 0; o < out_w; ++o) {
+// The horizontal pass: output pixels [o_begin, o_end) of the int16 line
+// (`channels` lanes per pixel; the line starts at source pixel `px0`) -> RGB
+// bytes of the output row `dst`.
+void HorizontalScalar(const int16_t* line, int channels, int px0, const Taps& t, int o_begin,
+                      int o_end, uint8_t* dst) {
+  for (int o = o_begin; o < o_end; ++o) {
     const int16_t* p = line + static_cast<size_t>(channels) * (t.first[o] - px0);
     const int16_t* w = t.weights.data() + static_cast<size_t>(o) * t.k;
     for (int c = 0; c < 3; ++c) {
@@ -276,13 +277,7 @@ void HorizontalSse2(const int16_t* line, int px0, const Taps& t, const WeightPai
     case 6: HorizontalSse2Fixed<6>(line, px0, t, wv, out_w, dst); break;
     default: HorizontalSse2Fixed<8>(line, px0, t, wv, out_w, dst); break;
   }
-  if (out_w > 0) {
-    Taps last;
-    last.k = t.k;
-    last.first = {t.first[out_w - 1]};
-    last.weights.assign(t.weights.end() - t.k, t.weights.end());
-    HorizontalScalar(line, 4, px0, last, 1, dst + 3 * (out_w - 1));
-  }
+  if (out_w > 0) HorizontalScalar(line, 4, px0, t, out_w - 1, out_w, dst);
 }
 #endif
 
@@ -330,11 +325,11 @@ void ResizeArea(const uint8_t* src, int src_h, int src_w, int src_stride, int sr
     if (simd_x) {
       HorizontalSse2(line.data(), px0, tx, wv.data(), out_w, out);
     } else {
-      HorizontalScalar(line.data(), src_channels, px0, tx, out_w, out);
+      HorizontalScalar(line.data(), src_channels, px0, tx, 0, out_w, out);
     }
 #else
     VerticalScalar(rows, src_stride, w, ty.k, lanes, line.data());
-    HorizontalScalar(line.data(), src_channels, px0, tx, out_w, out);
+    HorizontalScalar(line.data(), src_channels, px0, tx, 0, out_w, out);
 #endif
   }
 }
