@@ -7,22 +7,24 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "sophon/cli.h"
+#include "sophon/cli/cli.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "emulated_trainer.h"
-#include "loader.h"
-#include "modes.h"
-#include "sample_client.h"
-#include "smartoff.h"
-#include "sophon/allocator.h"
-#include "sophon/gpu_profile.h"
+#include "client/train/emulated_trainer.h"
+#include "client/loader/loader.h"
+#include "client/loader/sample_client.h"
+#include "client/offload/fixed_policy.h"
+#include "client/offload/profile_pass.h"
+#include "client/offload/smartoff_policy.h"
+#include "sophon/planning/planner.h"
+#include "sophon/base/allocator.h"
+#include "sophon/emulation/gpu_profile.h"
 #include "spdlog/spdlog.h"
-#include "synthetic_run.h"
-#include "train_loop.h"
-#include "trainer.h"
+#include "client/train/synthetic_run.h"
+#include "client/train/train_loop.h"
+#include "client/train/trainer.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Storage server HOST:PORT. Default 127.0.0.1:50051.");
 ABSL_FLAG(std::string, mode, "nooff",
@@ -104,20 +106,25 @@ ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error. Defa
 
 namespace {
 
-int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "sophon-train: %s\n", std::string(status.message()).c_str());
-  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-}
+// Which flag sets each option whose errors the library reports by name.
+const sophon::FlagNames kFlagNames = {
+    {"LoaderOptions.batch_size", "--batch-size"},
+    {"LoaderOptions.workers", "--workers"},
+    {"LoaderOptions.prefetch_batches", "--prefetch-batches"},
+    {"LoaderOptions.pipeline.augment", "--crop-size/--scale/--ratio"},
+    {"SmartoffOptions.net_bw_mbit", "--net-bw"},
+    {"SmartoffOptions.remote_cpus", "--remote-cpus"},
+    {"SmartoffOptions.replan_threshold", "--replan-threshold"},
+    {"Resources.net_bytes_per_s", "--net-bw"},
+    {"Resources.remote_cpus", "--remote-cpus"},
+    {"Resources.local_cpus", "--workers"},
+    {"Resources.gpu_seconds_per_batch", "--gpu-batch-seconds"},
+    {"Resources.batch_size", "--batch-size"},
+    {"EmulatedTrainerOptions.gpu_count", "--gpu-count"},
+    {"SyntheticRunOptions.samples", "--synthetic-samples"},
+};
 
-absl::Status ParseRange(const std::string& flag, const std::string& text, double* lo,
-                        double* hi) {
-  std::vector<std::string> parts = absl::StrSplit(text, ',');
-  if (parts.size() != 2 || !absl::SimpleAtod(parts[0], lo) || !absl::SimpleAtod(parts[1], hi)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, " must be MIN,MAX (two numbers), got '", text, "'"));
-  }
-  return absl::OkStatus();
-}
+int Fail(const absl::Status& status) { return sophon::FailProgram("sophon-train", status, kFlagNames); }
 
 sophon::TrainerOptions TrainerOptionsFromFlags(int num_classes) {
   sophon::TrainerOptions options;
@@ -181,12 +188,8 @@ int RunSynthetic(const sophon::LoaderOptions& loader_options, int epochs) {
   return 0;
 }
 
-absl::Status SmartoffOptionsFromFlags(sophon::SmartoffOptions* options) {
-  absl::StatusOr<sophon::PlannerKind> kind = sophon::ParsePlannerKind(absl::GetFlag(FLAGS_planner));
-  if (!kind.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--planner: ", kind.status().message()));
-  }
-  options->planner = *kind;
+absl::Status SmartoffOptionsFromFlags(sophon::PlannerKind kind, sophon::SmartoffOptions* options) {
+  options->planner = kind;
   options->profile_folder = absl::GetFlag(FLAGS_profile_folder);
   options->profile_out = absl::GetFlag(FLAGS_profile_out);
   const std::string net_bw = absl::GetFlag(FLAGS_net_bw);
@@ -215,26 +218,29 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(args.argc(), args.argv());
   spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
 
-  absl::StatusOr<sophon::Mode> mode = sophon::ParseMode(absl::GetFlag(FLAGS_mode));
-  if (!mode.ok()) return Fail(mode.status());
-  absl::StatusOr<sophon::BadSamplePolicy> policy =
+  absl::StatusOr<sophon::PlannerKind> smart =
+      sophon::ParsePlannerKind(absl::GetFlag(FLAGS_planner));
+  if (!smart.ok()) return Fail(sophon::FlagError("--planner", smart.status()));
+  absl::StatusOr<sophon::PlannerKind> mode = sophon::ParseMode(absl::GetFlag(FLAGS_mode), *smart);
+  if (!mode.ok()) return Fail(sophon::FlagError("--mode", mode.status()));
+  absl::StatusOr<sophon::BadSamplePolicy> bad_sample =
       sophon::ParseBadSamplePolicy(absl::GetFlag(FLAGS_on_bad_sample));
-  if (!policy.ok()) return Fail(policy.status());
+  if (!bad_sample.ok()) return Fail(sophon::FlagError("--on-bad-sample", bad_sample.status()));
 
   sophon::LoaderOptions loader_options;
   loader_options.batch_size = absl::GetFlag(FLAGS_batch_size);
   loader_options.workers = absl::GetFlag(FLAGS_workers);
   loader_options.prefetch_batches = absl::GetFlag(FLAGS_prefetch_batches);
   loader_options.seed = absl::GetFlag(FLAGS_seed);
-  loader_options.on_bad_sample = *policy;
+  loader_options.on_bad_sample = *bad_sample;
   sophon::AugmentOptions& augment = loader_options.pipeline.augment;
   augment.crop_size = absl::GetFlag(FLAGS_crop_size);
-  if (absl::Status s = ParseRange("scale", absl::GetFlag(FLAGS_scale), &augment.scale_min,
+  if (absl::Status s = sophon::ParseRange("scale", absl::GetFlag(FLAGS_scale), &augment.scale_min,
                                   &augment.scale_max);
       !s.ok()) {
     return Fail(s);
   }
-  if (absl::Status s = ParseRange("ratio", absl::GetFlag(FLAGS_ratio), &augment.ratio_min,
+  if (absl::Status s = sophon::ParseRange("ratio", absl::GetFlag(FLAGS_ratio), &augment.ratio_min,
                                   &augment.ratio_max);
       !s.ok()) {
     return Fail(s);
@@ -265,16 +271,18 @@ int main(int argc, char** argv) {
   if (!trainer.ok()) return Fail(trainer.status());
 
   sophon::SmartoffOptions smartoff_options;
-  if (absl::Status s = SmartoffOptionsFromFlags(&smartoff_options); !s.ok()) return Fail(s);
+  if (absl::Status s = SmartoffOptionsFromFlags(*mode, &smartoff_options); !s.ok()) {
+    return Fail(s);
+  }
   const std::string profile_out = absl::GetFlag(FLAGS_profile_out);
-  if (!profile_out.empty() && *mode != sophon::Mode::kSmartOff) {
-    absl::Status s = sophon::WriteProfileOverNetwork(client->get(), loader_options,
-                                                     smartoff_options, profile_out);
+  const bool fixed = sophon::IsFixedKind(*mode);
+  if (!profile_out.empty() && fixed) {
+    absl::Status s = sophon::WriteProfileOverNetwork(
+        client->get(), loader_options, smartoff_options.speed_probe_samples, profile_out);
     if (!s.ok()) return Fail(s);
   }
-  std::unique_ptr<sophon::Planner> planner;
-  sophon::SmartoffPlanner* smartoff = nullptr;
-  if (*mode == sophon::Mode::kSmartOff) {
+  std::unique_ptr<sophon::OffloadPolicy> policy;
+  if (!fixed) {
     // An emulated GPU's step time is known from its profile: no need to measure it.
     auto* emulated = dynamic_cast<sophon::EmulatedTrainer*>(trainer->get());
     if (emulated != nullptr && smartoff_options.gpu_batch_seconds < 0) {
@@ -282,42 +290,29 @@ int main(int argc, char** argv) {
       if (!step.ok()) return Fail(step.status());
       smartoff_options.gpu_batch_seconds = step->copy_seconds + step->compute_seconds;
     }
-    absl::StatusOr<std::unique_ptr<sophon::SmartoffPlanner>> created =
-        sophon::CreateSmartoffPlanner(client->get(), loader_options, smartoff_options);
+    absl::StatusOr<std::unique_ptr<sophon::SmartoffPolicy>> created =
+        sophon::CreateSmartoffPolicy(client->get(), loader_options, smartoff_options);
     if (!created.ok()) return Fail(created.status());
-    smartoff = created->get();
-    planner = *std::move(created);
-    loader_options.observer = [smartoff](const sophon::SampleObservation& observation) {
-      smartoff->Observe(observation);
-    };
+    policy = *std::move(created);
   } else {
-    planner = std::make_unique<sophon::FixedPlanner>(*mode);
+    policy = std::make_unique<sophon::FixedPolicy>(sophon::FixedKindStage(*mode),
+                                                   sophon::ModeName(*mode));
   }
   absl::StatusOr<std::unique_ptr<sophon::Loader>> loader =
-      sophon::Loader::Create(client->get(), loader_options, planner.get());
+      sophon::Loader::Create(client->get(), loader_options, policy.get());
   if (!loader.ok()) return Fail(loader.status());
 
   sophon::TrainLoopOptions loop_options;
   loop_options.epochs = epochs;
   loop_options.max_batches = absl::GetFlag(FLAGS_max_batches);
   loop_options.warmup_batches = absl::GetFlag(FLAGS_warmup_batches);
-  loop_options.mode_name = sophon::ModeName(*mode);
+  loop_options.mode_name = policy->name();
   loop_options.arch = trainer_options.arch;
   loop_options.progress = absl::GetFlag(FLAGS_progress);
   loop_options.report_json = absl::GetFlag(FLAGS_report_json);
   loop_options.device = (*trainer)->DeviceName();
   loop_options.emulated = trainer_options.device == "emulate";
   loop_options.batch_timings = absl::GetFlag(FLAGS_batch_timings);
-  if (smartoff != nullptr) {
-    sophon::Loader* raw_loader = loader->get();
-    loop_options.after_step = [smartoff, raw_loader](double step_seconds) {
-      smartoff->ObserveStep(step_seconds);
-      smartoff->MaybeReplan(raw_loader);
-    };
-    loop_options.predicted_epoch_seconds = [smartoff] {
-      return smartoff->epoch_prediction_seconds();
-    };
-  }
   spdlog::info("training {} on {} in mode {}, batch {}, {} local workers", loop_options.arch,
                (*trainer)->DeviceName(), loop_options.mode_name, loader_options.batch_size,
                loader_options.workers);

@@ -1,4 +1,4 @@
-#include "grpc_service.h"
+#include "server/grpc_service.h"
 
 #include <string>
 

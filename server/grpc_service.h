@@ -3,7 +3,7 @@
 #ifndef SOPHON_SERVER_GRPC_SERVICE_H_
 #define SOPHON_SERVER_GRPC_SERVICE_H_
 
-#include "service_impl.h"
+#include "server/service_impl.h"
 #include "sophon/v1/sophon.grpc.pb.h"
 
 namespace sophon {

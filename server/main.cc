@@ -6,13 +6,13 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "sophon/allocator.h"
-#include "sophon/cli.h"
+#include "sophon/base/allocator.h"
+#include "sophon/cli/cli.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
-#include "sophon/page_cache.h"
+#include "sophon/data/page_cache.h"
 #include "spdlog/spdlog.h"
-#include "storage_server.h"
+#include "server/storage_server.h"
 
 ABSL_FLAG(std::string, data, "", "ImageFolder dataset root (DIR/CLASS/*.jpg). Required.");
 ABSL_FLAG(std::string, host, "127.0.0.1",

@@ -1,10 +1,11 @@
-#include "prep_pool.h"
+#include "server/prep_pool.h"
 
 #include <pthread.h>
 
 #include <string>
 
-#include "sophon/pipeline.h"
+#include "sophon/base/cpu_time.h"
+#include "sophon/ops/pipeline.h"
 
 namespace sophon {
 

@@ -1,4 +1,4 @@
-#include "server_stats.h"
+#include "server/server_stats.h"
 
 namespace sophon {
 

@@ -8,7 +8,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "sophon/stage.h"
+#include "sophon/ops/stage.h"
 #include "sophon/v1/sophon.pb.h"
 
 namespace sophon {

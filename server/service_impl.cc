@@ -1,13 +1,14 @@
-#include "service_impl.h"
+#include "server/service_impl.h"
 
 #include <deque>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "sophon/cpu_limit.h"
-#include "sophon/pipeline.h"
-#include "sophon/wire.h"
+#include "sophon/base/cpu_time.h"
+#include "sophon/base/cpu_limit.h"
+#include "sophon/ops/pipeline.h"
+#include "sophon/net/wire.h"
 #include "spdlog/spdlog.h"
 
 namespace sophon {

@@ -8,11 +8,11 @@
 #include <memory>
 
 #include "absl/status/status.h"
-#include "prep_pool.h"
-#include "server_stats.h"
-#include "sophon/dataset.h"
-#include "sophon/jpeg_codec.h"
-#include "sophon/pipeline.h"
+#include "server/prep_pool.h"
+#include "server/server_stats.h"
+#include "sophon/data/dataset.h"
+#include "sophon/image/jpeg_codec.h"
+#include "sophon/ops/pipeline.h"
 #include "sophon/v1/sophon.pb.h"
 
 namespace sophon {

@@ -1,10 +1,10 @@
-#include "storage_server.h"
+#include "server/storage_server.h"
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "grpc_service.h"
+#include "server/grpc_service.h"
 #include "spdlog/spdlog.h"
 
 namespace sophon {

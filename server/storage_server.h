@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "service_impl.h"
+#include "server/service_impl.h"
 
 namespace grpc {
 class Server;

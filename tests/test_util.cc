@@ -1,4 +1,4 @@
-#include "test_util.h"
+#include "tests/test_util.h"
 
 // clang-format off
 #include <cstdio>
@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "sophon/augment.h"
+#include "sophon/ops/augment.h"
 
 namespace sophon::testing {
 

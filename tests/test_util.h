@@ -7,7 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "sophon/jpeg_codec.h"
+#include "sophon/image/jpeg_codec.h"
+#include "sophon/ops/stage.h"
 
 namespace sophon::testing {
 
@@ -41,6 +42,15 @@ struct TestDatasetOptions {
 
 // Writes ROOT/class_i/img_j.jpg; returns ROOT.
 std::string MakeTestDataset(const std::string& name, const TestDatasetOptions& options);
+
+// Op times of the three ops of today's stage table, in order.
+inline OpTimes MakeOpTimes(double decode_crop, double flip, double tensor) {
+  OpTimes t;
+  t[Stage::kCropped] = decode_crop;
+  t[Stage::kFlipped] = flip;
+  t[Stage::kTensor] = tensor;
+  return t;
+}
 
 }  // namespace sophon::testing
 

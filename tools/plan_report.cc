@@ -1,4 +1,4 @@
-#include "plan_report.h"
+#include "tools/plan_report.h"
 
 #include <spawn.h>
 #include <sys/wait.h>
@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "sophon/profile_csv.h"
-#include "sophon/status_macros.h"
+#include "sophon/planning/profile_csv.h"
+#include "sophon/base/status_macros.h"
 
 extern char** environ;
 

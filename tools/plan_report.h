@@ -8,8 +8,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "sophon/planner.h"
-#include "sophon/profile.h"
+#include "sophon/planning/planner.h"
+#include "sophon/planning/profile.h"
 
 namespace sophon {
 

@@ -27,11 +27,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "sophon/cli.h"
-#include "sophon/gpu_profile.h"
+#include "sophon/cli/cli.h"
+#include "sophon/emulation/gpu_profile.h"
 #include "spdlog/spdlog.h"
-#include "synthetic_batch.h"
-#include "trainer.h"
+#include "sophon/emulation/synthetic_batch.h"
+#include "client/train/trainer.h"
 
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N. Default cpu.");
 ABSL_FLAG(std::string, gpu_type, "",

@@ -12,10 +12,11 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "sophon/cli.h"
+#include "sophon/base/cpu_time.h"
+#include "sophon/cli/cli.h"
 #include "absl/strings/ascii.h"
 #include "absl/time/clock.h"
-#include "sophon/pipeline.h"
+#include "sophon/ops/pipeline.h"
 
 ABSL_FLAG(std::string, dir, "", "Directory searched recursively for *.jpg / *.jpeg. Required.");
 ABSL_FLAG(int, crop_size, 224, "Output side S. Default 224.");

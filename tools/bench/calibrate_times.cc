@@ -14,11 +14,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "sophon/cli.h"
-#include "sophon/dataset.h"
-#include "sophon/profile_csv.h"
-#include "sophon/profiler.h"
-#include "sophon/times_model.h"
+#include "sophon/cli/cli.h"
+#include "sophon/data/dataset.h"
+#include "sophon/planning/profile_csv.h"
+#include "sophon/profiling/profiler.h"
+#include "sophon/planning/times_model.h"
 
 ABSL_FLAG(std::string, data, "", "ImageFolder dataset root (DIR/CLASS/*.jpg). Required.");
 ABSL_FLAG(int, crop_size, 224, "Output side S. Default 224.");
@@ -29,19 +29,21 @@ ABSL_FLAG(int64_t, max_samples, 0, "Profile only the first N samples; 0 = all. D
 ABSL_FLAG(std::string, profile_out, "",
           "Folder to write the measured profile to (sample_profile.csv). Default: none.");
 
+using sophon::Stage;
+
 namespace {
 
 // Fraction of the variance of the measured decode times that the model explains.
 double DecodeRSquared(const sophon::DatasetProfile& p, const sophon::TimesModel& m) {
   double mean = 0;
-  for (const auto& s : p.samples) mean += s.client.decode_crop;
+  for (const auto& s : p.samples) mean += s.client[Stage::kCropped];
   mean /= p.samples.size();
   double ss_res = 0, ss_tot = 0;
   for (const auto& s : p.samples) {
     const double pred =
-        sophon::PredictOpTimes(m, s.raw_bytes, s.source_pixels, p.crop_size).decode_crop;
-    ss_res += (s.client.decode_crop - pred) * (s.client.decode_crop - pred);
-    ss_tot += (s.client.decode_crop - mean) * (s.client.decode_crop - mean);
+        sophon::PredictOpTimes(m, s.bytes[Stage::kRaw], s.source_pixels, p.crop_size)[Stage::kCropped];
+    ss_res += (s.client[Stage::kCropped] - pred) * (s.client[Stage::kCropped] - pred);
+    ss_tot += (s.client[Stage::kCropped] - mean) * (s.client[Stage::kCropped] - mean);
   }
   return ss_tot > 0 ? 1 - ss_res / ss_tot : 0;
 }
@@ -49,11 +51,11 @@ double DecodeRSquared(const sophon::DatasetProfile& p, const sophon::TimesModel&
 void PrintReport(const sophon::DatasetProfile& p, const sophon::TimesModel& m) {
   double raw = 0, pixels = 0, decode = 0, flip = 0, tensor = 0;
   for (const auto& s : p.samples) {
-    raw += s.raw_bytes;
+    raw += s.bytes[Stage::kRaw];
     pixels += s.source_pixels;
-    decode += s.client.decode_crop;
-    flip += s.client.flip;
-    tensor += s.client.tensor;
+    decode += s.client[Stage::kCropped];
+    flip += s.client[Stage::kFlipped];
+    tensor += s.client[Stage::kTensor];
   }
   const double n = p.samples.size();
   std::printf("samples %zu, mean raw %.0f B, mean source %.0f px, S = %d\n", p.samples.size(),
@@ -61,11 +63,11 @@ void PrintReport(const sophon::DatasetProfile& p, const sophon::TimesModel& m) {
   std::printf("measured mean CPU ms: decode_crop %.4f, flip %.4f, tensor %.4f\n", 1e3 * decode / n,
               1e3 * flip / n, 1e3 * tensor / n);
   std::printf("decode_crop fit R^2 = %.3f\n", DecodeRSquared(p, m));
-  std::printf("  m.decode_s_per_byte = %.4e;\n", m.decode_s_per_byte);
-  std::printf("  m.decode_s_per_pixel = %.4e;\n", m.decode_s_per_pixel);
-  std::printf("  m.decode_s_fixed = %.4e;\n", m.decode_s_fixed);
-  std::printf("  m.flip_s_per_pixel = %.4e;\n", m.flip_s_per_pixel);
-  std::printf("  m.tensor_s_per_pixel = %.4e;\n", m.tensor_s_per_pixel);
+  std::printf("  m.ops[Stage::kCropped].s_per_raw_byte = %.4e;\n", m.ops[Stage::kCropped].s_per_raw_byte);
+  std::printf("  m.ops[Stage::kCropped].s_per_source_pixel = %.4e;\n", m.ops[Stage::kCropped].s_per_source_pixel);
+  std::printf("  m.ops[Stage::kCropped].s_fixed = %.4e;\n", m.ops[Stage::kCropped].s_fixed);
+  std::printf("  m.ops[Stage::kFlipped].s_per_output_pixel = %.4e;\n", m.ops[Stage::kFlipped].s_per_output_pixel);
+  std::printf("  m.ops[Stage::kTensor].s_per_output_pixel = %.4e;\n", m.ops[Stage::kTensor].s_per_output_pixel);
 }
 
 }  // namespace

@@ -11,9 +11,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
-#include "sophon/cli.h"
-#include "sophon/dataset.h"
-#include "sophon/page_cache.h"
+#include "sophon/cli/cli.h"
+#include "sophon/data/dataset.h"
+#include "sophon/data/page_cache.h"
 
 ABSL_FLAG(std::string, data, "", "ImageFolder dataset root (DIR/CLASS/*.jpg). Required.");
 ABSL_FLAG(bool, evict, false, "Drop the dataset's files from the page cache. Default false.");

@@ -14,8 +14,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
-#include "sophon/cli.h"
-#include "sophon/stall.h"
+#include "sophon/cli/cli.h"
+#include "sophon/emulation/stall.h"
 
 ABSL_FLAG(std::string, csv, "", "Stall CSV to add to and print. Required.");
 ABSL_FLAG(std::string, label, "", "Label of the row to add (e.g. the model); none = print only.");

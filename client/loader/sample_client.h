@@ -1,0 +1,84 @@
+// The training node's connection to one storage server: one channel and stub
+// for the client's lifetime, deadlines on every unary call, retries with
+// backoff only for codes that mean "try again".
+#ifndef SOPHON_CLIENT_LOADER_SAMPLE_CLIENT_H_
+#define SOPHON_CLIENT_LOADER_SAMPLE_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "sophon/v1/sophon.grpc.pb.h"
+
+namespace sophon {
+
+struct ClientOptions {
+  std::string address;                          // HOST:PORT of sophon-server
+  absl::Duration connect_timeout = absl::Seconds(30);  // retry budget to reach the server
+  absl::Duration rpc_timeout = absl::Seconds(30);      // deadline of each unary call
+};
+
+// Calls `attempt` until it succeeds, fails with a code other than UNAVAILABLE
+// or ABORTED (or DEADLINE_EXCEEDED of a single try), or `deadline` passes;
+// sleeps with exponential backoff (50 ms doubling to 2 s) between tries.
+// A `stop` that returns true ends the retries early with CANCELLED.
+absl::Status RetryWithBackoff(const std::function<absl::Status()>& attempt,
+                              absl::Time deadline,
+                              const std::function<bool()>& stop = nullptr);
+
+// One Fetch stream. Write/Read may be called from two different threads
+// (one writer, one reader), as gRPC allows.
+class FetchCall {
+ public:
+  explicit FetchCall(v1::SampleService::Stub* stub);
+  ~FetchCall();
+  bool Write(const v1::FetchRequest& request);
+  bool WritesDone();
+  bool Read(v1::FetchResponse* response);
+  // After Read returned false: the stream's final status.
+  absl::Status Finish();
+  // Ends the call early from any thread.
+  void Cancel();
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::FetchRequest, v1::FetchResponse>> stream_;
+};
+
+class SampleClient {
+ public:
+  // Connects and reads the manifest, retrying while the server is unreachable
+  // or restarting; after connect_timeout: UNAVAILABLE naming the address.
+  static absl::StatusOr<std::unique_ptr<SampleClient>> Connect(const ClientOptions& options);
+
+  const v1::Manifest& manifest() const { return manifest_; }
+  const std::string& address() const { return options_.address; }
+  absl::Duration connect_timeout() const { return options_.connect_timeout; }
+
+  absl::StatusOr<v1::ServerStats> GetStats();
+  std::unique_ptr<FetchCall> OpenFetch();
+  // FAILED_PRECONDITION naming the address if `stats` (from GetStats) shows
+  // the server now serves another dataset than the manifest this client read
+  // (a restart with other data: its labels and sizes would not match).
+  absl::Status CheckSameDataset(const v1::ServerStats& stats) const;
+  // After a Fetch stream broke: waits (with backoff, up to connect_timeout)
+  // until the server answers again and checks that it serves the same dataset
+  // (CheckSameDataset). Errors name the address: UNAVAILABLE if it did not
+  // come back, FAILED_PRECONDITION if its dataset changed, CANCELLED once
+  // `stop` returns true.
+  absl::Status AwaitSameServer(const std::function<bool()>& stop);
+
+ private:
+  SampleClient() = default;
+
+  ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::SampleService::Stub> stub_;
+  v1::Manifest manifest_;
+};
+
+}  // namespace sophon
+
+#endif  // SOPHON_CLIENT_LOADER_SAMPLE_CLIENT_H_

@@ -1,0 +1,60 @@
+// The offload policy: for every sample, where it is processed. The loader asks
+// it at send time (Plan) and tells it what it observed (OnSample); the train
+// loop tells it the step times (OnStep). Fixed modes and smartoff are its
+// implementations (fixed_policy.h, smartoff_policy.h).
+#ifndef SOPHON_CLIENT_OFFLOAD_OFFLOAD_POLICY_H_
+#define SOPHON_CLIENT_OFFLOAD_OFFLOAD_POLICY_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "sophon/ops/stage.h"
+
+namespace sophon {
+
+// What the loader saw of one sample.
+struct SampleObservation {
+  uint64_t id = 0;
+  Stage received = kFirstStage;    // stage it arrived in
+  uint64_t payload_bytes = 0;      // wire payload
+  OpTimes local;                   // thread CPU seconds of the ops run here
+  double server_cpu_seconds = 0;   // as reported by the server
+  double server_wall_seconds = 0;  // the server's prep worker wall time
+  double server_read_seconds = 0;  // ... of which reading the file
+  bool ok = true;
+};
+
+// Where one sample is processed.
+struct SampleAssignment {
+  Stage stage = kFirstStage;  // the storage node stops here; the loader finishes the rest
+  int server = 0;             // index into the loader's servers (one today)
+};
+
+class OffloadPolicy {
+ public:
+  virtual ~OffloadPolicy() = default;
+
+  // The mode's name for logs and reports: "nooff", ..., "smartoff".
+  virtual std::string name() const = 0;
+  // An epoch starts: `order` is its request order (positions are indices into
+  // it). Called by the loader before any Plan of the epoch.
+  virtual absl::Status BeginEpoch(uint64_t epoch, absl::Span<const uint64_t> order) = 0;
+  // Called on the loader's sender thread just before it requests positions
+  // [first_position, first_position + ids.size()); ids are those positions'
+  // sample ids. Fills `out` (same size). Positions come in increasing order,
+  // each once per epoch.
+  virtual void Plan(int64_t first_position, absl::Span<const uint64_t> ids,
+                    absl::Span<SampleAssignment> out) = 0;
+  // Called on the loader's prep threads once per sample. Thread-safe, quick.
+  virtual void OnSample(const SampleObservation& observation) {}
+  // Called on the training thread after every step with its duration.
+  virtual void OnStep(double step_seconds) {}
+  // The prediction made for the current epoch's wall time; 0 = none.
+  virtual double PredictedEpochSeconds() const { return 0; }
+};
+
+}  // namespace sophon
+
+#endif  // SOPHON_CLIENT_OFFLOAD_OFFLOAD_POLICY_H_

@@ -1,0 +1,178 @@
+#include "client/offload/profile_pass.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/loader/sampler.h"
+#include "sophon/net/wire.h"
+#include "sophon/planning/profile_csv.h"
+#include "spdlog/spdlog.h"
+
+namespace sophon {
+namespace {
+
+// Epoch number whose augmentations the profiling pass uses.
+constexpr uint64_t kProfileEpoch = 0;
+
+// Every sample RAW, recording the op times the loader measured for each.
+class RecordingRawPolicy final : public OffloadPolicy {
+ public:
+  explicit RecordingRawPolicy(uint64_t n) : times_(n), ok_(n, 0) {}
+  std::string name() const override { return "profile"; }
+  absl::Status BeginEpoch(uint64_t, absl::Span<const uint64_t>) override {
+    return absl::OkStatus();
+  }
+  void Plan(int64_t, absl::Span<const uint64_t>, absl::Span<SampleAssignment> out) override {
+    for (SampleAssignment& a : out) a = SampleAssignment{kFirstStage, 0};
+  }
+  void OnSample(const SampleObservation& obs) override {
+    absl::MutexLock lock(&mu_);
+    if (obs.id >= times_.size()) return;
+    times_[obs.id] = obs.local;
+    ok_[obs.id] = obs.ok;
+  }
+  std::vector<OpTimes> times() const {
+    absl::MutexLock lock(&mu_);
+    return times_;
+  }
+  std::vector<char> ok() const {
+    absl::MutexLock lock(&mu_);
+    return ok_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<OpTimes> times_ ABSL_GUARDED_BY(mu_);
+  std::vector<char> ok_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+// Prep workers sharing a CPU quota smaller than their number are each slowed
+// by prep_workers / cpu_limit; the cost model charges the storage node's work
+// to min(prep workers, cpu limit) CPUs, so wall times measured on one prep
+// worker are scaled by this factor (1 without such a quota) to count the
+// quota once.
+double StorageWallScale(const v1::Manifest& manifest) {
+  if (manifest.cpu_limit() <= 0 || manifest.prep_workers() == 0) return 1.0;
+  return std::min(1.0, manifest.cpu_limit() / manifest.prep_workers());
+}
+
+// The storage node's time for a sample's ops, without the file read (the cost
+// model charges it per byte). Without a binding CPU quota (wall_scale 1): its
+// prep worker's wall time, above the CPU time when it shares cores. Under one,
+// which the cost model charges through the storage CPU count: CPU time, which
+// throttling does not stretch (wall times under a quota move in bursts of the
+// quota period).
+double ServerOpSeconds(double wall, double cpu, double read, double wall_scale) {
+  if (wall_scale < 1) return std::max(0.0, cpu - wall_scale * read);
+  return std::max(0.0, std::max(wall, cpu) - read);
+}
+
+absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
+                                                  const LoaderOptions& loader_options,
+                                                  int speed_probe_samples) {
+  const v1::Manifest& manifest = client->manifest();
+  const uint64_t n = manifest.num_samples();
+  const int s = loader_options.pipeline.augment.crop_size;
+  const absl::Time start = absl::Now();
+  spdlog::info("profiling {} samples of '{}' through {} (a pass without training)", n,
+               manifest.dataset_name(), client->address());
+
+  LoaderOptions options = loader_options;
+  options.on_bad_sample = BadSamplePolicy::kSkip;
+  options.drop_last = false;
+  options.rank = 0;
+  options.world = 1;
+  RecordingRawPolicy all_raw(n);
+  absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(client, options, &all_raw);
+  if (!loader.ok()) return loader.status();
+  if (absl::Status st = (*loader)->StartEpoch(kProfileEpoch); !st.ok()) return st;
+  Batch batch;
+  int64_t done = 0, next_log = 1;
+  while (true) {
+    absl::StatusOr<bool> more = (*loader)->Next(&batch);
+    if (!more.ok()) {
+      return absl::Status(more.status().code(),
+                          absl::StrCat("profiling pass: ", more.status().message()));
+    }
+    if (!*more) break;
+    done += batch.n;
+    if (done * 10 >= next_log * static_cast<int64_t>(n)) {
+      spdlog::info("profiling: {}/{} samples", done, n);
+      next_log = done * 10 / static_cast<int64_t>(n) + 1;
+    }
+  }
+  (*loader)->Stop();
+  const std::vector<OpTimes> times = all_raw.times();
+  const std::vector<char> ok = all_raw.ok();
+
+  DatasetProfile profile;
+  profile.dataset = manifest.dataset_name();
+  profile.fingerprint = manifest.fingerprint();
+  profile.crop_size = s;
+  profile.times_source = TimesSource::kMeasured;
+  profile.samples.resize(n);
+  for (uint64_t id = 0; id < n; ++id) {
+    SampleProfile& p = profile.samples[id];
+    p.id = id;
+    p.bytes[kFirstStage] = std::max<uint64_t>(1, manifest.raw_sizes(static_cast<int>(id)));
+    SetSizedStageBytes(s, &p);
+    p.client = times[id];  // zero for a bad sample: nothing to offload
+  }
+
+  // The server does the same work (same epoch, seed and ids) on a few samples.
+  std::vector<uint64_t> probe_ids;
+  for (uint64_t id : EpochOrder(options.seed, kProfileEpoch, n, options.shuffle)) {
+    if (ok[id]) probe_ids.push_back(id);
+    if (static_cast<int>(probe_ids.size()) == speed_probe_samples) break;
+  }
+  const double wall_scale = StorageWallScale(manifest);
+  double server_s = 0, local_s = 0;
+  if (!probe_ids.empty()) {
+    std::unique_ptr<FetchCall> call = client->OpenFetch();
+    FetchRequestBuilder builder(kProfileEpoch, options.seed, options.pipeline.augment);
+    for (uint64_t id : probe_ids) builder.Add(id, kLastStage);
+    call->Write(builder.Take());
+    call->WritesDone();
+    v1::FetchResponse response;
+    while (call->Read(&response)) {
+      for (const v1::Sample& sample : response.samples()) {
+        if (!SampleStatus(sample).ok() || sample.id() >= n) continue;
+        const OpTimes& t = times[sample.id()];
+        server_s += ServerOpSeconds(sample.server_wall_seconds(), sample.server_cpu_seconds(),
+                                    sample.server_read_seconds(), wall_scale);
+        local_s += t.Total();
+      }
+    }
+    if (absl::Status st = call->Finish(); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("server speed probe of ", client->address(),
+                                                  " failed: ", st.message()));
+    }
+  }
+  profile.server_speed_factor = server_s > 0 && local_s > 0 ? server_s / local_s : 1.0;
+  double decode = 0;
+  for (const OpTimes& t : times) decode += t.values[1];
+  spdlog::info(
+      "profiled {} samples in {:.1f}s: mean decode+crop {:.2f} ms here; the server needs {:.2f} "
+      "CPU-s per CPU-s of this node (from {} samples)",
+      n, absl::ToDoubleSeconds(absl::Now() - start), 1e3 * decode / std::max<uint64_t>(1, n),
+      profile.server_speed_factor, probe_ids.size());
+  if (absl::Status st = profile.Validate(); !st.ok()) return st;
+  return profile;
+}
+
+absl::Status WriteProfileOverNetwork(SampleClient* client, const LoaderOptions& loader_options,
+                                     int speed_probe_samples, const std::string& folder) {
+  absl::StatusOr<DatasetProfile> profile =
+      ProfileOverNetwork(client, loader_options, speed_probe_samples);
+  if (!profile.ok()) return profile.status();
+  if (absl::Status st = SaveProfileFolder(*profile, folder); !st.ok()) return st;
+  spdlog::info("profile written to {}/{}", folder, kSampleProfileFile);
+  return absl::OkStatus();
+}
+
+}  // namespace sophon

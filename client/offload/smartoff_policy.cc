@@ -1,0 +1,361 @@
+#include "client/offload/smartoff_policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/offload/net_probe.h"
+#include "client/offload/profile_pass.h"
+#include "client/loader/sampler.h"
+#include "sophon/planning/profile_csv.h"
+#include "sophon/planning/cost_model.h"
+#include "sophon/net/wire.h"
+#include "spdlog/spdlog.h"
+
+namespace sophon {
+namespace {
+
+// Offloaded work (client CPU seconds) below which a storage speed measurement
+// is too noisy to act on.
+constexpr double kMinSpeedEvidenceSeconds = 0.05;
+
+std::string DescribePlan(const PlanResult& plan) {
+  const PlanCost& c = plan.cost;
+  std::string out = absl::StrFormat(
+      "predicted %.2fs (network %.2fs, storage CPU %.2fs, local CPU %.2fs, GPU %.2fs; "
+      "bottleneck %s; lower bound %.2fs), %.1f MB on the wire, stages",
+      c.epoch_s, c.net_s, c.remote_s, c.local_s, c.gpu_s, ResourceName(c.bottleneck),
+      plan.lower_bound_s, c.wire_bytes / 1e6);
+  for (Stage stage : AllStages()) {
+    absl::StrAppend(&out, " ", StageName(stage), "=", c.samples_per_stage[StageIndex(stage)]);
+  }
+  return out;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+const char* ReplanReasonName(ReplanReason reason) {
+  switch (reason) {
+    case ReplanReason::kStepTime: return "step_time";
+    case ReplanReason::kStorageSpeed: return "storage_speed";
+    case ReplanReason::kNetwork: return "network";
+  }
+  return "unknown";
+}
+
+absl::Status SmartoffOptions::Validate() const {
+  if (!(net_bw_mbit >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SmartoffOptions.net_bw_mbit must be >= 0 (0 = measure), got ", net_bw_mbit));
+  }
+  if (!(remote_cpus >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SmartoffOptions.remote_cpus must be >= 0, got ", remote_cpus));
+  }
+  if (!(replan_threshold > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SmartoffOptions.replan_threshold must be > 0, got ", replan_threshold));
+  }
+  if (replan_min_samples < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SmartoffOptions.replan_min_samples must be >= 1, got ", replan_min_samples));
+  }
+  if (speed_probe_samples < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SmartoffOptions.speed_probe_samples must be >= 1, got ", speed_probe_samples));
+  }
+  return absl::OkStatus();
+}
+
+SmartoffPolicy::SmartoffPolicy(DatasetProfile profile, Resources resources,
+                               const SmartoffOptions& options, double storage_wall_scale,
+                               Clock clock)
+    : profile_(std::move(profile)),
+      options_(options),
+      measure_gpu_(options.gpu_batch_seconds < 0),
+      storage_wall_scale_(storage_wall_scale),
+      clock_(std::move(clock)),
+      resources_(resources) {}
+
+absl::Status SmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const uint64_t> order) {
+  Resources r;
+  {
+    absl::MutexLock lock(&mu_);
+    // The storage speed measured over the previous epoch (or warm-up), when it
+    // offloaded enough work to tell.
+    if (epoch_server_predicted_s_ > kMinSpeedEvidenceSeconds) {
+      const double speed = epoch_server_actual_s_ / epoch_server_predicted_s_;
+      spdlog::info("smartoff: storage node speed {:.2f} over the last epoch (assumed {:.2f})",
+                   speed, resources_.remote_speed);
+      resources_.remote_speed = speed;
+    }
+    epoch_server_actual_s_ = 0;
+    epoch_server_predicted_s_ = 0;
+    r = resources_;
+  }
+  absl::StatusOr<PlanResult> plan = MakePlan(options_.planner, profile_, r, order);
+  std::vector<Stage> stages;
+  if (plan.ok()) {
+    spdlog::info("smartoff epoch {} plan ({}): {}", epoch, PlannerKindName(options_.planner),
+                 DescribePlan(*plan));
+    stages = plan->stages;
+  } else {
+    spdlog::error("smartoff: planning epoch {} failed ({}); sending every sample {}", epoch,
+                  std::string(plan.status().message()), StageName(kFirstStage));
+    stages.assign(order.size(), kFirstStage);
+  }
+  absl::MutexLock lock(&mu_);
+  order_.assign(order.begin(), order.end());
+  plan_ = std::move(stages);
+  planned_ = 0;
+  if (plan.ok()) {
+    last_plan_ = *plan;
+    epoch_prediction_s_ = plan->cost.epoch_s;
+  }
+  ResetWindowLocked();
+  return absl::OkStatus();
+}
+
+void SmartoffPolicy::Plan(int64_t first_position, absl::Span<const uint64_t> ids,
+                          absl::Span<SampleAssignment> out) {
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t p = first_position + static_cast<int64_t>(i);
+    const bool known = p < static_cast<int64_t>(plan_.size()) && order_[p] == ids[i];
+    out[i] = SampleAssignment{known ? plan_[p] : kFirstStage, 0};
+  }
+  planned_ = std::max<int64_t>(planned_, first_position + static_cast<int64_t>(ids.size()));
+}
+
+void SmartoffPolicy::ResetWindowLocked() {
+  observed_ = 0;
+  server_actual_s_ = 0;
+  server_predicted_s_ = 0;
+  window_bytes_ = 0;
+  window_start_ = absl::InfiniteFuture();
+}
+
+void SmartoffPolicy::OnSample(const SampleObservation& obs) {
+  if (obs.id >= profile_.samples.size()) return;
+  const double predicted = profile_.samples[obs.id].client.Between(kFirstStage, obs.received);
+  const absl::Time now = clock_();
+  absl::MutexLock lock(&mu_);
+  if (window_start_ == absl::InfiniteFuture()) {
+    window_start_ = now;  // the rate is measured from the first arrival on
+    return;
+  }
+  ++observed_;
+  window_bytes_ += obs.payload_bytes;
+  if (obs.ok && obs.received != kFirstStage) {
+    // Wall time where the storage node shares its cores: it is slower per
+    // sample though each sample costs it the same CPU time (ServerOpSeconds).
+    const double actual = ServerOpSeconds(obs.server_wall_seconds, obs.server_cpu_seconds,
+                                          obs.server_read_seconds, storage_wall_scale_);
+    server_actual_s_ += actual;
+    server_predicted_s_ += predicted;
+    epoch_server_actual_s_ += actual;
+    epoch_server_predicted_s_ += predicted;
+  }
+}
+
+void SmartoffPolicy::OnStep(double step_seconds) {
+  {
+    absl::MutexLock lock(&mu_);
+    step_seconds_.push_back(step_seconds);
+  }
+  MaybeReplan();
+}
+
+bool SmartoffPolicy::MaybeReplan() {
+  const double th = options_.replan_threshold;
+  ReplanEvent event;
+  std::vector<std::string> details;
+  Resources r;
+  int64_t from = 0;
+  std::vector<uint64_t> rest;
+  {
+    absl::MutexLock lock(&mu_);
+    r = resources_;
+    // Step time: the first step is warm-up; decide after three more.
+    if (measure_gpu_ && step_seconds_.size() >= 4) {
+      const double g =
+          Median(std::vector<double>(step_seconds_.begin() + 1, step_seconds_.end()));
+      const double old = resources_.gpu_seconds_per_batch;
+      if (old == 0 || std::abs(g / old - 1) > th) {
+        r.gpu_seconds_per_batch = g;
+        event.reasons.push_back(ReplanReason::kStepTime);
+        details.push_back(absl::StrFormat("training step measured %.3fs/batch (assumed %.3fs)",
+                                          g, old));
+      }
+      step_seconds_.erase(step_seconds_.begin() + 1, step_seconds_.end());
+    }
+    if (observed_ >= options_.replan_min_samples) {
+      const double elapsed = absl::ToDoubleSeconds(clock_() - window_start_);
+      const double rate = elapsed > 0 ? window_bytes_ / elapsed : 0;
+      if (server_predicted_s_ > kMinSpeedEvidenceSeconds) {
+        const double speed = server_actual_s_ / server_predicted_s_;
+        if (std::abs(speed / resources_.remote_speed - 1) > th) {
+          r.remote_speed = speed;
+          event.reasons.push_back(ReplanReason::kStorageSpeed);
+          details.push_back(absl::StrFormat("storage node speed %.2f (assumed %.2f)", speed,
+                                            resources_.remote_speed));
+        }
+      }
+      // A saturated link shows its bandwidth; an unsaturated one only a lower
+      // bound. A rate below the assumed bandwidth is blamed on the link only
+      // when the plan expected the link to limit and the storage node, busy
+      // less than 80% of the window, was not what held it back.
+      const bool net_bound = last_plan_.cost.bottleneck == Resource::kNetwork;
+      const double server_busy =
+          elapsed > 0 && resources_.remote_cpus > 0
+              ? server_actual_s_ / (elapsed * resources_.remote_cpus)
+              : 0;
+      const bool link_limited = net_bound && server_busy < 0.8;
+      const double bw = resources_.net_bytes_per_s;
+      if (rate > 0 && ((link_limited && rate < (1 - th) * bw) || rate > (1 + th) * bw)) {
+        r.net_bytes_per_s = rate;
+        event.reasons.push_back(ReplanReason::kNetwork);
+        details.push_back(absl::StrFormat("network %.1f Mbit/s (assumed %.1f)", rate * 8 / 1e6,
+                                          bw * 8 / 1e6));
+      }
+      ResetWindowLocked();
+    }
+    if (event.reasons.empty()) return false;
+    resources_ = r;
+    from = planned_;
+    if (from >= static_cast<int64_t>(order_.size())) return false;
+    rest.assign(order_.begin() + from, order_.end());
+  }
+  // Planning runs without the lock: the loader keeps sending meanwhile, and
+  // only the positions it has not asked for yet take the new plan.
+  absl::StatusOr<PlanResult> plan = MakePlan(options_.planner, profile_, r, rest);
+  if (!plan.ok()) {
+    spdlog::error("smartoff: re-planning failed: {}", std::string(plan.status().message()));
+    return false;
+  }
+  absl::MutexLock lock(&mu_);
+  event.position = from;
+  event.detail = absl::StrJoin(details, ", ");
+  for (size_t i = 0; i < plan->stages.size(); ++i) {
+    const int64_t p = from + static_cast<int64_t>(i);
+    if (p < planned_ || p >= static_cast<int64_t>(plan_.size())) continue;
+    event.stages_changed += plan_[p] != plan->stages[i];
+    plan_[p] = plan->stages[i];
+  }
+  spdlog::info("smartoff re-plan at sample {}/{} ({}): {} stages changed; remaining {}", from,
+               order_.size(), event.detail, event.stages_changed, DescribePlan(*plan));
+  last_plan_ = *plan;
+  replans_.push_back(std::move(event));
+  return true;
+}
+
+Resources SmartoffPolicy::resources() const {
+  absl::MutexLock lock(&mu_);
+  return resources_;
+}
+
+PlanResult SmartoffPolicy::last_plan() const {
+  absl::MutexLock lock(&mu_);
+  return last_plan_;
+}
+
+double SmartoffPolicy::PredictedEpochSeconds() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_prediction_s_;
+}
+
+int SmartoffPolicy::replans() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(replans_.size());
+}
+
+std::vector<ReplanEvent> SmartoffPolicy::replan_events() const {
+  absl::MutexLock lock(&mu_);
+  return replans_;
+}
+
+absl::StatusOr<std::unique_ptr<SmartoffPolicy>> CreateSmartoffPolicy(
+    SampleClient* client, const LoaderOptions& loader_options, const SmartoffOptions& options) {
+  if (absl::Status st = options.Validate(); !st.ok()) return st;
+  const v1::Manifest& manifest = client->manifest();
+  const std::string folder = options.profile_folder.empty()
+                                 ? DefaultProfileFolder(manifest.dataset_name())
+                                 : options.profile_folder;
+  const int s = loader_options.pipeline.augment.crop_size;
+  absl::StatusOr<DatasetProfile> profile = LoadProfileFolder(folder, manifest.fingerprint());
+  bool need_profile = false;
+  if (profile.ok()) {
+    if (profile->crop_size != s || profile->samples.size() != manifest.num_samples()) {
+      spdlog::info("profile in {} was taken at crop size {} for {} samples; re-profiling", folder,
+                   profile->crop_size, profile->samples.size());
+      need_profile = true;
+    } else {
+      spdlog::info("smartoff: using the profile in {} ({} samples, server speed factor {:.2f})",
+                   folder, profile->samples.size(), profile->server_speed_factor);
+    }
+  } else if (absl::IsNotFound(profile.status())) {
+    spdlog::info("smartoff: no profile for dataset '{}' in {}", manifest.dataset_name(), folder);
+    need_profile = true;
+  } else {
+    return absl::Status(profile.status().code(),
+                        absl::StrCat(profile.status().message(),
+                                     " (remove it, or pass --profile-folder for this dataset)"));
+  }
+  if (need_profile) {
+    profile = ProfileOverNetwork(client, loader_options, options.speed_probe_samples);
+    if (!profile.ok()) return profile.status();
+    const std::string out = options.profile_out.empty() ? folder : options.profile_out;
+    if (absl::Status st = SaveProfileFolder(*profile, out); !st.ok()) {
+      spdlog::warn("could not save the profile: {}", std::string(st.message()));
+    } else {
+      spdlog::info("profile written to {}/{}", out, kSampleProfileFile);
+    }
+  }
+
+  // The probe gives the link rate and what receiving costs this node's CPUs.
+  Resources resources;
+  NetProbeOptions probe_options;
+  probe_options.seed = loader_options.seed;
+  absl::StatusOr<NetProbeResult> probe = ProbeBandwidth(client, probe_options);
+  if (!probe.ok()) return probe.status();
+  const double probe_bytes = std::max(1.0, static_cast<double>(probe->bytes));
+  resources.local_seconds_per_wire_byte = probe->client_cpu_seconds / probe_bytes;
+  const double wall_scale = StorageWallScale(manifest);
+  resources.remote_seconds_per_raw_byte = probe->server_read_seconds * wall_scale / probe_bytes;
+  resources.remote_seconds_per_wire_byte =
+      std::max(0.0, probe->server_send_cpu_seconds) / probe_bytes;
+  spdlog::info(
+      "smartoff: measured {:.1f} Mbit/s from {} ({} samples, {:.1f} MB in {:.2f}s); per byte, "
+      "receiving costs this node {:.2f} ns of CPU, the storage node {:.2f} ns to read and {:.2f} "
+      "ns to send{}",
+      probe->bytes_per_second * 8 / 1e6, client->address(), probe->samples, probe->bytes / 1e6,
+      probe->seconds, resources.local_seconds_per_wire_byte * 1e9,
+      resources.remote_seconds_per_raw_byte * 1e9, resources.remote_seconds_per_wire_byte * 1e9,
+      probe->server_send_cpu_seconds < 0 ? " (not reported by the server)" : "");
+  resources.net_bytes_per_s = options.net_bw_mbit > 0 ? MbitToBytesPerSecond(options.net_bw_mbit)
+                                                      : probe->bytes_per_second;
+  // The storage node's CPUs: its prep workers, or its CPU quota when smaller.
+  const double prep_workers = static_cast<double>(manifest.prep_workers());
+  const double cpu_limit = manifest.cpu_limit() > 0 ? manifest.cpu_limit() : prep_workers;
+  resources.remote_cpus =
+      options.remote_cpus > 0 ? options.remote_cpus : std::min(prep_workers, cpu_limit);
+  if (cpu_limit < prep_workers) {
+    spdlog::info("smartoff: the storage node may use {:.2f} CPUs for its {} prep workers",
+                 cpu_limit, manifest.prep_workers());
+  }
+  resources.remote_speed = profile->server_speed_factor;
+  resources.local_cpus = loader_options.workers;
+  resources.gpu_seconds_per_batch = std::max(0.0, options.gpu_batch_seconds);
+  resources.batch_size = loader_options.batch_size;
+  if (absl::Status st = resources.Validate(); !st.ok()) return st;
+  return std::make_unique<SmartoffPolicy>(*std::move(profile), resources, options, wall_scale);
+}
+
+}  // namespace sophon

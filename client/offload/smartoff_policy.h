@@ -1,0 +1,121 @@
+// smartoff: plans every epoch per sample from a profile and the cost model,
+// and re-plans the samples not yet requested when the measured bandwidth,
+// storage-node speed or step time drift from the assumed ones.
+#ifndef SOPHON_CLIENT_OFFLOAD_SMARTOFF_POLICY_H_
+#define SOPHON_CLIENT_OFFLOAD_SMARTOFF_POLICY_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/loader/loader.h"
+#include "client/loader/sample_client.h"
+#include "client/offload/offload_policy.h"
+#include "sophon/planning/planner.h"
+#include "sophon/planning/profile.h"
+#include "sophon/planning/resources.h"
+
+namespace sophon {
+
+struct SmartoffOptions {
+  PlannerKind planner = PlannerKind::kOptimal;  // optimal | sophon (fixed kinds allowed too)
+  std::string profile_folder;  // where the profile is looked up; "" = profiles/<dataset>/
+  std::string profile_out;     // where a new profile is written; "" = profile_folder
+  double net_bw_mbit = 0;      // network bandwidth; 0 = measure it
+  double remote_cpus = 0;      // storage CPUs; 0 = min(server's prep workers, its CPU limit)
+  double gpu_batch_seconds = -1;  // step time; < 0 = measure from the first batches
+  double replan_threshold = 0.25; // relative drift that triggers a re-plan; > 0
+  int64_t replan_min_samples = 256;  // observations between drift checks; >= 1
+  int speed_probe_samples = 64;      // samples used to measure the server's speed; >= 1
+
+  // The one place these are checked; names the offending field.
+  absl::Status Validate() const;
+};
+
+// Why smartoff re-planned.
+enum class ReplanReason { kStepTime, kStorageSpeed, kNetwork };
+const char* ReplanReasonName(ReplanReason reason);  // "step_time", "storage_speed", "network"
+
+struct ReplanEvent {
+  int64_t position = 0;               // first position of the epoch order re-planned
+  std::vector<ReplanReason> reasons;  // in the order above
+  std::string detail;                 // measured and assumed values, for the log
+  int64_t stages_changed = 0;
+};
+
+// Thread-safe: OnSample runs on loader threads, Plan on the loader's sender,
+// BeginEpoch/OnStep on the training thread.
+class SmartoffPolicy final : public OffloadPolicy {
+ public:
+  using Clock = std::function<absl::Time()>;
+  // `storage_wall_scale` turns a storage prep worker's wall time into the
+  // CPU time the cost model charges (below 1 when a CPU quota is smaller
+  // than the prep worker count; see CreateSmartoffPolicy). `clock` measures
+  // the link rate (tests pass a fake one).
+  SmartoffPolicy(DatasetProfile profile, Resources resources, const SmartoffOptions& options,
+                 double storage_wall_scale = 1.0, Clock clock = &absl::Now);
+
+  std::string name() const override { return "smartoff"; }
+  absl::Status BeginEpoch(uint64_t epoch, absl::Span<const uint64_t> order) override;
+  void Plan(int64_t first_position, absl::Span<const uint64_t> ids,
+            absl::Span<SampleAssignment> out) override;
+  // Accumulates the server's measured time and the bytes received.
+  void OnSample(const SampleObservation& observation) override;
+  // Records the step time, then re-plans if a measurement drifted.
+  void OnStep(double step_seconds) override;
+  double PredictedEpochSeconds() const override;
+
+  Resources resources() const;
+  // The prediction of the last plan (whole epoch or re-planned remainder).
+  PlanResult last_plan() const;
+  int replans() const;
+  std::vector<ReplanEvent> replan_events() const;
+
+ private:
+  void ResetWindowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // If a measurement drifted beyond the threshold: updates the resources and
+  // re-plans the positions not yet requested. true if it re-planned.
+  bool MaybeReplan();
+
+  // Constant after construction.
+  const DatasetProfile profile_;
+  const SmartoffOptions options_;
+  const bool measure_gpu_;
+  const double storage_wall_scale_;
+  const Clock clock_;
+
+  mutable absl::Mutex mu_;
+  Resources resources_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> order_ ABSL_GUARDED_BY(mu_);
+  std::vector<Stage> plan_ ABSL_GUARDED_BY(mu_);  // per position of order_
+  int64_t planned_ ABSL_GUARDED_BY(mu_) = 0;      // positions handed to the loader
+  PlanResult last_plan_ ABSL_GUARDED_BY(mu_);
+  double epoch_prediction_s_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<ReplanEvent> replans_ ABSL_GUARDED_BY(mu_);
+  // Measurements since the last (re)plan.
+  int64_t observed_ ABSL_GUARDED_BY(mu_) = 0;
+  double server_actual_s_ ABSL_GUARDED_BY(mu_) = 0;     // server seconds of the ops
+  double server_predicted_s_ ABSL_GUARDED_BY(mu_) = 0;  // client-speed seconds of that work
+  // The same sums over the whole epoch so far: the next epoch is planned with
+  // the storage speed they give, drift threshold or not.
+  double epoch_server_actual_s_ ABSL_GUARDED_BY(mu_) = 0;
+  double epoch_server_predicted_s_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t window_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time window_start_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  std::vector<double> step_seconds_ ABSL_GUARDED_BY(mu_);
+};
+
+// Wires smartoff up: loads the profile from the profile folder (refusing one
+// of another file list), or profiles through the server and saves it there;
+// measures the bandwidth unless given; takes the storage CPUs from the server
+// unless given; and builds the policy.
+absl::StatusOr<std::unique_ptr<SmartoffPolicy>> CreateSmartoffPolicy(
+    SampleClient* client, const LoaderOptions& loader_options, const SmartoffOptions& options);
+
+}  // namespace sophon
+
+#endif  // SOPHON_CLIENT_OFFLOAD_SMARTOFF_POLICY_H_

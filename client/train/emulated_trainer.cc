@@ -1,0 +1,91 @@
+#include "client/train/emulated_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace sophon {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Clock::duration ToDuration(double seconds) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+double SecondsBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EmulatedTrainer>> EmulatedTrainer::Create(
+    const GpuProfile& profile, const EmulatedTrainerOptions& options, int batch_size) {
+  if (options.gpu_count < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpu-count must be at least 1, got ", options.gpu_count));
+  }
+  if (!(options.evaluate_compute_fraction >= 0)) {
+    return absl::InvalidArgumentError("evaluate_compute_fraction must be >= 0");
+  }
+  std::unique_ptr<EmulatedTrainer> trainer(new EmulatedTrainer(profile, options));
+  absl::StatusOr<GpuStepTime> t = trainer->StepTimeFor(batch_size);
+  if (!t.ok()) return t.status();
+  spdlog::info(
+      "trainer: emulating {} x{} for {} (no model runs): copy {:.4f}s + compute {:.4f}s "
+      "per step of {} samples, at most {:.1f} img/s",
+      options.gpu_type, options.gpu_count, options.arch, t->copy_seconds, t->compute_seconds,
+      batch_size, batch_size / std::max(1e-12, t->copy_seconds + t->compute_seconds));
+  return trainer;
+}
+
+absl::StatusOr<GpuStepTime> EmulatedTrainer::StepTimeFor(int n) {
+  auto it = times_.find(n);
+  if (it != times_.end()) return it->second;
+  absl::StatusOr<GpuStepTime> t = profile_.Lookup(options_.gpu_type, options_.arch, n);
+  if (!t.ok()) return t.status();
+  if (t->scaled) {
+    spdlog::info("{}", t->note);
+  } else {
+    spdlog::debug("{}", t->note);
+  }
+  t->copy_seconds /= options_.gpu_count;
+  t->compute_seconds /= options_.gpu_count;
+  return times_.emplace(n, *std::move(t)).first->second;
+}
+
+absl::StatusOr<StepResult> EmulatedTrainer::Sleep(const Batch& batch, double compute_fraction) {
+  if (batch.n <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch ", batch.index, ": n must be > 0, got ", batch.n));
+  }
+  absl::StatusOr<GpuStepTime> t = StepTimeFor(batch.n);
+  if (!t.ok()) return t.status();
+  // Deadlines from one start, so that a late wake-up from the copy sleep does
+  // not lengthen the step.
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point copy_end = start + ToDuration(t->copy_seconds);
+  std::this_thread::sleep_until(copy_end);
+  const Clock::time_point copied = Clock::now();
+  std::this_thread::sleep_until(copy_end + ToDuration(t->compute_seconds * compute_fraction));
+  StepResult result;
+  result.count = batch.n;
+  result.copy_seconds = SecondsBetween(start, copied);
+  return result;
+}
+
+absl::StatusOr<StepResult> EmulatedTrainer::Step(const Batch& batch) { return Sleep(batch, 1.0); }
+
+absl::StatusOr<StepResult> EmulatedTrainer::Evaluate(const Batch& batch) {
+  return Sleep(batch, options_.evaluate_compute_fraction);
+}
+
+std::string EmulatedTrainer::DeviceName() const {
+  return absl::StrCat("emulated ", options_.gpu_type, " x", options_.gpu_count);
+}
+
+}  // namespace sophon

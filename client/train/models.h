@@ -1,0 +1,53 @@
+// Image classifiers for sophon-train, written with LibTorch's C++ API.
+//
+// AlexNet, ResNet-18 and ResNet-50 follow torchvision's definitions layer for
+// layer (same shapes, same initialisation, same submodule names, so the
+// parameter names match torchvision's state_dict keys). `tinycnn` is a small
+// CNN for tests and CPU demos.
+//
+// Only models.cc and trainer.cc include this header: it pulls in LibTorch.
+#ifndef SOPHON_CLIENT_TRAIN_MODELS_H_
+#define SOPHON_CLIENT_TRAIN_MODELS_H_
+
+#include <torch/nn.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace sophon {
+
+// A classifier: float32 images [N, 3, H, W] -> logits [N, num_classes].
+// Every architecture ends in adaptive average pooling, so H and W may be any
+// size >= ModelMinInputSize(arch).
+class ClassifierImpl : public torch::nn::Module {
+ public:
+  virtual torch::Tensor forward(torch::Tensor x) = 0;
+};
+
+using Classifier = std::shared_ptr<ClassifierImpl>;
+
+// The architecture names MakeModel accepts, sorted.
+const std::vector<std::string>& ModelNames();
+
+// OK when `arch` is in ModelNames(); otherwise InvalidArgument naming `arch`
+// and listing the valid names. Cheap: builds nothing.
+absl::Status CheckModelName(const std::string& arch);
+
+// The smallest image side (H and W) the architecture accepts, or 0 for an
+// unknown name. AlexNet's stride-4 stem and three 3x3/2 max-pools need 63;
+// the others accept 32 (and smaller, but 32 is the supported floor).
+int ModelMinInputSize(const std::string& arch);
+
+// Builds an architecture from ModelNames() on the CPU, initialised from
+// LibTorch's global generator (seed it with torch::manual_seed first).
+// Returns InvalidArgument, naming the valid architectures, for an unknown arch
+// or a non-positive num_classes.
+absl::StatusOr<Classifier> MakeModel(const std::string& arch, int num_classes);
+
+}  // namespace sophon
+
+#endif  // SOPHON_CLIENT_TRAIN_MODELS_H_

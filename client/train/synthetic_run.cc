@@ -1,0 +1,91 @@
+#include "client/train/synthetic_run.h"
+
+#include <algorithm>
+#include <fstream>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/train/batch_timings.h"
+#include "spdlog/spdlog.h"
+#include "sophon/emulation/synthetic_batch.h"
+
+namespace sophon {
+namespace {
+
+double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
+
+absl::Status StepError(const absl::Status& s, int64_t step, int epoch) {
+  return absl::Status(s.code(), absl::StrCat("synthetic training step ", step, " of epoch ", epoch,
+                                             ": ", s.message()));
+}
+
+}  // namespace
+
+absl::Status SyntheticRunOptions::Validate() const {
+  if (batch_size < 1 || crop_size < 1 || num_classes < 1 || samples < 1 || warmup_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "synthetic data needs batch size, crop size, classes and samples >= 1 (got ", batch_size,
+        ", ", crop_size, ", ", num_classes, ", ", samples, ") and warm-up steps >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<EpochReport>> RunSyntheticTraining(Trainer* trainer,
+                                                              const SyntheticRunOptions& synthetic,
+                                                              const TrainLoopOptions& loop) {
+  if (absl::Status s = synthetic.Validate(); !s.ok()) return s;
+  Batch full = MakeSyntheticBatch(synthetic.batch_size, synthetic.crop_size, synthetic.num_classes,
+                                  synthetic.seed);
+  Batch last;  // the short last batch, if the epoch size asks for one
+  if (const int rest = static_cast<int>(synthetic.samples % synthetic.batch_size); rest != 0) {
+    last = MakeSyntheticBatch(rest, synthetic.crop_size, synthetic.num_classes, synthetic.seed);
+  }
+  for (int i = 0; i < synthetic.warmup_steps; ++i) {
+    absl::StatusOr<StepResult> step = trainer->Step(full);
+    if (!step.ok()) return StepError(step.status(), -1 - i, 0);
+  }
+  std::unique_ptr<BatchTimingsWriter> timings;
+  if (!loop.batch_timings.empty()) {
+    absl::StatusOr<std::unique_ptr<BatchTimingsWriter>> w =
+        BatchTimingsWriter::Create(loop.batch_timings);
+    if (!w.ok()) return w.status();
+    timings = *std::move(w);
+  }
+  int64_t batches = (synthetic.samples + synthetic.batch_size - 1) / synthetic.batch_size;
+  if (loop.max_batches > 0) batches = std::min(batches, loop.max_batches);
+  std::vector<EpochReport> reports;
+  for (int epoch = 0; epoch < loop.epochs; ++epoch) {
+    EpochReport report;
+    report.epoch = epoch;
+    report.emulated = loop.emulated;
+    EpochTally tally;
+    const absl::Time start = absl::Now();
+    for (int64_t i = 0; i < batches; ++i) {
+      Batch& batch = (i == batches - 1 && last.n > 0 && loop.max_batches == 0) ? last : full;
+      batch.index = i;
+      const absl::Time step_start = absl::Now();
+      absl::StatusOr<StepResult> step = trainer->Step(batch);
+      const double step_seconds = Seconds(step_start);
+      if (!step.ok()) return StepError(step.status(), i, epoch);
+      tally.AddStep(*step, step_seconds, &report);
+      if (timings) {
+        timings->Add(epoch, i, batch.n, 0.0, step->copy_seconds, step_seconds - step->copy_seconds);
+      }
+    }
+    report.wall_seconds = Seconds(start);
+    report.loader.samples = static_cast<uint64_t>(tally.seen());
+    report.loader.batches = static_cast<uint64_t>(batches);
+    tally.Finish(&report);
+    spdlog::info("synthetic data: {}", FormatEpochReport(report));
+    reports.push_back(report);
+  }
+  if (timings) {
+    if (absl::Status s = timings->Close(); !s.ok()) return s;
+  }
+  if (absl::Status s = WriteReportJson(reports, loop); !s.ok()) return s;
+  return reports;
+}
+
+}  // namespace sophon

@@ -1,0 +1,284 @@
+#include "client/train/train_loop.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "client/train/batch_timings.h"
+#include "spdlog/spdlog.h"
+
+namespace sophon {
+namespace {
+
+double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
+
+uint64_t TotalBytes(const LoaderEpochStats& s) {
+  uint64_t total = 0;
+  for (uint64_t b : s.bytes_by_stage) total += b;
+  return total;
+}
+
+// One progress line, rewritten in place on a terminal.
+class Progress {
+ public:
+  explicit Progress(bool enabled) : enabled_(enabled), tty_(isatty(STDERR_FILENO) != 0) {}
+
+  void Update(int epoch, int64_t batch, int64_t batches, uint64_t images, uint64_t bytes,
+              double wait, double loss, absl::Time start) {
+    if (!enabled_) return;
+    const absl::Time now = absl::Now();
+    if (now - last_ < (tty_ ? absl::Milliseconds(250) : absl::Seconds(10))) return;
+    last_ = now;
+    const double secs = std::max(1e-9, absl::ToDoubleSeconds(now - start));
+    const std::string line = absl::StrFormat(
+        "epoch %d  batch %d/%d  %.1f img/s  %.1f MB/s  data wait %.1fs (%.0f%%)  loss %.4f",
+        epoch, batch, batches, images / secs, bytes / secs / 1e6, wait, 100 * wait / secs, loss);
+    if (tty_) {
+      std::fprintf(stderr, "\r%-110s", line.c_str());
+      std::fflush(stderr);
+      dirty_ = true;
+    } else {
+      spdlog::info("{}", line);
+    }
+  }
+  void Finish() {
+    if (dirty_) std::fprintf(stderr, "\n");
+    dirty_ = false;
+  }
+
+ private:
+  const bool enabled_;
+  const bool tty_;
+  bool dirty_ = false;
+  absl::Time last_ = absl::InfinitePast();
+};
+
+// The warm-up epoch's number: far from any real epoch.
+constexpr uint64_t kWarmupEpoch = 1ULL << 32;
+
+absl::Status WarmUp(Loader* loader, Trainer* trainer, const TrainLoopOptions& options,
+                    WarmupReport* report) {
+  const absl::Time start = absl::Now();
+  if (absl::Status s = loader->StartEpoch(kWarmupEpoch, options.warmup_batches); !s.ok()) {
+    return s;
+  }
+  Batch batch;
+  int64_t steps = 0;
+  while (steps < options.warmup_batches) {
+    absl::StatusOr<bool> more = loader->Next(&batch);
+    if (!more.ok()) {
+      return absl::Status(more.status().code(),
+                          absl::StrCat("warm-up: ", more.status().message()));
+    }
+    if (!*more) break;
+    const absl::Time step_start = absl::Now();
+    absl::StatusOr<StepResult> step = trainer->Step(batch);
+    if (!step.ok()) {
+      return absl::Status(step.status().code(),
+                          absl::StrCat("warm-up step ", steps, ": ", step.status().message()));
+    }
+    loader->policy()->OnStep(Seconds(step_start));
+    ++steps;
+  }
+  loader->Stop();
+  report->batches = steps;
+  report->seconds = Seconds(start);
+  report->bytes_received = TotalBytes(loader->stats());
+  spdlog::info("warm-up: {} batches in {:.2f}s, {:.1f} MB received (not reported)", steps,
+               report->seconds, report->bytes_received / 1e6);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loader* loader,
+                                                     Trainer* trainer,
+                                                     const TrainLoopOptions& options) {
+  std::vector<EpochReport> reports;
+  std::unique_ptr<BatchTimingsWriter> timings;
+  if (!options.batch_timings.empty()) {
+    absl::StatusOr<std::unique_ptr<BatchTimingsWriter>> w =
+        BatchTimingsWriter::Create(options.batch_timings);
+    if (!w.ok()) return w.status();
+    timings = *std::move(w);
+  }
+  WarmupReport warmup;
+  if (options.warmup_batches > 0) {
+    if (absl::Status s = WarmUp(loader, trainer, options, &warmup); !s.ok()) return s;
+  }
+  for (int epoch = 0; epoch < options.epochs; ++epoch) {
+    absl::StatusOr<v1::ServerStats> before = client->GetStats();
+    if (!before.ok()) return before.status();
+    // A server restarted between epochs with other data would pair this
+    // manifest's labels with other images.
+    if (absl::Status s = client->CheckSameDataset(*before); !s.ok()) return s;
+    if (absl::Status s = loader->StartEpoch(epoch, options.max_batches); !s.ok()) return s;
+    EpochReport report;
+    report.epoch = epoch;
+    Progress progress(options.progress);
+    const absl::Time start = absl::Now();
+    EpochTally tally;
+    int64_t steps = 0;
+    Batch batch;
+    while (options.max_batches == 0 || steps < options.max_batches) {
+      const absl::Time wait_start = absl::Now();
+      absl::StatusOr<bool> more = loader->Next(&batch);
+      const double wait = Seconds(wait_start);
+      report.data_wait_seconds += wait;
+      if (!more.ok()) {
+        progress.Finish();
+        return more.status();
+      }
+      if (!*more) break;
+      const absl::Time step_start = absl::Now();
+      absl::StatusOr<StepResult> step = trainer->Step(batch);
+      const double step_seconds = Seconds(step_start);
+      if (!step.ok()) {
+        progress.Finish();
+        return absl::Status(step.status().code(), absl::StrCat("training step ", steps,
+                                                               " of epoch ", epoch, ": ",
+                                                               step.status().message()));
+      }
+      tally.AddStep(*step, step_seconds, &report);
+      if (timings) {
+        timings->Add(epoch, steps, batch.n, wait, step->copy_seconds,
+                     step_seconds - step->copy_seconds);
+      }
+      loader->policy()->OnStep(step_seconds);
+      ++steps;
+      const LoaderEpochStats ls = loader->stats();
+      progress.Update(epoch, steps, loader->num_batches(), tally.seen(), TotalBytes(ls),
+                      report.data_wait_seconds, step->loss, start);
+    }
+    loader->Stop();  // also ends an epoch cut short by --max-batches
+    progress.Finish();
+    report.wall_seconds = Seconds(start);
+    report.emulated = options.emulated;
+    report.predicted_seconds = loader->policy()->PredictedEpochSeconds();
+    report.loader = loader->stats();
+    tally.Finish(&report);
+    absl::StatusOr<v1::ServerStats> after = client->GetStats();
+    if (after.ok()) {
+      // A server that restarted during the epoch (it has been up for less
+      // than the epoch's time since `before`) counts from its restart.
+      const bool restarted =
+          after->uptime_seconds() + 1.0 < before->uptime_seconds() + report.wall_seconds;
+      report.server_prep_busy_seconds =
+          after->prep_busy_seconds() - (restarted ? 0.0 : before->prep_busy_seconds());
+      report.server_prep_workers = static_cast<int>(after->prep_workers());
+    }
+    spdlog::info("{}", FormatEpochReport(report));
+    reports.push_back(report);
+  }
+  if (timings) {
+    if (absl::Status s = timings->Close(); !s.ok()) return s;
+  }
+  if (absl::Status s = WriteReportJson(reports, options, warmup); !s.ok()) return s;
+  return reports;
+}
+
+void EpochTally::AddStep(const StepResult& step, double step_seconds, EpochReport* report) {
+  report->compute_seconds += step_seconds;
+  report->copy_seconds += step.copy_seconds;
+  loss_sum_ += step.loss * step.count;
+  correct_ += step.correct;
+  seen_ += step.count;
+}
+
+void EpochTally::Finish(EpochReport* report) const {
+  report->images_per_second = seen_ / std::max(1e-9, report->wall_seconds);
+  report->mean_loss = seen_ ? loss_sum_ / seen_ : 0;
+  report->top1 = seen_ ? static_cast<double>(correct_) / seen_ : 0;
+}
+
+absl::Status WriteReportJson(const std::vector<EpochReport>& reports,
+                             const TrainLoopOptions& options, const WarmupReport& warmup) {
+  if (options.report_json.empty()) return absl::OkStatus();
+  std::ofstream out(options.report_json);
+  out << EpochReportsToJson(reports, options, warmup);
+  if (!out) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot write the JSON report '", options.report_json, "'"));
+  }
+  return absl::OkStatus();
+}
+
+std::string FormatEpochReport(const EpochReport& r) {
+  const LoaderEpochStats& l = r.loader;
+  const uint64_t bytes = TotalBytes(l);
+  std::string by_stage;
+  for (int i = 0; i < kNumStages; ++i) {
+    if (l.samples_by_stage[i] == 0) continue;
+    absl::StrAppendFormat(&by_stage, "%s%s %d samples %.1f MB", by_stage.empty() ? "" : ", ",
+                          StageName(static_cast<Stage>(i)), l.samples_by_stage[i],
+                          l.bytes_by_stage[i] / 1e6);
+  }
+  std::string out = absl::StrFormat(
+      "epoch %d%s: %.2fs, %d images, %.1f img/s, %.1f MB received (%.1f KB/image; %s), "
+      "data wait %.2fs (%.0f%%), loss %.4f, top-1 %.3f, skipped %d",
+      r.epoch, r.emulated ? " (emulated GPU)" : "", r.wall_seconds, l.samples,
+      r.images_per_second, bytes / 1e6,
+      l.samples ? bytes / 1e3 / l.samples : 0.0, by_stage, r.data_wait_seconds,
+      100 * r.data_wait_seconds / std::max(1e-9, r.wall_seconds), r.mean_loss, r.top1, l.skipped);
+  absl::StrAppendFormat(&out,
+                        "; local prep %.2f CPU-s, server prep %.2f CPU-s on %d workers (%.0f%% busy)",
+                        l.local_cpu_seconds, r.server_prep_busy_seconds, r.server_prep_workers,
+                        r.server_prep_workers
+                            ? 100 * r.server_prep_busy_seconds /
+                                  (r.server_prep_workers * std::max(1e-9, r.wall_seconds))
+                            : 0.0);
+  if (l.reconnects > 0) {
+    absl::StrAppendFormat(&out, "; stream re-opened %d times, %d requests resent", l.reconnects,
+                          l.resent);
+  }
+  if (r.predicted_seconds > 0) {
+    absl::StrAppendFormat(&out, "; planner predicted %.2fs (measured/predicted %.2f)",
+                          r.predicted_seconds, r.wall_seconds / r.predicted_seconds);
+  }
+  return out;
+}
+
+std::string EpochReportsToJson(const std::vector<EpochReport>& reports,
+                               const TrainLoopOptions& options, const WarmupReport& warmup) {
+  std::string out = absl::StrFormat(
+      "{\n  \"mode\": \"%s\",\n  \"arch\": \"%s\",\n  \"device\": \"%s\",\n  \"emulated\": %s,"
+      "\n  \"warmup\": {\"batches\": %d, \"seconds\": %.6f, \"bytes_received\": %d},"
+      "\n  \"epochs\": [",
+      options.mode_name, options.arch, options.device, options.emulated ? "true" : "false",
+      warmup.batches, warmup.seconds, warmup.bytes_received);
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const EpochReport& r = reports[i];
+    const LoaderEpochStats& l = r.loader;
+    std::string samples_by_stage, bytes_by_stage;
+    for (int s = 0; s < kNumStages; ++s) {
+      absl::StrAppendFormat(&samples_by_stage, "%s\"%s\": %d", s ? ", " : "",
+                            StageName(static_cast<Stage>(s)), l.samples_by_stage[s]);
+      absl::StrAppendFormat(&bytes_by_stage, "%s\"%s\": %d", s ? ", " : "",
+                            StageName(static_cast<Stage>(s)), l.bytes_by_stage[s]);
+    }
+    const uint64_t bytes = TotalBytes(l);
+    absl::StrAppendFormat(
+        &out,
+        "%s\n    {\"epoch\": %d, \"wall_seconds\": %.6f, \"images\": %d, \"images_per_second\": "
+        "%.3f, \"bytes_received\": %d, \"bytes_per_image\": %.1f, \"samples_by_stage\": {%s}, "
+        "\"bytes_by_stage\": {%s}, \"data_wait_seconds\": %.6f, \"compute_seconds\": %.6f, "
+        "\"copy_seconds\": %.6f, "
+        "\"mean_loss\": %.6f, \"top1\": %.6f, \"skipped\": %d, \"local_prep_cpu_seconds\": %.6f, "
+        "\"server_prep_cpu_seconds\": %.6f, \"server_prep_workers\": %d, "
+        "\"reconnects\": %d, \"predicted_seconds\": %.6f}",
+        i ? "," : "", r.epoch, r.wall_seconds, l.samples, r.images_per_second, bytes,
+        l.samples ? static_cast<double>(bytes) / l.samples : 0.0, samples_by_stage,
+        bytes_by_stage, r.data_wait_seconds, r.compute_seconds, r.copy_seconds, r.mean_loss,
+        r.top1, l.skipped,
+        l.local_cpu_seconds, r.server_prep_busy_seconds, r.server_prep_workers, l.reconnects,
+        r.predicted_seconds);
+  }
+  out += "\n  ]\n}\n";
+  return out;
+}
+
+}  // namespace sophon

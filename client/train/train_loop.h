@@ -1,0 +1,90 @@
+// The training loop of sophon-train: pulls batches from the loader, steps the
+// trainer, shows progress and reports each epoch.
+#ifndef SOPHON_CLIENT_TRAIN_TRAIN_LOOP_H_
+#define SOPHON_CLIENT_TRAIN_TRAIN_LOOP_H_
+
+#include <array>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/loader/loader.h"
+#include "client/loader/sample_client.h"
+#include "client/train/trainer.h"
+
+namespace sophon {
+
+struct TrainLoopOptions {
+  int epochs = 1;
+  int64_t max_batches = 0;         // per epoch; 0 = all
+  // Batches of an unreported warm-up epoch (its own epoch number, so its
+  // samples and crops differ) run before the first epoch: first-touch memory,
+  // connections and, for smartoff, measured speeds are then not in epoch 0.
+  int64_t warmup_batches = 0;
+  std::string mode_name;           // for reports
+  std::string arch;                // for reports
+  bool progress = true;            // progress line on stderr
+  std::string report_json;         // write the epoch reports here if non-empty
+  std::string device;              // what the trainer runs on (Trainer::DeviceName), for reports
+  bool emulated = false;           // the trainer emulates a GPU: reports say "emulated"
+  std::string batch_timings;       // per-batch timings CSV (batch_timings.h) if non-empty
+};
+
+struct EpochReport {
+  int epoch = 0;
+  double wall_seconds = 0;
+  double images_per_second = 0;
+  double data_wait_seconds = 0;    // trainer blocked waiting for a batch
+  double compute_seconds = 0;      // inside Trainer::Step
+  double copy_seconds = 0;         // of compute_seconds, host-to-device copy (where measured)
+  bool emulated = false;           // steps were emulated (EmulatedTrainer)
+  double mean_loss = 0;
+  double top1 = 0;                 // fraction correct on the training batches
+  double predicted_seconds = 0;    // the planner's prediction of wall_seconds; 0 = none
+  LoaderEpochStats loader;
+  double server_prep_busy_seconds = 0;  // server prep workers' CPU seconds this epoch
+  int server_prep_workers = 0;
+};
+
+// Runs the epochs. Errors from the loader or trainer end the run.
+absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loader* loader,
+                                                     Trainer* trainer,
+                                                     const TrainLoopOptions& options);
+
+// Sums the training steps of one epoch into its report; shared by the real
+// and the synthetic training loops.
+class EpochTally {
+ public:
+  // Adds one step: compute and copy time, loss, correct predictions.
+  void AddStep(const StepResult& step, double step_seconds, EpochReport* report);
+  // Sets images/s, mean loss and top-1. REQUIRES: report->wall_seconds set.
+  void Finish(EpochReport* report) const;
+  int64_t seen() const { return seen_; }
+
+ private:
+  double loss_sum_ = 0;
+  int64_t correct_ = 0;
+  int64_t seen_ = 0;
+};
+
+// What the unreported warm-up (TrainLoopOptions::warmup_batches) did.
+struct WarmupReport {
+  int64_t batches = 0;
+  double seconds = 0;
+  uint64_t bytes_received = 0;  // sample payload bytes
+};
+
+// Writes the reports as JSON to options.report_json; nothing if it is empty.
+absl::Status WriteReportJson(const std::vector<EpochReport>& reports,
+                             const TrainLoopOptions& options, const WarmupReport& warmup = {});
+
+// Human-readable summary of one epoch (several lines).
+std::string FormatEpochReport(const EpochReport& report);
+// All reports as JSON.
+std::string EpochReportsToJson(const std::vector<EpochReport>& reports,
+                               const TrainLoopOptions& options, const WarmupReport& warmup = {});
+
+}  // namespace sophon
+
+#endif  // SOPHON_CLIENT_TRAIN_TRAIN_LOOP_H_

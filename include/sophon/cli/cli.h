@@ -1,0 +1,61 @@
+// Command-line helpers shared by the programs.
+#ifndef SOPHON_CLI_CLI_H_
+#define SOPHON_CLI_CLI_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace sophon {
+
+// The program's map from option names, as library errors spell them
+// ("LoaderOptions.batch_size"), to the flag that sets each ("--batch-size").
+using FlagNames = std::vector<std::pair<std::string, std::string>>;
+
+// `status` with the flag that caused it in front: "--mode: unknown mode ...".
+absl::Status FlagError(absl::string_view flag, const absl::Status& status);
+// Prints "PROGRAM: MESSAGE" to stderr, naming the flag of the first option
+// in `names` that the message mentions, and returns the exit code: 2 for
+// InvalidArgument (a usage error), 1 otherwise.
+int FailProgram(absl::string_view program, const absl::Status& status, const FlagNames& names);
+
+// A comma-separated list flag value ("a,b, c"): empty items are dropped and
+// spaces trimmed. ABSL_FLAG(sophon::CommaList, name, {}, "...").
+struct CommaList {
+  std::vector<std::string> items;
+};
+bool AbslParseFlag(absl::string_view text, CommaList* list, std::string* error);
+std::string AbslUnparseFlag(const CommaList& list);
+// The items of a comma-separated list (the CommaList rules).
+std::vector<std::string> SplitCommaList(absl::string_view text);
+
+// "MIN,MAX" into two numbers; InvalidArgument naming `flag` otherwise.
+absl::Status ParseRange(absl::string_view flag, absl::string_view text, double* lo, double* hi);
+
+// Abseil flags are spelled with underscores; Sophon documents them with dashes
+// (--prep-workers). Returns argv with dashes in flag names (not in values)
+// turned into underscores, stopping at a bare "--".
+std::vector<std::string> NormalizeFlagNames(int argc, char** argv);
+
+// Sets the usage text and makes --help list every Sophon flag (Abseil's
+// default shows only flags defined in a file named like the program).
+void InitUsage(const char* usage);
+
+// Keeps the strings alive and exposes them as a char* array for ParseCommandLine.
+class ArgvHolder {
+ public:
+  ArgvHolder(int argc, char** argv);
+  int argc() const { return static_cast<int>(pointers_.size()) - 1; }
+  char** argv() { return pointers_.data(); }
+
+ private:
+  std::vector<std::string> args_;
+  std::vector<char*> pointers_;
+};
+
+}  // namespace sophon
+
+#endif  // SOPHON_CLI_CLI_H_

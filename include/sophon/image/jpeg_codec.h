@@ -1,0 +1,71 @@
+// JPEG decoding with libjpeg-turbo. Plain buffers in and out; errors are
+// returned, never raised (libjpeg's exit()-ing error handler is replaced).
+#ifndef SOPHON_IMAGE_JPEG_CODEC_H_
+#define SOPHON_IMAGE_JPEG_CODEC_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "sophon/ops/augment.h"
+
+namespace sophon {
+
+struct DecodeLimits {
+  // Images with more pixels than this are rejected before any allocation
+  // (a header can claim 65535 x 65535). Default: 100 megapixels.
+  int64_t max_pixels = 100'000'000;
+};
+
+struct ImageInfo {
+  int width = 0;
+  int height = 0;
+  int components = 0;  // 1 gray, 3 YCbCr/RGB, 4 CMYK/YCCK
+  bool progressive = false;
+};
+
+// 8-bit RGB (channels 3) or RGBX (channels 4, X unused), HWC, rows packed
+// (stride = width * channels).
+struct Image8 {
+  int height = 0;
+  int width = 0;
+  int channels = 3;
+  std::vector<uint8_t> pixels;
+};
+
+// Part of an image decoded at a reduced DCT scale, and where a crop box of the
+// full-resolution image lies in it (fractional pixel coordinates of `image`).
+struct DecodedRegion {
+  Image8 image;
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  int scale_num = 8;  // decoded at scale_num / 8
+};
+
+// Reads only the header. InvalidArgument for anything that is not a
+// well-formed JPEG within `limits`.
+absl::StatusOr<ImageInfo> ReadJpegInfo(absl::string_view bytes, const DecodeLimits& limits);
+
+// Full-resolution decode to RGB (gray and CMYK/YCCK are converted).
+absl::StatusOr<Image8> DecodeJpeg(absl::string_view bytes, const DecodeLimits& limits);
+
+// Reads the header, asks `choose_box` for the crop box of that image (its
+// error is returned as is), then decodes just what the box needs, to RGBX: at
+// the smallest scale M/8 (M = 1, 2, 4, 8) that keeps the box at least `min_side`
+// pixels on each side, only the iMCU columns and the scanlines that the box
+// covers. `out` may be reused across calls: its pixel buffer only grows, so
+// image.pixels can be longer than height * width * 4. InvalidArgument if the
+// box does not lie within the image.
+absl::Status DecodeJpegCrop(absl::string_view bytes, int min_side, const DecodeLimits& limits,
+                            absl::FunctionRef<absl::StatusOr<CropBox>(const ImageInfo&)> choose_box,
+                            DecodedRegion* out);
+
+// DecodeJpegCrop with a fixed box, into a new region (RGBX, pixels exactly
+// height * width * 4 bytes).
+absl::StatusOr<DecodedRegion> DecodeJpegRegion(absl::string_view bytes, const CropBox& box,
+                                               int min_side, const DecodeLimits& limits);
+
+}  // namespace sophon
+
+#endif  // SOPHON_IMAGE_JPEG_CODEC_H_

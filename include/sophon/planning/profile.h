@@ -1,0 +1,74 @@
+// What planning needs to know: the per-sample profile (payload bytes at every
+// stage, CPU seconds of every op) and the resources an epoch runs on.
+// Reading and writing profiles: profile_csv.h (Sophon's format) and
+// original_profile.h (the original SOPHON files).
+#ifndef SOPHON_PLANNING_PROFILE_H_
+#define SOPHON_PLANNING_PROFILE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "sophon/ops/stage.h"
+
+namespace sophon {
+
+// Measured facts about one sample.
+struct SampleProfile {
+  uint64_t id = 0;             // index in the manifest
+  // Payload bytes at every stage; bytes[kFirstStage] is the encoded file.
+  PerStage<uint64_t> bytes;
+  // Thread CPU seconds of each op (indexed by the stage it produces), as the
+  // training node runs it.
+  OpTimes client;
+  // Width * height of the encoded image; 0 when unknown. Only the times model
+  // (times_model.h) uses it.
+  uint64_t source_pixels = 0;
+};
+
+// How a profile's op times were obtained.
+enum class TimesSource {
+  kMeasured,  // thread CPU time of the real ops
+  kModel,     // predicted from sizes by a TimesModel (times_model.h)
+};
+const char* TimesSourceName(TimesSource source);  // "measured", "model"
+
+struct DatasetProfile {
+  std::string dataset;       // dataset name (last path component of its root)
+  uint64_t fingerprint = 0;  // Dataset::fingerprint() of the file list; 0 = unknown
+  int crop_size = 224;       // S: the stage sizes hold for this crop size only
+  // Server CPU seconds per client CPU second for the same op, as the server
+  // measured it (storage and training nodes often have different CPUs). > 0.
+  double server_speed_factor = 1.0;
+  TimesSource times_source = TimesSource::kMeasured;
+  // Where the times come from, in words, for reports (not stored in files).
+  std::string times_detail;
+  // samples[i].id == i: a profile covers the whole manifest, in order.
+  std::vector<SampleProfile> samples;
+
+  // The one place a profile is checked: ids dense and in order, sizes > 0,
+  // times finite and >= 0, crop size and speed factor positive. Errors name
+  // the sample.
+  absl::Status Validate() const;
+};
+
+// Sets the payload size of every sized stage (stage.h) for crop size s; the
+// opaque ones (RAW) are the caller's.
+void SetSizedStageBytes(int crop_size, SampleProfile* sample);
+
+// CPU time as whole nanoseconds. The cost model and the planners add up work
+// in these units, so totals are exact and zero work is exactly zero.
+int64_t CpuNanos(double seconds);
+
+// 0, 1, ..., profile.samples.size() - 1: an epoch over the whole dataset.
+std::vector<uint64_t> AllSampleIds(const DatasetProfile& profile);
+
+// Checks that every id names a sample of `profile` (OutOfRange naming the
+// first that does not).
+absl::Status CheckSampleIds(const DatasetProfile& profile, absl::Span<const uint64_t> ids);
+
+}  // namespace sophon
+
+#endif  // SOPHON_PLANNING_PROFILE_H_

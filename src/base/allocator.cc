@@ -1,0 +1,12 @@
+#include "sophon/base/allocator.h"
+
+#include <malloc.h>
+
+namespace sophon {
+
+void ConfigureAllocatorForLargeBuffers() {
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
+}  // namespace sophon

@@ -1,0 +1,26 @@
+#include "sophon/emulation/synthetic_batch.h"
+
+#include <random>
+
+namespace sophon {
+
+Batch MakeSyntheticBatch(int n, int side, int num_classes, uint64_t seed) {
+  Batch b;
+  b.n = n;
+  b.c = 3;
+  b.h = side;
+  b.w = side;
+  b.images.resize(static_cast<size_t>(n) * 3 * side * side);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> pixel(0.0f, 1.0f);
+  for (float& v : b.images) v = pixel(rng);
+  b.labels.reserve(n);
+  b.ids.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    b.labels.push_back(i % num_classes);
+    b.ids.push_back(static_cast<uint64_t>(i));
+  }
+  return b;
+}
+
+}  // namespace sophon

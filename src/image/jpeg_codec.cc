@@ -1,0 +1,294 @@
+#include "sophon/image/jpeg_codec.h"
+
+// clang-format off
+#include <csetjmp>
+#include <cstdio>
+#include <jpeglib.h>
+#include <jerror.h>
+#include <jpegint.h>  // the entropy decoder's decode_mcu, the crop's iMCU columns
+// clang-format on
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/functional/function_ref.h"
+#include "absl/strings/str_cat.h"
+
+namespace sophon {
+namespace {
+
+struct ErrorManager {
+  jpeg_error_mgr pub;
+  jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+  bool premature_eof;
+};
+
+void ErrorExit(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, err->message);
+  longjmp(err->jump, 1);
+}
+
+// Warnings are silenced, except that a premature end of data is remembered:
+// libjpeg would otherwise hand back a gray-padded image.
+void EmitMessage(j_common_ptr cinfo, int msg_level) {
+  if (msg_level < 0) {
+    auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+    if (cinfo->err->msg_code == JWRN_JPEG_EOF) err->premature_eof = true;
+    cinfo->err->num_warnings++;
+  }
+}
+
+// Cheap checks before libjpeg sees the data: the SOI marker at the start and an
+// EOI marker near the end (entropy-coded data cannot contain FF D9, so a file
+// truncated inside its scan has none in its tail).
+absl::Status CheckMarkers(absl::string_view bytes) {
+  if (bytes.empty()) return absl::InvalidArgumentError("empty file");
+  if (bytes.size() < 4 || static_cast<uint8_t>(bytes[0]) != 0xFF ||
+      static_cast<uint8_t>(bytes[1]) != 0xD8) {
+    return absl::InvalidArgumentError("not a JPEG file (no SOI marker)");
+  }
+  const size_t tail = std::min<size_t>(bytes.size(), 64 * 1024);
+  for (size_t i = bytes.size() - 1; i + tail > bytes.size() && i > 0; --i) {
+    if (static_cast<uint8_t>(bytes[i]) == 0xD9 && static_cast<uint8_t>(bytes[i - 1]) == 0xFF) {
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError("truncated JPEG file (no EOI marker)");
+}
+
+// CMYK from libjpeg (Adobe files store it inverted) to RGB or RGBX (out_channels
+// 3 or 4; X is 255), as PIL converts it.
+void CmykToRgb(const uint8_t* in, int pixels, bool inverted, int out_channels, uint8_t* out) {
+  for (int i = 0; i < pixels; ++i, out += out_channels) {
+    int c = in[4 * i], m = in[4 * i + 1], y = in[4 * i + 2], k = in[4 * i + 3];
+    if (!inverted) {
+      c = 255 - c;
+      m = 255 - m;
+      y = 255 - y;
+      k = 255 - k;
+    }
+    // inverted: value = 255 - ink, so RGB = value_c * value_k / 255.
+    out[0] = static_cast<uint8_t>((c * k + 127) / 255);
+    out[1] = static_cast<uint8_t>((m * k + 127) / 255);
+    out[2] = static_cast<uint8_t>((y * k + 127) / 255);
+    if (out_channels == 4) out[3] = 255;
+  }
+}
+
+// libjpeg-turbo entropy-decodes every MCU of a scanline row, also those
+// outside the columns jpeg_crop_scanline kept, and stores their coefficients,
+// which nothing reads (only the kept columns go through the inverse DCT).
+// This wrapper around the Huffman decoder's decode_mcu passes a null block row
+// for those MCUs: the decoder then only parses their bits (keeping its DC
+// predictors), as jpeg_skip_scanlines makes it do for whole rows. It relies on
+// single-scan decoding, where decode_mcu is called for MCU columns 0, 1, ...,
+// MCUs_per_row - 1 of each row in order (by the coefficient controller and by
+// jpeg_skip_scanlines alike).
+struct CropColumns {
+  boolean (*decode_mcu)(j_decompress_ptr cinfo, JBLOCKROW* mcu) = nullptr;  // libjpeg's
+  JDIMENSION first = 0, last = 0;  // kept MCU columns
+  JDIMENSION per_row = 0;
+  JDIMENSION next = 0;             // column of the next call
+};
+
+boolean DecodeMcuInCrop(j_decompress_ptr cinfo, JBLOCKROW* mcu) {
+  auto* crop = static_cast<CropColumns*>(cinfo->client_data);
+  const JDIMENSION col = crop->next;
+  crop->next = col + 1 == crop->per_row ? 0 : col + 1;
+  return crop->decode_mcu(cinfo, col < crop->first || col > crop->last ? nullptr : mcu);
+}
+
+// What a decode should produce: the whole image in RGB, or the box that
+// `choose_box` picks once the header is known, in RGBX at a reduced scale.
+struct DecodeRequest {
+  absl::FunctionRef<absl::StatusOr<CropBox>(const ImageInfo&)>* choose_box = nullptr;
+  int min_side = 0;
+};
+
+// One decode. All objects with destructors are created before setjmp, so the
+// longjmp from libjpeg's error handler skips nothing that needs cleanup.
+// `out->image.pixels` is reused: it only grows.
+absl::Status Decode(absl::string_view bytes, const DecodeLimits& limits,
+                    const DecodeRequest& request, ImageInfo* info, DecodedRegion* out) {
+  if (absl::Status s = CheckMarkers(bytes); !s.ok()) return s;
+  absl::StatusOr<CropBox> chosen = CropBox{};
+  CropColumns crop_columns;
+  jpeg_decompress_struct cinfo;
+  ErrorManager err;
+  cinfo.err = jpeg_std_error(&err.pub);
+  err.pub.error_exit = ErrorExit;
+  err.pub.emit_message = EmitMessage;
+  err.premature_eof = false;
+  err.message[0] = '\0';
+  if (setjmp(err.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    return absl::InvalidArgumentError(absl::StrCat("invalid JPEG: ", err.message));
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()),
+               static_cast<unsigned long>(bytes.size()));
+  jpeg_read_header(&cinfo, TRUE);
+  info->width = static_cast<int>(cinfo.image_width);
+  info->height = static_cast<int>(cinfo.image_height);
+  info->components = cinfo.num_components;
+  info->progressive = cinfo.progressive_mode != 0;
+  const int64_t pixels = static_cast<int64_t>(info->width) * info->height;
+  if (info->width <= 0 || info->height <= 0 || pixels > limits.max_pixels) {
+    jpeg_destroy_decompress(&cinfo);
+    return absl::InvalidArgumentError(absl::StrCat("image dimensions ", info->width, "x",
+                                                   info->height, " exceed the limit of ",
+                                                   limits.max_pixels, " pixels"));
+  }
+  if (out == nullptr) {  // header only
+    jpeg_destroy_decompress(&cinfo);
+    return absl::OkStatus();
+  }
+
+  const bool region = request.choose_box != nullptr;
+  const int channels = region ? 4 : 3;
+  const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+  cinfo.out_color_space = cmyk ? JCS_CMYK : (region ? JCS_EXT_RGBX : JCS_RGB);
+  cinfo.dct_method = JDCT_ISLOW;
+
+  CropBox box{0, 0, info->height, info->width};
+  int scale = 8;
+  if (region) {
+    chosen = (*request.choose_box)(*info);
+    if (!chosen.ok()) {
+      jpeg_destroy_decompress(&cinfo);
+      return chosen.status();
+    }
+    box = *chosen;
+    if (box.top < 0 || box.left < 0 || box.height <= 0 || box.width <= 0 ||
+        box.top + box.height > info->height || box.left + box.width > info->width) {
+      jpeg_destroy_decompress(&cinfo);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "crop box (top ", box.top, ", left ", box.left, ", ", box.height, "x", box.width,
+          ") outside the ", info->height, "x", info->width, " image"));
+    }
+    // Smallest M in {1, 2, 4, 8} with box * M / 8 >= min_side on both sides.
+    // libjpeg-turbo has SIMD inverse DCTs only for these sizes; the others are
+    // plain C (and for 2x2-subsampled chroma at M = 5..7, a 10x10..14x14
+    // IDCT), which costs more than the extra pixels of the next power of two.
+    for (scale = 1; scale < 8; scale *= 2) {
+      if (static_cast<int64_t>(box.width) * scale >= 8LL * request.min_side &&
+          static_cast<int64_t>(box.height) * scale >= 8LL * request.min_side) {
+        break;
+      }
+    }
+  }
+  cinfo.scale_num = static_cast<unsigned>(scale);
+  cinfo.scale_denom = 8;
+  jpeg_start_decompress(&cinfo);
+
+  const int out_w = static_cast<int>(cinfo.output_width);
+  const int out_h = static_cast<int>(cinfo.output_height);
+  const double s = scale / 8.0;
+  const double bx0 = box.left * s, bx1 = std::min<double>((box.left + box.width) * s, out_w);
+  const double by0 = box.top * s, by1 = std::min<double>((box.top + box.height) * s, out_h);
+  JDIMENSION col0 = static_cast<JDIMENSION>(std::floor(bx0));
+  JDIMENSION cols = static_cast<JDIMENSION>(std::min<int>(
+                        static_cast<int>(std::ceil(bx1)), out_w)) - col0;
+  if (cols == 0) cols = 1;
+  if (col0 > 0 || cols < static_cast<JDIMENSION>(out_w)) {
+    jpeg_crop_scanline(&cinfo, &col0, &cols);  // widens to iMCU boundaries
+    // Single-scan (baseline, interleaved or one component) only: there
+    // decode_mcu runs row by row as the rows are read or skipped.
+    if (!cinfo.progressive_mode && !cinfo.buffered_image && !cinfo.inputctl->has_multiple_scans &&
+        cinfo.entropy != nullptr && cinfo.master != nullptr) {
+      crop_columns.decode_mcu = cinfo.entropy->decode_mcu;
+      crop_columns.first = cinfo.master->first_iMCU_col;
+      crop_columns.last = cinfo.master->last_iMCU_col;
+      crop_columns.per_row = cinfo.MCUs_per_row;
+      cinfo.client_data = &crop_columns;
+      cinfo.entropy->decode_mcu = DecodeMcuInCrop;
+    }
+  }
+  const int row0 = static_cast<int>(std::floor(by0));
+  const int row1 = std::max(row0 + 1, std::min(static_cast<int>(std::ceil(by1)), out_h));
+  if (row0 > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(row0));
+
+  const int width = static_cast<int>(cinfo.output_width);  // after cropping
+  const int comps = cinfo.output_components;
+  const int rows = row1 - row0;
+  const size_t stride = static_cast<size_t>(width) * channels;
+  out->image.height = rows;
+  out->image.width = width;
+  out->image.channels = channels;
+  if (out->image.pixels.size() < rows * stride) out->image.pixels.resize(rows * stride);
+  uint8_t* cmyk_row = nullptr;
+  if (cmyk) {  // one spare row past the image for libjpeg's CMYK output
+    const size_t need = rows * stride + static_cast<size_t>(width) * 4;
+    if (out->image.pixels.size() < need) out->image.pixels.resize(need);
+    cmyk_row = out->image.pixels.data() + rows * stride;
+  }
+  const bool inverted = cinfo.saw_Adobe_marker != 0;
+  for (int r = 0; r < rows; ++r) {
+    uint8_t* dst = out->image.pixels.data() + r * stride;
+    JSAMPROW row = cmyk ? cmyk_row : dst;
+    if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) {
+      jpeg_destroy_decompress(&cinfo);
+      return absl::InvalidArgumentError("truncated JPEG data");
+    }
+    if (cmyk) CmykToRgb(cmyk_row, width, inverted, channels, dst);
+  }
+  const bool eof = err.premature_eof;
+  // Stops early when the box ends above the bottom: abort, do not finish.
+  jpeg_destroy_decompress(&cinfo);
+  if (eof) return absl::InvalidArgumentError("truncated JPEG data (premature end of file)");
+  if (comps != channels && !(cmyk && comps == 4)) {
+    return absl::InvalidArgumentError(absl::StrCat("unsupported output components ", comps));
+  }
+  out->x0 = bx0 - col0;
+  out->x1 = bx1 - col0;
+  out->y0 = by0 - row0;
+  out->y1 = by1 - row0;
+  out->scale_num = scale;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ImageInfo> ReadJpegInfo(absl::string_view bytes, const DecodeLimits& limits) {
+  ImageInfo info;
+  if (absl::Status s = Decode(bytes, limits, DecodeRequest{}, &info, nullptr); !s.ok()) {
+    return s;
+  }
+  return info;
+}
+
+absl::StatusOr<Image8> DecodeJpeg(absl::string_view bytes, const DecodeLimits& limits) {
+  ImageInfo info;
+  DecodedRegion region;
+  if (absl::Status s = Decode(bytes, limits, DecodeRequest{}, &info, &region); !s.ok()) {
+    return s;
+  }
+  region.image.pixels.resize(static_cast<size_t>(region.image.height) * region.image.width * 3);
+  return std::move(region.image);
+}
+
+absl::Status DecodeJpegCrop(absl::string_view bytes, int min_side, const DecodeLimits& limits,
+                            absl::FunctionRef<absl::StatusOr<CropBox>(const ImageInfo&)> choose_box,
+                            DecodedRegion* out) {
+  ImageInfo info;
+  DecodeRequest request;
+  request.choose_box = &choose_box;
+  request.min_side = min_side;
+  return Decode(bytes, limits, request, &info, out);
+}
+
+absl::StatusOr<DecodedRegion> DecodeJpegRegion(absl::string_view bytes, const CropBox& box,
+                                               int min_side, const DecodeLimits& limits) {
+  DecodedRegion region;
+  absl::Status s = DecodeJpegCrop(
+      bytes, min_side, limits, [&box](const ImageInfo&) -> absl::StatusOr<CropBox> { return box; },
+      &region);
+  if (!s.ok()) return s;
+  region.image.pixels.resize(static_cast<size_t>(region.image.height) * region.image.width * 4);
+  return region;
+}
+
+}  // namespace sophon

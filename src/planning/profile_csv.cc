@@ -1,0 +1,308 @@
+#include "sophon/planning/profile_csv.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "sophon/base/csv.h"
+#include "sophon/base/status_macros.h"
+
+namespace sophon {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kMagic[] = "# sophon-profile v1";
+constexpr char kMagicPrefix[] = "# sophon-profile ";
+// id, then <stage>_bytes for every stage and <op>_s for every op, in stage
+// table order, then source_pixels.
+constexpr int kFirstTimeColumn = 1 + kNumStages;
+constexpr int kPixelsColumn = kFirstTimeColumn + kNumStages - 1;
+const std::vector<std::string>& Columns() {
+  static const auto* columns = [] {
+    auto* c = new std::vector<std::string>{"id"};
+    for (const StageInfo& stage : kStageTable) c->push_back(absl::StrCat(stage.name, "_bytes"));
+    for (const StageInfo& stage : kStageTable) {
+      if (stage.op != nullptr) c->push_back(absl::StrCat(stage.op_name, "_s"));
+    }
+    c->push_back("source_pixels");
+    return c;
+  }();
+  return *columns;
+}
+
+// Dataset names are folder names and may hold spaces: keep [A-Za-z0-9._+-]
+// and percent-encode every other byte so the metadata line stays one token
+// per key.
+std::string EncodeName(absl::string_view name) {
+  std::string out;
+  for (unsigned char c : name) {
+    if (absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '+' || c == '-') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      absl::StrAppendFormat(&out, "%%%02X", c);
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> DecodeName(absl::string_view encoded) {
+  std::string out;
+  for (size_t i = 0; i < encoded.size(); ++i) {
+    if (encoded[i] != '%') {
+      out.push_back(encoded[i]);
+      continue;
+    }
+    int byte = 0;
+    if (i + 2 >= encoded.size()) return std::nullopt;
+    if (!absl::SimpleHexAtoi(encoded.substr(i + 1, 2), &byte)) return std::nullopt;
+    out.push_back(static_cast<char>(byte));
+    i += 2;
+  }
+  return out;
+}
+
+struct Metadata {
+  bool seen = false;
+  std::optional<std::string> dataset;
+  std::optional<uint64_t> fingerprint;
+  std::optional<int> crop_size;
+  double server_speed = 1.0;
+  TimesSource times = TimesSource::kMeasured;
+};
+
+// "# dataset=NAME fingerprint=HEX crop_size=S server_speed=F times=measured".
+// Unknown keys are ignored (newer writers may add some).
+absl::Status ParseMetadata(absl::string_view comment, absl::string_view file, int line,
+                           Metadata* meta) {
+  meta->seen = true;
+  for (absl::string_view token : absl::StrSplit(comment, ' ', absl::SkipEmpty())) {
+    const size_t eq = token.find('=');
+    if (eq == absl::string_view::npos) {
+      return csv::LineError(file, line, absl::StrCat("expected key=value, got '", token, "'"));
+    }
+    const absl::string_view key = token.substr(0, eq);
+    const absl::string_view value = token.substr(eq + 1);
+    if (key == "dataset") {
+      meta->dataset = DecodeName(value);
+      if (!meta->dataset) {
+        return csv::LineError(file, line, absl::StrCat("bad dataset name '", value, "'"));
+      }
+    } else if (key == "fingerprint") {
+      uint64_t fp = 0;
+      if (value.empty() || value.size() > 16 || !absl::SimpleHexAtoi(value, &fp)) {
+        return csv::LineError(file, line,
+                              absl::StrCat("fingerprint must be hex digits, got '", value, "'"));
+      }
+      meta->fingerprint = fp;
+    } else if (key == "crop_size") {
+      int s = 0;
+      if (!absl::SimpleAtoi(value, &s) || s <= 0) {
+        return csv::LineError(
+            file, line, absl::StrCat("crop_size must be a positive integer, got '", value, "'"));
+      }
+      meta->crop_size = s;
+    } else if (key == "server_speed") {
+      if (!csv::ParseDouble(value, &meta->server_speed) || meta->server_speed <= 0) {
+        return csv::LineError(file, line,
+                              absl::StrCat("server_speed must be > 0, got '", value, "'"));
+      }
+    } else if (key == "times") {
+      if (value == TimesSourceName(TimesSource::kMeasured)) {
+        meta->times = TimesSource::kMeasured;
+      } else if (value == TimesSourceName(TimesSource::kModel)) {
+        meta->times = TimesSource::kModel;
+      } else {
+        return csv::LineError(file, line,
+                              absl::StrCat("times must be measured or model, got '", value, "'"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SampleProfile> ParseRow(absl::string_view text, absl::string_view file, int line,
+                                       uint64_t expected_id) {
+  const std::vector<absl::string_view> f = csv::SplitFields(text, ',');
+  if (f.size() != Columns().size()) {
+    return csv::LineError(file, line,
+                          absl::StrCat("expected ", Columns().size(), " fields, got ", f.size()));
+  }
+  SampleProfile s;
+  for (int i = 0; i <= kNumStages; ++i) {
+    uint64_t* value = i == 0 ? &s.id : &s.bytes.values[i - 1];
+    if (!csv::ParseUint(f[i], value)) {
+      return csv::LineError(
+          file, line,
+          absl::StrCat(Columns()[i], ": expected a non-negative integer, got '", f[i], "'"));
+    }
+    if (i > 0 && *value == 0) {
+      return csv::LineError(file, line, absl::StrCat(Columns()[i], " must be > 0"));
+    }
+  }
+  for (int i = kFirstTimeColumn; i < kPixelsColumn; ++i) {
+    double* seconds = &s.client.values[i - kFirstTimeColumn + 1];
+    if (!csv::ParseDouble(f[i], seconds) || *seconds < 0) {
+      return csv::LineError(
+          file, line, absl::StrCat(Columns()[i], ": expected seconds >= 0, got '", f[i], "'"));
+    }
+  }
+  if (!csv::ParseUint(f[kPixelsColumn], &s.source_pixels)) {
+    return csv::LineError(file, line,
+                          absl::StrCat("source_pixels: expected an integer, got '",
+                                       f[kPixelsColumn], "'"));
+  }
+  if (s.id != expected_id) {
+    return csv::LineError(
+        file, line, absl::StrCat("id ", s.id, " out of sequence (expected ", expected_id, ")"));
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string FingerprintHex(uint64_t fingerprint) { return absl::StrFormat("%016x", fingerprint); }
+
+absl::StatusOr<DatasetProfile> ParseSophonProfile(absl::string_view text,
+                                                  absl::string_view file_name) {
+  const std::vector<csv::Line> lines = csv::SplitLines(text);
+  if (lines.empty() || !absl::StartsWith(lines[0].text, kMagicPrefix)) {
+    return csv::LineError(
+        file_name, lines.empty() ? 1 : lines[0].number,
+        absl::StrCat("not a Sophon profile (expected the first line '", kMagic, "')"));
+  }
+  if (absl::StripAsciiWhitespace(lines[0].text) != kMagic) {
+    return csv::LineError(file_name, lines[0].number,
+                          absl::StrCat("unsupported profile version '", lines[0].text,
+                                       "' (this build reads '", kMagic, "')"));
+  }
+  Metadata meta;
+  DatasetProfile profile;
+  bool header_seen = false;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const csv::Line& line = lines[i];
+    if (!header_seen) {
+      if (absl::StartsWith(line.text, "#")) {
+        absl::string_view comment = absl::StripAsciiWhitespace(line.text.substr(1));
+        if (absl::StartsWith(comment, "dataset=")) {
+          RETURN_IF_ERROR(ParseMetadata(comment, file_name, line.number, &meta));
+        }
+        continue;
+      }
+      std::vector<std::string> header;
+      for (absl::string_view f : csv::SplitFields(line.text, ',')) header.emplace_back(f);
+      if (header != Columns()) {
+        return csv::LineError(
+            file_name, line.number,
+            absl::StrCat("expected the column header '", absl::StrJoin(Columns(), ","), "'"));
+      }
+      if (!meta.seen || !meta.dataset || !meta.fingerprint || !meta.crop_size) {
+        return csv::LineError(
+            file_name, line.number,
+            "missing '# dataset=NAME fingerprint=HEX crop_size=S' line before the header");
+      }
+      header_seen = true;
+      continue;
+    }
+    ASSIGN_OR_RETURN(SampleProfile s,
+                     ParseRow(line.text, file_name, line.number, profile.samples.size()));
+    profile.samples.push_back(s);
+  }
+  if (!header_seen) {
+    return csv::LineError(file_name, lines.back().number, "no column header line");
+  }
+  profile.dataset = *meta.dataset;
+  profile.fingerprint = *meta.fingerprint;
+  profile.crop_size = *meta.crop_size;
+  profile.server_speed_factor = meta.server_speed;
+  profile.times_source = meta.times;
+  profile.times_detail = absl::StrCat(TimesSourceName(meta.times), " (", file_name, ")");
+  if (absl::Status s = profile.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(file_name, ": ", s.message()));
+  }
+  return profile;
+}
+
+absl::StatusOr<DatasetProfile> ReadSophonProfile(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, csv::ReadFile(path));
+  return ParseSophonProfile(text, path);
+}
+
+absl::Status WriteSophonProfile(const DatasetProfile& profile, const std::string& path) {
+  RETURN_IF_ERROR(profile.Validate());
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
+    out << kMagic << "\n";
+    out << absl::StrFormat("# dataset=%s fingerprint=%s crop_size=%d server_speed=%.6g times=%s\n",
+                           EncodeName(profile.dataset), FingerprintHex(profile.fingerprint),
+                           profile.crop_size, profile.server_speed_factor,
+                           TimesSourceName(profile.times_source));
+    out << "# units: *_bytes = payload bytes at that stage; *_s = thread CPU seconds of the op "
+           "on the training node; source_pixels = width*height of the encoded image (0 = "
+           "unknown)\n";
+    out << absl::StrJoin(Columns(), ",") << "\n";
+    for (const SampleProfile& s : profile.samples) {
+      std::string row = absl::StrCat(s.id);
+      for (uint64_t bytes : s.bytes.values) absl::StrAppend(&row, ",", bytes);
+      for (int k = 1; k < kNumStages; ++k) {
+        absl::StrAppendFormat(&row, ",%.9g", s.client.values[k]);
+      }
+      out << row << "," << s.source_pixels << "\n";
+    }
+    out.flush();
+    if (!out) return absl::InternalError(absl::StrCat("error writing ", tmp));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+std::string DefaultProfileFolder(absl::string_view dataset) {
+  return absl::StrCat("profiles/", dataset, "/");
+}
+
+absl::Status SaveProfileFolder(const DatasetProfile& profile, const std::string& folder) {
+  std::error_code ec;
+  fs::create_directories(folder, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create profile folder ", folder, ": ", ec.message()));
+  }
+  return WriteSophonProfile(profile, (fs::path(folder) / kSampleProfileFile).string());
+}
+
+absl::StatusOr<DatasetProfile> LoadProfileFolder(const std::string& folder,
+                                                 uint64_t expected_fingerprint) {
+  const std::string path = (fs::path(folder) / kSampleProfileFile).string();
+  absl::StatusOr<DatasetProfile> profile = ReadSophonProfile(path);
+  if (absl::IsNotFound(profile.status())) {
+    return absl::NotFoundError(
+        absl::StrCat("profile folder ", folder, " holds no ", kSampleProfileFile));
+  }
+  if (!profile.ok()) return profile.status();
+  if (profile->fingerprint != expected_fingerprint) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("profile ", path, " was taken on a different file list: its fingerprint is ",
+                     FingerprintHex(profile->fingerprint), ", the dataset's is ",
+                     FingerprintHex(expected_fingerprint),
+                     " (profile again, or point --profile-folder at this dataset's profile)"));
+  }
+  return profile;
+}
+
+}  // namespace sophon

@@ -1,0 +1,70 @@
+#include "sophon/profiling/profiler.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "sophon/base/status_macros.h"
+
+namespace sophon {
+
+absl::Status ProfilerOptions::Validate() const {
+  RETURN_IF_ERROR(pipeline.augment.Validate());
+  if (epochs < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("ProfilerOptions.epochs must be >= 1, got ", epochs));
+  }
+  if (max_samples < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ProfilerOptions.max_samples must be >= 0, got ", max_samples));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DatasetProfile> MeasureProfile(const Dataset& dataset,
+                                              const ProfilerOptions& options) {
+  RETURN_IF_ERROR(options.Validate());
+  const int s = options.pipeline.augment.crop_size;
+  uint64_t n = dataset.size();
+  if (options.max_samples > 0) n = std::min<uint64_t>(n, options.max_samples);
+  DatasetProfile profile;
+  profile.dataset = dataset.name();
+  profile.fingerprint = dataset.fingerprint();
+  profile.crop_size = s;
+  profile.times_source = TimesSource::kMeasured;
+  profile.times_detail =
+      absl::StrCat("measured on this machine over ", options.epochs, " epoch(s)");
+  profile.samples.resize(n);
+  for (uint64_t id = 0; id < n; ++id) {
+    SampleProfile& sample = profile.samples[id];
+    sample.id = id;
+    SetSizedStageBytes(s, &sample);
+  }
+  for (int epoch = 0; epoch < options.epochs; ++epoch) {
+    for (uint64_t id = 0; id < n; ++id) {
+      SampleProfile& sample = profile.samples[id];
+      ASSIGN_OR_RETURN(std::string bytes, dataset.Read(id));
+      const auto fail = [&](const absl::Status& error) {
+        return absl::Status(error.code(),
+                            absl::StrCat("profiling sample ", id, " (",
+                                         dataset.entry(id).relative_path, "): ", error.message()));
+      };
+      if (epoch == 0) {
+        absl::StatusOr<ImageInfo> info = ReadJpegInfo(bytes, options.pipeline.limits);
+        if (!info.ok()) return fail(info.status());
+        sample.bytes[kFirstStage] = bytes.size();
+        sample.source_pixels = static_cast<uint64_t>(info->width) * info->height;
+      }
+      StageData raw;
+      raw.data = std::move(bytes);
+      absl::StatusOr<StageData> out = RunPipeline(
+          std::move(raw), kLastStage, SampleKey{options.seed, static_cast<uint64_t>(epoch), id},
+          options.pipeline, &sample.client);
+      if (!out.ok()) return fail(out.status());
+    }
+  }
+  for (SampleProfile& sample : profile.samples) {
+    for (double& seconds : sample.client.values) seconds /= options.epochs;
+  }
+  return profile;
+}
+
+}  // namespace sophon

@@ -1,0 +1,41 @@
+#include "client/train/batch_timings.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace sophon {
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(BatchTimingsTest, WritesHeaderAndOneLinePerBatch) {
+  const std::string path = testing::MakeTempDir("batch_timings") + "/t.csv";
+  absl::StatusOr<std::unique_ptr<BatchTimingsWriter>> w = BatchTimingsWriter::Create(path);
+  ASSERT_TRUE(w.ok()) << w.status();
+  (*w)->Add(0, 0, 64, 0.5, 0.003, 0.023);
+  (*w)->Add(1, 7, 12, 0.0, 0.0, 1.25);
+  ASSERT_TRUE((*w)->Close().ok());
+  EXPECT_EQ(ReadAll(path),
+            "epoch,batch,samples,data_wait_s,copy_s,compute_s\n"
+            "0,0,64,0.500000,0.003000,0.023000\n"
+            "1,7,12,0.000000,0.000000,1.250000\n");
+}
+
+TEST(BatchTimingsTest, UnwritablePathIsAnErrorNamingIt) {
+  absl::StatusOr<std::unique_ptr<BatchTimingsWriter>> w =
+      BatchTimingsWriter::Create("/nonexistent-dir/t.csv");
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(w.status().message().find("/nonexistent-dir/t.csv"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sophon

@@ -1,0 +1,114 @@
+#include "client/train/emulated_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sophon/emulation/synthetic_batch.h"
+
+namespace sophon {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+GpuProfile TestProfile() {
+  absl::StatusOr<GpuProfile> p = GpuProfile::Parse(
+      "gpu_type,model,batch_size,copy_seconds_per_batch,compute_seconds_per_batch,source\n"
+      "V100,resnet50,8,0.010,0.040,test\n"
+      "v100,alexnet,8,0.002,0.008,test\n",
+      "test.csv");
+  EXPECT_TRUE(p.ok()) << p.status();
+  return *p;
+}
+
+double TimeStep(Trainer* trainer, const Batch& batch, StepResult* result) {
+  const Clock::time_point start = Clock::now();
+  absl::StatusOr<StepResult> step = trainer->Step(batch);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_TRUE(step.ok()) << step.status();
+  if (step.ok()) *result = *step;
+  return seconds;
+}
+
+TEST(EmulatedTrainerTest, StepLastsTheProfiledTime) {
+  EmulatedTrainerOptions options;
+  options.arch = "ResNet50";
+  options.gpu_type = "v100";
+  absl::StatusOr<std::unique_ptr<EmulatedTrainer>> trainer =
+      EmulatedTrainer::Create(TestProfile(), options, 8);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  EXPECT_EQ((*trainer)->DeviceName(), "emulated v100 x1");
+  const Batch batch = MakeSyntheticBatch(8, 4, 10, 1);
+  // Profile: 10 ms copy + 40 ms compute = 50 ms. Never shorter; the fastest
+  // of a few steps (one may be descheduled on a busy machine) within 30 ms.
+  double fastest = 1e9;
+  for (int i = 0; i < 3; ++i) {
+    StepResult result;
+    const double seconds = TimeStep(trainer->get(), batch, &result);
+    fastest = std::min(fastest, seconds);
+    EXPECT_GE(seconds, 0.050);
+    EXPECT_EQ(result.count, 8);
+    EXPECT_EQ(result.loss, 0);
+    EXPECT_GE(result.copy_seconds, 0.010);
+    EXPECT_LT(result.copy_seconds, seconds);
+  }
+  EXPECT_LT(fastest, 0.080);
+}
+
+TEST(EmulatedTrainerTest, GpuCountDividesAndShortBatchesScale) {
+  EmulatedTrainerOptions options;
+  options.arch = "resnet50";
+  options.gpu_count = 2;
+  absl::StatusOr<std::unique_ptr<EmulatedTrainer>> trainer =
+      EmulatedTrainer::Create(TestProfile(), options, 8);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  EXPECT_EQ((*trainer)->DeviceName(), "emulated v100 x2");
+  absl::StatusOr<GpuStepTime> t = (*trainer)->StepTimeFor(8);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_DOUBLE_EQ(t->copy_seconds, 0.005);
+  EXPECT_DOUBLE_EQ(t->compute_seconds, 0.020);
+  // A last batch of 4: half the time of 8, then halved by the two GPUs.
+  t = (*trainer)->StepTimeFor(4);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->scaled);
+  EXPECT_DOUBLE_EQ(t->compute_seconds, 0.010);
+
+  double fastest = 1e9;
+  for (int i = 0; i < 3; ++i) {
+    StepResult result;
+    const double seconds = TimeStep(trainer->get(), MakeSyntheticBatch(8, 4, 10, 1), &result);
+    EXPECT_GE(seconds, 0.025);  // (10 + 40 ms) / 2 GPUs
+    fastest = std::min(fastest, seconds);
+  }
+  EXPECT_LT(fastest, 0.055);
+}
+
+TEST(EmulatedTrainerTest, CreateFailsForWhatTheProfileLacks) {
+  EmulatedTrainerOptions options;
+  options.arch = "resnet18";
+  EXPECT_EQ(EmulatedTrainer::Create(TestProfile(), options, 8).status().code(),
+            absl::StatusCode::kNotFound);
+  options.arch = "resnet50";
+  options.gpu_type = "h100";
+  EXPECT_EQ(EmulatedTrainer::Create(TestProfile(), options, 8).status().code(),
+            absl::StatusCode::kNotFound);
+  options.gpu_type = "v100";
+  options.gpu_count = 0;
+  EXPECT_EQ(EmulatedTrainer::Create(TestProfile(), options, 8).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(EmulatedTrainerTest, EmptyBatchIsRejected) {
+  EmulatedTrainerOptions options;
+  options.arch = "alexnet";
+  absl::StatusOr<std::unique_ptr<EmulatedTrainer>> trainer =
+      EmulatedTrainer::Create(TestProfile(), options, 8);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  Batch empty;
+  EXPECT_EQ((*trainer)->Step(empty).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace sophon

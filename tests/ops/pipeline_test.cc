@@ -1,0 +1,77 @@
+#include "sophon/ops/pipeline.h"
+
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace sophon {
+namespace {
+
+StageData Raw(const std::string& bytes) {
+  StageData d;
+  d.data = bytes;
+  return d;
+}
+
+class PipelineTest : public ::testing::Test {
+ protected:
+  PipelineTest() {
+    options_.augment.crop_size = 64;
+    jpeg_ = testing::EncodeJpeg(testing::MakeTestImage(240, 320, 11));
+  }
+  PipelineOptions options_;
+  std::string jpeg_;
+};
+
+// Whatever the split point, the same tensor comes out.
+TEST_F(PipelineTest, EverySplitPointGivesIdenticalTensors) {
+  for (uint64_t id = 0; id < 8; ++id) {
+    const SampleKey key{5, 2, id};
+    std::vector<float> reference(3 * 64 * 64);
+    ASSERT_TRUE(FinishToTensor(Raw(jpeg_), key, options_, reference.data()).ok());
+    for (int split = 0; split < kNumStages; ++split) {
+      absl::StatusOr<StageData> mid =
+          RunPipeline(Raw(jpeg_), static_cast<Stage>(split), key, options_);
+      ASSERT_TRUE(mid.ok()) << mid.status();
+      EXPECT_EQ(mid->stage, static_cast<Stage>(split));
+      std::vector<float> out(3 * 64 * 64);
+      ASSERT_TRUE(FinishToTensor(*std::move(mid), key, options_, out.data()).ok());
+      EXPECT_EQ(0, std::memcmp(out.data(), reference.data(), out.size() * sizeof(float)))
+          << "split " << split << " id " << id;
+    }
+  }
+}
+
+TEST_F(PipelineTest, StagePayloadSizes) {
+  const SampleKey key{0, 0, 0};
+  EXPECT_EQ(RunPipeline(Raw(jpeg_), Stage::kCropped, key, options_)->data.size(), 64u * 64 * 3);
+  EXPECT_EQ(RunPipeline(Raw(jpeg_), Stage::kTensor, key, options_)->data.size(),
+            64u * 64 * 3 * 4);
+}
+
+TEST_F(PipelineTest, RecordsOpTimes) {
+  OpTimes times;
+  ASSERT_TRUE(RunPipeline(Raw(jpeg_), Stage::kTensor, {0, 0, 1}, options_, &times).ok());
+  EXPECT_GT(times[Stage::kCropped], 0);
+  EXPECT_GE(times[Stage::kTensor], 0);
+}
+
+TEST_F(PipelineTest, RejectsGoingBackAndMalformedPayloads) {
+  absl::StatusOr<StageData> t = RunPipeline(Raw(jpeg_), Stage::kTensor, {0, 0, 1}, options_);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(RunPipeline(*t, Stage::kCropped, {0, 0, 1}, options_).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  StageData bad;
+  bad.stage = Stage::kFlipped;
+  bad.height = bad.width = 64;
+  bad.data = "short";
+  std::vector<float> out(3 * 64 * 64);
+  EXPECT_EQ(FinishToTensor(bad, {0, 0, 1}, options_, out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(FinishToTensor(Raw("not a jpeg"), {0, 0, 1}, options_, out.data()).ok());
+}
+
+}  // namespace
+}  // namespace sophon

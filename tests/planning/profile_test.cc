@@ -1,0 +1,390 @@
+#include "sophon/planning/profile.h"
+#include "sophon/planning/resources.h"
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sophon/data/dataset.h"
+#include "sophon/planning/original_profile.h"
+#include "sophon/planning/profile_csv.h"
+#include "sophon/planning/profile_loader.h"
+#include "sophon/profiling/profiler.h"
+#include "sophon/planning/times_model.h"
+#include "tests/test_util.h"
+
+namespace sophon {
+namespace {
+
+using ::testing::HasSubstr;
+
+DatasetProfile SmallProfile() {
+  DatasetProfile p;
+  p.dataset = "my data%set";
+  p.fingerprint = 0x0123456789abcdefULL;
+  p.crop_size = 224;
+  p.server_speed_factor = 1.25;
+  for (uint64_t i = 0; i < 3; ++i) {
+    SampleProfile s;
+    s.id = i;
+    s.bytes[Stage::kRaw] = 100000 + 17 * i;
+    s.bytes[Stage::kCropped] = 150528;
+    s.bytes[Stage::kFlipped] = 150528;
+    s.bytes[Stage::kTensor] = 602112;
+    s.client = testing::MakeOpTimes(0.00412345678 + i * 1e-4, 2.1e-5, 3.1e-4);
+    s.source_pixels = i == 1 ? 0 : 1024 * 768;
+    p.samples.push_back(s);
+  }
+  return p;
+}
+
+void ExpectSameProfile(const DatasetProfile& a, const DatasetProfile& b) {
+  EXPECT_EQ(a.dataset, b.dataset);
+  EXPECT_EQ(a.fingerprint, b.fingerprint);
+  EXPECT_EQ(a.crop_size, b.crop_size);
+  EXPECT_DOUBLE_EQ(a.server_speed_factor, b.server_speed_factor);
+  EXPECT_EQ(a.times_source, b.times_source);
+  ASSERT_EQ(a.samples.size(), b.samples.size());
+  for (size_t i = 0; i < a.samples.size(); ++i) {
+    const SampleProfile& x = a.samples[i];
+    const SampleProfile& y = b.samples[i];
+    EXPECT_EQ(x.id, y.id);
+    EXPECT_EQ(x.bytes[Stage::kRaw], y.bytes[Stage::kRaw]);
+    EXPECT_EQ(x.bytes[Stage::kCropped], y.bytes[Stage::kCropped]);
+    EXPECT_EQ(x.bytes[Stage::kFlipped], y.bytes[Stage::kFlipped]);
+    EXPECT_EQ(x.bytes[Stage::kTensor], y.bytes[Stage::kTensor]);
+    EXPECT_EQ(x.source_pixels, y.source_pixels);
+    // Written with 9 significant digits.
+    EXPECT_NEAR(x.client[Stage::kCropped], y.client[Stage::kCropped], 1e-8 * x.client[Stage::kCropped]);
+    EXPECT_NEAR(x.client[Stage::kFlipped], y.client[Stage::kFlipped], 1e-8 * x.client[Stage::kFlipped]);
+    EXPECT_NEAR(x.client[Stage::kTensor], y.client[Stage::kTensor], 1e-8 * x.client[Stage::kTensor]);
+  }
+}
+
+TEST(SophonProfileTest, RoundTripsThroughTheCsvFormat) {
+  const DatasetProfile p = SmallProfile();
+  const std::string path = testing::MakeTempDir("profile_rt") + "/p.csv";
+  ASSERT_TRUE(WriteSophonProfile(p, path).ok());
+  absl::StatusOr<DatasetProfile> back = ReadSophonProfile(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSameProfile(p, *back);
+}
+
+TEST(SophonProfileTest, FolderRefusesAProfileOfAnotherFileList) {
+  const DatasetProfile p = SmallProfile();
+  const std::string folder = testing::MakeTempDir("profile_folder") + "/profiles/ds";
+  ASSERT_TRUE(SaveProfileFolder(p, folder).ok());
+  absl::StatusOr<DatasetProfile> same = LoadProfileFolder(folder, p.fingerprint);
+  ASSERT_TRUE(same.ok()) << same.status();
+  ExpectSameProfile(p, *same);
+
+  absl::StatusOr<DatasetProfile> other = LoadProfileFolder(folder, 0xfeedULL);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(other.status().message(), HasSubstr("0123456789abcdef"));
+  EXPECT_THAT(other.status().message(), HasSubstr("000000000000feed"));
+
+  EXPECT_EQ(LoadProfileFolder(folder + "/nothing", p.fingerprint).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(DefaultProfileFolder("imagenet"), "profiles/imagenet/");
+}
+
+TEST(SophonProfileTest, MeasuredProfileIsKeyedByTheDatasetFingerprint) {
+  testing::TestDatasetOptions ds_options;
+  ds_options.classes = 2;
+  ds_options.per_class = 3;
+  const std::string root = testing::MakeTestDataset("profile_measured", ds_options);
+  absl::StatusOr<std::unique_ptr<Dataset>> ds = Dataset::OpenImageFolder(root);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  ProfilerOptions options;
+  options.pipeline.augment.crop_size = 32;
+  options.epochs = 2;
+  absl::StatusOr<DatasetProfile> p = MeasureProfile(**ds, options);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->fingerprint, (*ds)->fingerprint());
+  EXPECT_EQ(p->dataset, (*ds)->name());
+  ASSERT_EQ(p->samples.size(), 6u);
+  for (const SampleProfile& s : p->samples) {
+    EXPECT_EQ(s.bytes[Stage::kRaw], (*ds)->entry(s.id).raw_size);
+    EXPECT_EQ(s.bytes[Stage::kCropped], 32u * 32 * 3);
+    EXPECT_EQ(s.bytes[Stage::kTensor], 32u * 32 * 3 * 4);
+    EXPECT_GE(s.source_pixels, 160u * 160);
+    EXPECT_GT(s.client[Stage::kCropped], 0);
+  }
+  const std::string folder = DefaultProfileFolder((*ds)->name());
+  const std::string dir = testing::MakeTempDir("profile_measured_out") + "/" + folder;
+  ASSERT_TRUE(SaveProfileFolder(*p, dir).ok());
+  EXPECT_TRUE(LoadProfileFolder(dir, (*ds)->fingerprint()).ok());
+  // Another file in the dataset: the profile no longer applies.
+  testing::WriteFile(root + "/class_0/extra.jpg", "not even a jpeg");
+  absl::StatusOr<std::unique_ptr<Dataset>> changed = Dataset::OpenImageFolder(root);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_EQ(LoadProfileFolder(dir, (*changed)->fingerprint()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // And the bad file fails profiling with its name.
+  absl::StatusOr<DatasetProfile> bad = MeasureProfile(**changed, options);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("extra.jpg"));
+}
+
+TEST(SophonProfileTest, MalformedLinesAreRejectedWithTheirLineNumber) {
+  const std::string head =
+      "# sophon-profile v1\n"
+      "# dataset=d fingerprint=ff crop_size=224 server_speed=1 times=measured\n"
+      "id,raw_bytes,cropped_bytes,flipped_bytes,tensor_bytes,decode_crop_s,flip_s,tensor_s,"
+      "source_pixels\n"
+      "0,10,20,20,80,0.1,0.01,0.02,100\n";
+  ASSERT_TRUE(ParseSophonProfile(head, "f.csv").ok());
+  struct Case {
+    std::string text;
+    std::string where;
+  };
+  const Case cases[] = {
+      {head + "1,10,20,20,eighty,0.1,0.01,0.02,100\n", "f.csv:5:"},  // not a number
+      {head + "1,10,20,20,80,0.1,0.01\n", "f.csv:5:"},               // too few fields
+      {head + "2,10,20,20,80,0.1,0.01,0.02,100\n", "f.csv:5:"},      // id out of sequence
+      {head + "1,10,20,20,80,-0.1,0.01,0.02,100\n", "f.csv:5:"},     // negative time
+      {head + "1,0,20,20,80,0.1,0.01,0.02,100\n", "f.csv:5:"},       // zero size
+      {"# sophon-profile v2\n", "f.csv:1:"},                         // version
+      {"id,raw\n", "f.csv:1:"},                                      // not a profile
+      {"# sophon-profile v1\nid,raw_bytes\n", "f.csv:2:"},           // bad header
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<DatasetProfile> p = ParseSophonProfile(c.text, "f.csv");
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_THAT(p.status().message(), HasSubstr(c.where)) << c.text;
+  }
+  // The metadata line is required before the column header.
+  absl::StatusOr<DatasetProfile> no_meta = ParseSophonProfile(
+      "# sophon-profile v1\nid,raw_bytes,cropped_bytes,flipped_bytes,tensor_bytes,"
+      "decode_crop_s,flip_s,tensor_s,source_pixels\n",
+      "f.csv");
+  EXPECT_THAT(no_meta.status().message(), HasSubstr("f.csv:2:"));
+}
+
+constexpr char kSizes[] =
+    "index;raw;decoding;original_shape;RandomResizedCrop;RandomHorizontalFlip;ToTensor;"
+    "Normalize;\n"
+    "0;462687;1886241;(1024, 614);150561;150561;602145;602145;\n"
+    "1;95615;2359329;(1024, 768);150561;150561;602145;602145;\r\n"
+    "\n";
+constexpr char kTimes[] =
+    "index,loader,decoding,RandomResizedCrop,RandomHorizontalFlip,ToTensor,Normalize,\n"
+    "0,0.001,0.01,0.002,0.0001,0.0003,0.0004,\n"
+    "1,0.002,0.02,0.004,0.0002,0.0006,0.0008,\n";
+
+TEST(OriginalProfileTest, ParsesSizesWithTrailingSeparatorsAndShapes) {
+  absl::StatusOr<DatasetProfile> p = ParseOriginalSizes(kSizes, "prep_sizes.csv", 0);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->crop_size, 224);  // inferred from 150561 = 224 * 224 * 3 + 33
+  EXPECT_EQ(p->fingerprint, 0u);
+  ASSERT_EQ(p->samples.size(), 2u);
+  const SampleProfile& s = p->samples[1];
+  EXPECT_EQ(s.id, 1u);
+  EXPECT_EQ(s.bytes[Stage::kRaw], 95615u);
+  EXPECT_EQ(s.bytes[Stage::kCropped], 150561u);
+  EXPECT_EQ(s.bytes[Stage::kFlipped], 150561u);
+  EXPECT_EQ(s.bytes[Stage::kTensor], 602145u);
+  EXPECT_EQ(s.source_pixels, 1024u * 768u);
+  EXPECT_EQ(p->samples[0].source_pixels, 1024u * 614u);
+}
+
+TEST(OriginalProfileTest, TimesMapOntoSophonOps) {
+  absl::StatusOr<DatasetProfile> p = ParseOriginalSizes(kSizes, "prep_sizes.csv", 0);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(ParseOriginalTimes(kTimes, "prep_times.csv", &*p).ok());
+  EXPECT_EQ(p->times_source, TimesSource::kMeasured);
+  const OpTimes& t = p->samples[1].client;
+  EXPECT_DOUBLE_EQ(t[Stage::kCropped], 0.002 + 0.02 + 0.004);  // loader + decoding + crop
+  EXPECT_DOUBLE_EQ(t[Stage::kFlipped], 0.0002);
+  EXPECT_DOUBLE_EQ(t[Stage::kTensor], 0.0006 + 0.0008);  // ToTensor + Normalize
+}
+
+TEST(OriginalProfileTest, MalformedLinesAreRejectedWithTheirLineNumber) {
+  const std::string sizes_head =
+      "index;raw;decoding;original_shape;RandomResizedCrop;RandomHorizontalFlip;ToTensor;"
+      "Normalize;\n"
+      "0;462687;1886241;(1024, 614);150561;150561;602145;602145;\n";
+  const char* bad_sizes[] = {
+      "1;462687;1886241;(1024 614);150561;150561;602145;602145;\n",   // shape
+      "1;462687;1886241;(1024, 614);150561;150561;602145;\n",         // a field short
+      "1;46x687;1886241;(1024, 614);150561;150561;602145;602145;\n",  // raw
+      "5;462687;1886241;(1024, 614);150561;150561;602145;602145;\n",  // index
+      "1,462687,1886241,(1024, 614),150561,150561,602145,602145,\n",  // separator
+  };
+  for (const char* row : bad_sizes) {
+    absl::StatusOr<DatasetProfile> p = ParseOriginalSizes(sizes_head + row, "s.csv", 0);
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << row;
+    EXPECT_THAT(p.status().message(), HasSubstr("s.csv:3:")) << row;
+  }
+  EXPECT_THAT(ParseOriginalSizes("index;raw;\n0;5;\n", "s.csv", 0).status().message(),
+              HasSubstr("s.csv:1:"));
+
+  const std::string times_head =
+      "index,loader,decoding,RandomResizedCrop,RandomHorizontalFlip,ToTensor,Normalize,\n"
+      "0,0.001,0.01,0.002,0.0001,0.0003,0.0004,\n";
+  const char* bad_times[] = {
+      "1,0.002,0.02,0.004,0.0002,0.0006,\n",          // a field short
+      "1,0.002,0.02,fast,0.0002,0.0006,0.0008,\n",    // not a number
+      "1,0.002,-0.02,0.004,0.0002,0.0006,0.0008,\n",  // negative
+      "7,0.002,0.02,0.004,0.0002,0.0006,0.0008,\n",   // index
+  };
+  for (const char* row : bad_times) {
+    absl::StatusOr<DatasetProfile> p = ParseOriginalSizes(kSizes, "s.csv", 0);
+    ASSERT_TRUE(p.ok());
+    absl::Status s = ParseOriginalTimes(times_head + row, "t.csv", &*p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << row;
+    EXPECT_THAT(s.message(), HasSubstr("t.csv:3:")) << row;
+  }
+  // One row fewer than the sizes file.
+  absl::StatusOr<DatasetProfile> p = ParseOriginalSizes(kSizes, "s.csv", 0);
+  ASSERT_TRUE(p.ok());
+  EXPECT_THAT(ParseOriginalTimes(times_head, "t.csv", &*p).message(),
+              HasSubstr("t.csv has 1 samples, the sizes file has 2"));
+}
+
+TEST(OriginalProfileTest, WithoutTimesTheModelFillsThem) {
+  const std::string dir = testing::MakeTempDir("original_model");
+  testing::WriteFile(dir + "/prep_sizes.csv", kSizes);
+  OriginalProfileOptions options;
+  options.sizes_path = dir + "/prep_sizes.csv";
+  options.model.ops[Stage::kCropped].s_per_raw_byte = 1e-8;
+  options.model.ops[Stage::kCropped].s_per_source_pixel = 2e-9;
+  options.model.ops[Stage::kCropped].s_fixed = 1e-4;
+  options.model.ops[Stage::kFlipped].s_per_output_pixel = 1e-10;
+  options.model.ops[Stage::kTensor].s_per_output_pixel = 3e-9;
+  absl::StatusOr<DatasetProfile> p = ReadOriginalProfile(options);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->times_source, TimesSource::kModel);
+  EXPECT_EQ(p->dataset, std::filesystem::path(dir).filename().string());
+  const OpTimes t = p->samples[0].client;
+  EXPECT_DOUBLE_EQ(t[Stage::kCropped], 1e-8 * 462687 + 2e-9 * 1024 * 614 + 1e-4);
+  EXPECT_DOUBLE_EQ(t[Stage::kFlipped], 1e-10 * 224 * 224);
+  EXPECT_DOUBLE_EQ(t[Stage::kTensor], 3e-9 * 224 * 224);
+
+  // The built-in model is a real calibration: every coefficient is set.
+  const TimesModel d = DefaultTimesModel();
+  EXPECT_TRUE(d.Validate().ok());
+  EXPECT_GT(d.ops[Stage::kCropped].s_per_raw_byte + d.ops[Stage::kCropped].s_per_source_pixel, 0);
+  EXPECT_GT(d.ops[Stage::kFlipped].s_per_output_pixel, 0);
+  EXPECT_GT(d.ops[Stage::kTensor].s_per_output_pixel, 0);
+}
+
+TEST(OriginalProfileTest, ThePublishedOpenImagesProfileParses) {
+  const std::string path =
+      std::string(SOPHON_SOURCE_DIR) + "/../shared/profiles/openimages-sophon/prep_sizes.csv";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "not present: " << path;
+  ProfileSource source;
+  source.path = std::filesystem::path(path).parent_path().string();
+  absl::StatusOr<DatasetProfile> p = LoadProfile(source);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->dataset, "openimages-sophon");
+  EXPECT_EQ(p->crop_size, 224);
+  EXPECT_EQ(p->times_source, TimesSource::kModel);  // its prep_times.csv was never published
+  ASSERT_EQ(p->samples.size(), 40000u);
+  EXPECT_EQ(p->samples[0].bytes[Stage::kRaw], 462687u);
+  EXPECT_EQ(p->samples[0].source_pixels, 1024u * 614u);
+  EXPECT_EQ(p->samples[0].bytes[Stage::kTensor], 602145u);
+  EXPECT_EQ(p->samples[39999].bytes[Stage::kRaw], 579397u);
+  EXPECT_GT(p->samples[39999].client[Stage::kCropped], 0);
+}
+
+TEST(ProfileLoaderTest, FindsEitherFormatInAFolder) {
+  const std::string dir = testing::MakeTempDir("loader_dispatch");
+  testing::WriteFile(dir + "/prep_sizes.csv", kSizes);
+  testing::WriteFile(dir + "/prep_times.csv", kTimes);
+  ProfileSource source;
+  source.path = dir;
+  absl::StatusOr<DatasetProfile> original = LoadProfile(source);
+  ASSERT_TRUE(original.ok()) << original.status();
+  EXPECT_EQ(original->times_source, TimesSource::kMeasured);  // prep_times.csv beside it
+  EXPECT_DOUBLE_EQ(original->samples[0].client[Stage::kFlipped], 0.0001);
+
+  ASSERT_TRUE(SaveProfileFolder(SmallProfile(), dir).ok());
+  absl::StatusOr<DatasetProfile> sophon = LoadProfile(source);  // sample_profile.csv wins
+  ASSERT_TRUE(sophon.ok()) << sophon.status();
+  EXPECT_EQ(sophon->samples.size(), 3u);
+
+  source.times_path = dir + "/prep_times.csv";
+  EXPECT_EQ(LoadProfile(source).status().code(), absl::StatusCode::kInvalidArgument);
+
+  source.path = dir + "/missing";
+  EXPECT_EQ(LoadProfile(source).status().code(), absl::StatusCode::kNotFound);
+  source.path = testing::MakeTempDir("loader_empty");
+  EXPECT_EQ(LoadProfile(source).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(TimesModelTest, FitRecoversTheCoefficientsOfExactData) {
+  TimesModel truth;
+  truth.ops[Stage::kCropped].s_per_raw_byte = 4e-9;
+  truth.ops[Stage::kCropped].s_per_source_pixel = 3e-9;
+  truth.ops[Stage::kCropped].s_fixed = 2e-4;
+  truth.ops[Stage::kFlipped].s_per_output_pixel = 5e-10;
+  truth.ops[Stage::kTensor].s_per_output_pixel = 6e-9;
+  DatasetProfile p;
+  p.dataset = "fit";
+  for (uint64_t i = 0; i < 50; ++i) {
+    SampleProfile s;
+    s.id = i;
+    s.bytes[Stage::kRaw] = 20000 + (i * 7919) % 500000;
+    s.source_pixels = 300000 + (i * 104729) % 900000;
+    s.bytes[Stage::kCropped] = s.bytes[Stage::kFlipped] = 150528;
+    s.bytes[Stage::kTensor] = 602112;
+    s.client = PredictOpTimes(truth, s.bytes[Stage::kRaw], s.source_pixels, p.crop_size);
+    p.samples.push_back(s);
+  }
+  absl::StatusOr<TimesModel> fit = FitTimesModel(p);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_NEAR(fit->ops[Stage::kCropped].s_per_raw_byte, truth.ops[Stage::kCropped].s_per_raw_byte, 1e-6 * truth.ops[Stage::kCropped].s_per_raw_byte);
+  EXPECT_NEAR(fit->ops[Stage::kCropped].s_per_source_pixel, truth.ops[Stage::kCropped].s_per_source_pixel, 1e-6 * truth.ops[Stage::kCropped].s_per_source_pixel);
+  EXPECT_NEAR(fit->ops[Stage::kCropped].s_fixed, truth.ops[Stage::kCropped].s_fixed, 1e-6 * truth.ops[Stage::kCropped].s_fixed);
+  EXPECT_NEAR(fit->ops[Stage::kFlipped].s_per_output_pixel, truth.ops[Stage::kFlipped].s_per_output_pixel, 1e-9 * truth.ops[Stage::kFlipped].s_per_output_pixel);
+  EXPECT_NEAR(fit->ops[Stage::kTensor].s_per_output_pixel, truth.ops[Stage::kTensor].s_per_output_pixel, 1e-9 * truth.ops[Stage::kTensor].s_per_output_pixel);
+
+  // A term that would come out negative is dropped, not returned negative.
+  for (SampleProfile& s : p.samples) {
+    s.client[Stage::kCropped] = 1e-3 - 1e-10 * static_cast<double>(s.bytes[Stage::kRaw]);
+  }
+  fit = FitTimesModel(p);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_TRUE(fit->Validate().ok());
+
+  p.samples.resize(2);
+  EXPECT_EQ(FitTimesModel(p).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ResourcesTest, ValidateNamesTheOption) {
+  Resources r;
+  r.net_bytes_per_s = MbitToBytesPerSecond(500);
+  EXPECT_DOUBLE_EQ(r.net_bytes_per_s, 62.5e6);
+  EXPECT_TRUE(r.Validate().ok());
+  Resources bad = r;
+  bad.net_bytes_per_s = 0;
+  EXPECT_THAT(bad.Validate().message(), HasSubstr("Resources.net_bytes_per_s"));
+  bad = r;
+  bad.remote_cpus = -1;
+  EXPECT_THAT(bad.Validate().message(), HasSubstr("Resources.remote_cpus"));
+  bad = r;
+  bad.local_cpus = 0;
+  EXPECT_THAT(bad.Validate().message(), HasSubstr("Resources.local_cpus"));
+  bad = r;
+  bad.batch_size = 0;
+  EXPECT_THAT(bad.Validate().message(), HasSubstr("Resources.batch_size"));
+  r.remote_cpus = 0;  // allowed: the storage node then only sends RAW
+  EXPECT_TRUE(r.Validate().ok());
+}
+
+TEST(DatasetProfileTest, ValidateNamesTheSample) {
+  DatasetProfile p = SmallProfile();
+  EXPECT_TRUE(p.Validate().ok());
+  p.samples[2].client[Stage::kFlipped] = std::nan("");
+  EXPECT_THAT(p.Validate().message(), HasSubstr("sample 2"));
+  p = SmallProfile();
+  p.samples[1].id = 5;
+  EXPECT_THAT(p.Validate().message(), HasSubstr("has id 5"));
+}
+
+}  // namespace
+}  // namespace sophon
