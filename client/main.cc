@@ -55,7 +55,7 @@ ABSL_FLAG(std::string, gpu_type, "v100",
 ABSL_FLAG(int, gpu_count, 1,
           "With --device=emulate: emulated data-parallel GPUs; per-step times are divided by it. "
           "Default 1.");
-ABSL_FLAG(std::string, gpu_profile, "profiles/gpu/starter.csv",
+ABSL_FLAG(sophon::CommaList, gpu_profile, sophon::CommaList({"profiles/gpu/starter.csv"}),
           "With --device=emulate: GPU profile file(s), comma-separated, later files overriding "
           "earlier rows; Sophon CSV or the original emulator's 12-column TSV. Default "
           "profiles/gpu/starter.csv.");
@@ -144,7 +144,7 @@ absl::StatusOr<std::unique_ptr<sophon::Trainer>> CreateTrainer(
     const sophon::TrainerOptions& options, int batch_size) {
   if (options.device != "emulate") return sophon::Trainer::Create(options);
   absl::StatusOr<sophon::GpuProfile> profile =
-      sophon::GpuProfile::LoadAll(absl::GetFlag(FLAGS_gpu_profile));
+      sophon::GpuProfile::LoadAll(absl::GetFlag(FLAGS_gpu_profile).items);
   if (!profile.ok()) return profile.status();
   sophon::EmulatedTrainerOptions emulated;
   emulated.arch = options.arch;

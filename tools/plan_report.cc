@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "sophon/base/json.h"
 #include "sophon/planning/profile_csv.h"
 #include "sophon/base/status_macros.h"
 
@@ -26,21 +27,6 @@ std::string Seconds(double s) {
 
 std::string JsonNumber(double v) {
   return std::isfinite(v) ? absl::StrFormat("%.6g", v) : std::string("null");
-}
-
-std::string JsonString(absl::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(static_cast<char>(c));
-    } else if (c < 0x20) {
-      absl::StrAppendFormat(&out, "\\u%04x", c);
-    } else {
-      out.push_back(static_cast<char>(c));
-    }
-  }
-  return out + "\"";
 }
 
 int64_t Batches(const Resources& r, size_t samples) {
@@ -74,67 +60,77 @@ std::string FormatPlanTable(const DatasetProfile& profile, const Resources& reso
                           "and the GPU time)\n",
                           Seconds(plans.front().lower_bound_s));
   }
-  absl::StrAppendFormat(&out, "\n%-10s %10s %10s %10s %10s %10s %9s %-11s %7s %7s %7s %7s %10s\n",
-                        "planner", "epoch_s", "net_s", "remote_s", "local_s", "gpu_s", "wire_GB",
-                        "bottleneck", "raw", "cropped", "flipped", "tensor", "bound_s");
+  absl::StrAppendFormat(&out, "\n%-10s %10s %10s %10s %10s %10s %9s %-11s", "planner",
+                        "epoch_s", "net_s", "remote_s", "local_s", "gpu_s", "wire_GB",
+                        "bottleneck");
+  for (Stage stage : AllStages()) absl::StrAppendFormat(&out, " %7s", StageName(stage));
+  absl::StrAppendFormat(&out, " %10s\n", "bound_s");
   for (const PlanResult& p : plans) {
     const PlanCost& c = p.cost;
-    absl::StrAppendFormat(&out, "%-10s %10s %10s %10s %10s %10s %9.3f %-11s %7d %7d %7d %7d %10s\n",
+    absl::StrAppendFormat(&out, "%-10s %10s %10s %10s %10s %10s %9.3f %-11s",
                           PlannerKindName(p.kind), Seconds(c.epoch_s), Seconds(c.net_s),
                           Seconds(c.remote_s), Seconds(c.local_s), Seconds(c.gpu_s),
-                          static_cast<double>(c.wire_bytes) / 1e9, ResourceName(c.bottleneck),
-                          c.samples_per_stage[0], c.samples_per_stage[1], c.samples_per_stage[2],
-                          c.samples_per_stage[3], Seconds(p.lower_bound_s));
+                          static_cast<double>(c.wire_bytes) / 1e9, ResourceName(c.bottleneck));
+    for (int64_t n : c.samples_per_stage) absl::StrAppendFormat(&out, " %7d", n);
+    absl::StrAppendFormat(&out, " %10s\n", Seconds(p.lower_bound_s));
   }
   return out;
 }
 
 std::string FormatPlanJson(const DatasetProfile& profile, const Resources& resources,
                            const std::vector<PlanResult>& plans) {
-  std::string out = "{\n";
-  absl::StrAppend(&out, "  \"profile\": {\"dataset\": ", JsonString(profile.dataset),
-                  ", \"samples\": ", profile.samples.size(), ", \"crop_size\": ", profile.crop_size,
-                  ", \"fingerprint\": ", JsonString(FingerprintHex(profile.fingerprint)),
-                  ", \"times\": ", JsonString(TimesSourceName(profile.times_source)),
-                  ", \"times_detail\": ", JsonString(profile.times_detail), "},\n");
-  absl::StrAppend(&out, "  \"resources\": {\"net_mbit_per_s\": ",
-                  JsonNumber(resources.net_bytes_per_s * 8 / 1e6),
-                  ", \"remote_cpus\": ", JsonNumber(resources.remote_cpus),
-                  ", \"remote_speed\": ", JsonNumber(resources.remote_speed),
-                  ", \"remote_read_ns_per_byte\": ",
-                  JsonNumber(resources.remote_seconds_per_raw_byte * 1e9),
-                  ", \"remote_send_ns_per_byte\": ",
-                  JsonNumber(resources.remote_seconds_per_wire_byte * 1e9),
-                  ", \"local_cpus\": ", JsonNumber(resources.local_cpus),
-                  ", \"local_recv_ns_per_byte\": ",
-                  JsonNumber(resources.local_seconds_per_wire_byte * 1e9),
-                  ", \"gpu_seconds_per_batch\": ", JsonNumber(resources.gpu_seconds_per_batch),
-                  ", \"batch_size\": ", resources.batch_size, "},\n");
-  absl::StrAppend(&out, "  \"plans\": [");
-  for (size_t i = 0; i < plans.size(); ++i) {
-    const PlanResult& p = plans[i];
+  JsonWriter w;
+  w.BeginObject();
+  w.Key("profile").BeginObject();
+  w.Key("dataset").String(profile.dataset);
+  w.Key("samples").Uint(profile.samples.size());
+  w.Key("crop_size").Int(profile.crop_size);
+  w.Key("fingerprint").String(FingerprintHex(profile.fingerprint));
+  w.Key("times").String(TimesSourceName(profile.times_source));
+  w.Key("times_detail").String(profile.times_detail);
+  w.EndObject();
+  w.Key("resources").BeginObject();
+  w.Key("net_mbit_per_s").Number(resources.net_bytes_per_s * 8 / 1e6);
+  w.Key("remote_cpus").Number(resources.remote_cpus);
+  w.Key("remote_speed").Number(resources.remote_speed);
+  w.Key("remote_read_ns_per_byte").Number(resources.remote_seconds_per_raw_byte * 1e9);
+  w.Key("remote_send_ns_per_byte").Number(resources.remote_seconds_per_wire_byte * 1e9);
+  w.Key("local_cpus").Number(resources.local_cpus);
+  w.Key("local_recv_ns_per_byte").Number(resources.local_seconds_per_wire_byte * 1e9);
+  w.Key("gpu_seconds_per_batch").Number(resources.gpu_seconds_per_batch);
+  w.Key("batch_size").Int(resources.batch_size);
+  w.EndObject();
+  w.Key("plans").BeginArray();
+  for (const PlanResult& p : plans) {
     const PlanCost& c = p.cost;
-    absl::StrAppend(
-        &out, i ? ",\n    " : "\n    ", "{\"planner\": ", JsonString(PlannerKindName(p.kind)),
-        ", \"epoch_s\": ", JsonNumber(c.epoch_s), ", \"net_s\": ", JsonNumber(c.net_s),
-        ", \"remote_s\": ", JsonNumber(c.remote_s), ", \"local_s\": ", JsonNumber(c.local_s),
-        ", \"gpu_s\": ", JsonNumber(c.gpu_s), ", \"wire_bytes\": ", c.wire_bytes,
-        ", \"bottleneck\": ", JsonString(ResourceName(c.bottleneck)), ", \"samples_per_stage\": {");
-    for (int k = 0; k < kNumStages; ++k) {
-      absl::StrAppend(&out, k ? ", " : "", JsonString(StageName(static_cast<Stage>(k))), ": ",
-                      c.samples_per_stage[k]);
+    w.BeginObject();
+    w.Key("planner").String(PlannerKindName(p.kind));
+    w.Key("epoch_s").Number(c.epoch_s);
+    w.Key("net_s").Number(c.net_s);
+    w.Key("remote_s").Number(c.remote_s);
+    w.Key("local_s").Number(c.local_s);
+    w.Key("gpu_s").Number(c.gpu_s);
+    w.Key("wire_bytes").Uint(c.wire_bytes);
+    w.Key("bottleneck").String(ResourceName(c.bottleneck));
+    w.Key("samples_per_stage").BeginObject();
+    for (Stage stage : AllStages()) {
+      w.Key(StageName(stage)).Int(c.samples_per_stage[StageIndex(stage)]);
     }
-    absl::StrAppend(&out, "}, \"lower_bound_s\": ", JsonNumber(p.lower_bound_s), "}");
+    w.EndObject();
+    w.Key("lower_bound_s").Number(p.lower_bound_s);
+    w.EndObject();
   }
-  absl::StrAppend(&out, "\n  ]\n}\n");
-  return out;
+  w.EndArray();
+  w.EndObject();
+  return w.Take();
 }
 
 absl::StatusOr<std::string> SweepCsv(const DatasetProfile& profile, const Resources& base,
                                      const SweepOptions& options) {
   std::string out =
-      "net_mbit,remote_cpus,planner,epoch_s,net_s,remote_s,local_s,gpu_s,wire_bytes,"
-      "bottleneck,raw,cropped,flipped,tensor,lower_bound_s\n";
+      "net_mbit,remote_cpus,planner,epoch_s,net_s,remote_s,local_s,gpu_s,wire_bytes,bottleneck";
+  for (Stage stage : AllStages()) absl::StrAppend(&out, ",", StageName(stage));
+  out += ",lower_bound_s\n";
   const std::vector<uint64_t> ids = AllSampleIds(profile);
   for (double mbit : options.net_mbit) {
     for (double cpus : options.remote_cpus) {
@@ -144,12 +140,12 @@ absl::StatusOr<std::string> SweepCsv(const DatasetProfile& profile, const Resour
       ASSIGN_OR_RETURN(const std::vector<PlanResult> plans, MakeAllPlans(profile, r, ids));
       for (const PlanResult& p : plans) {
         const PlanCost& c = p.cost;
-        absl::StrAppendFormat(&out, "%g,%g,%s,%s,%s,%s,%s,%s,%d,%s,%d,%d,%d,%d,%s\n", mbit, cpus,
+        absl::StrAppendFormat(&out, "%g,%g,%s,%s,%s,%s,%s,%s,%d,%s", mbit, cpus,
                               PlannerKindName(p.kind), JsonNumber(c.epoch_s), JsonNumber(c.net_s),
                               JsonNumber(c.remote_s), JsonNumber(c.local_s), JsonNumber(c.gpu_s),
-                              c.wire_bytes, ResourceName(c.bottleneck), c.samples_per_stage[0],
-                              c.samples_per_stage[1], c.samples_per_stage[2],
-                              c.samples_per_stage[3], JsonNumber(p.lower_bound_s));
+                              c.wire_bytes, ResourceName(c.bottleneck));
+        for (int64_t n : c.samples_per_stage) absl::StrAppend(&out, ",", n);
+        absl::StrAppend(&out, ",", JsonNumber(p.lower_bound_s), "\n");
       }
     }
   }
@@ -178,23 +174,6 @@ absl::Status RunPlotScript(const std::string& python, const std::string& script,
                                             "); is python3-matplotlib installed?"));
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<double>> ParseNumberList(const std::string& text,
-                                                    const std::string& flag) {
-  std::vector<double> values;
-  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    double v = 0;
-    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(item), &v) || !std::isfinite(v)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, ": '", item, "' is not a number (expected e.g. 50,100,1000)"));
-    }
-    values.push_back(v);
-  }
-  if (values.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": give at least one value"));
-  }
-  return values;
 }
 
 }  // namespace sophon

@@ -39,9 +39,7 @@ absl::StatusOr<std::string> SweepCsv(const DatasetProfile& profile, const Resour
 absl::Status RunPlotScript(const std::string& python, const std::string& script,
                            const std::string& csv_path, const std::string& png_path);
 
-// "50,100,1e3" -> {50, 100, 1000}. InvalidArgument naming `flag` otherwise.
-absl::StatusOr<std::vector<double>> ParseNumberList(const std::string& text,
-                                                    const std::string& flag);
+
 
 }  // namespace sophon
 

@@ -37,9 +37,9 @@ ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N. Default cpu.");
 ABSL_FLAG(std::string, gpu_type, "",
           "Name written in the gpu_type column (e.g. v100, a100, h100). Default: 'cpu' on cpu; "
           "required on cuda.");
-ABSL_FLAG(std::string, models, "alexnet,resnet18,resnet50",
+ABSL_FLAG(sophon::CommaList, models, sophon::CommaList({"alexnet", "resnet18", "resnet50"}),
           "Comma-separated models. Default alexnet,resnet18,resnet50.");
-ABSL_FLAG(std::string, batch_sizes, "64,128,256",
+ABSL_FLAG(sophon::CommaList, batch_sizes, sophon::CommaList({"64", "128", "256"}),
           "Comma-separated batch sizes. Default 64,128,256.");
 ABSL_FLAG(int, crop_size, 224, "Image side S (batches are 3 x S x S float32). Default 224.");
 ABSL_FLAG(int, num_classes, 1000, "Classes of the model's last layer. Default 1000.");
@@ -61,20 +61,6 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-absl::StatusOr<std::vector<int>> ParseBatchSizes(const std::string& text) {
-  std::vector<int> sizes;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    int n = 0;
-    if (!absl::SimpleAtoi(part, &n) || n < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--batch-sizes must be positive integers, got '", text, "'"));
-    }
-    sizes.push_back(n);
-  }
-  if (sizes.empty()) return absl::InvalidArgumentError("--batch-sizes is empty");
-  return sizes;
 }
 
 std::string TodayUtc() {
@@ -165,7 +151,7 @@ int main(int argc, char** argv) {
     }
     gpu_type = "cpu";
   }
-  absl::StatusOr<std::vector<int>> batch_sizes = ParseBatchSizes(absl::GetFlag(FLAGS_batch_sizes));
+  absl::StatusOr<std::vector<int>> batch_sizes = absl::GetFlag(FLAGS_batch_sizes).PositiveInts("--batch-sizes");
   if (!batch_sizes.ok()) return Fail(batch_sizes.status());
   const int warmup = absl::GetFlag(FLAGS_warmup);
   const int steps = absl::GetFlag(FLAGS_steps);
@@ -175,9 +161,7 @@ int main(int argc, char** argv) {
   }
 
   std::vector<sophon::GpuProfileRow> rows;
-  for (absl::string_view model_view :
-       absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipWhitespace())) {
-    const std::string model(model_view);
+  for (const std::string& model : absl::GetFlag(FLAGS_models).items) {
     for (int batch_size : *batch_sizes) {
       absl::StatusOr<Measurement> m = Measure(model, batch_size, base);
       if (!m.ok()) return Fail(m.status());

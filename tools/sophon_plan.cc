@@ -53,9 +53,10 @@ ABSL_FLAG(bool, sweep, false,
 ABSL_FLAG(std::string, sweep_out, "sophon-sweep",
           "PREFIX of the sweep files. Default "
           "sophon-sweep.");
-ABSL_FLAG(std::string, sweep_net_bw, "50,100,200,500,1000,2000,5000,10000",
+ABSL_FLAG(sophon::CommaList, sweep_net_bw,
+          sophon::CommaList({"50", "100", "200", "500", "1000", "2000", "5000", "10000"}),
           "Bandwidths of the sweep, Mbit/s. Default 50,100,200,500,1000,2000,5000,10000.");
-ABSL_FLAG(std::string, sweep_remote_cpus, "1,2,4,8,16",
+ABSL_FLAG(sophon::CommaList, sweep_remote_cpus, sophon::CommaList({"1", "2", "4", "8", "16"}),
           "Storage CPU counts of the sweep. Default 1,2,4,8,16.");
 ABSL_FLAG(std::string, plot_script, "tools/plot_sweep.py",
           "The sweep plotter; empty skips the PNG. Default tools/plot_sweep.py (run from the "
@@ -105,10 +106,10 @@ absl::Status Run() {
 
   sophon::SweepOptions sweep;
   ASSIGN_OR_RETURN(sweep.net_mbit,
-                   sophon::ParseNumberList(absl::GetFlag(FLAGS_sweep_net_bw), "--sweep-net-bw"));
+                   absl::GetFlag(FLAGS_sweep_net_bw).Numbers("--sweep-net-bw"));
   ASSIGN_OR_RETURN(
       sweep.remote_cpus,
-      sophon::ParseNumberList(absl::GetFlag(FLAGS_sweep_remote_cpus), "--sweep-remote-cpus"));
+      absl::GetFlag(FLAGS_sweep_remote_cpus).Numbers("--sweep-remote-cpus"));
   ASSIGN_OR_RETURN(const std::string csv, sophon::SweepCsv(profile, resources, sweep));
   const std::string prefix = absl::GetFlag(FLAGS_sweep_out);
   RETURN_IF_ERROR(WriteFile(prefix + ".csv", csv));

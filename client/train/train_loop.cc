@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/train/batch_timings.h"
+#include "sophon/base/json.h"
 #include "spdlog/spdlog.h"
 
 namespace sophon {
@@ -211,11 +212,11 @@ std::string FormatEpochReport(const EpochReport& r) {
   const LoaderEpochStats& l = r.loader;
   const uint64_t bytes = TotalBytes(l);
   std::string by_stage;
-  for (int i = 0; i < kNumStages; ++i) {
+  for (Stage stage : AllStages()) {
+    const int i = StageIndex(stage);
     if (l.samples_by_stage[i] == 0) continue;
     absl::StrAppendFormat(&by_stage, "%s%s %d samples %.1f MB", by_stage.empty() ? "" : ", ",
-                          StageName(static_cast<Stage>(i)), l.samples_by_stage[i],
-                          l.bytes_by_stage[i] / 1e6);
+                          StageName(stage), l.samples_by_stage[i], l.bytes_by_stage[i] / 1e6);
   }
   std::string out = absl::StrFormat(
       "epoch %d%s: %.2fs, %d images, %.1f img/s, %.1f MB received (%.1f KB/image; %s), "
@@ -244,41 +245,50 @@ std::string FormatEpochReport(const EpochReport& r) {
 
 std::string EpochReportsToJson(const std::vector<EpochReport>& reports,
                                const TrainLoopOptions& options, const WarmupReport& warmup) {
-  std::string out = absl::StrFormat(
-      "{\n  \"mode\": \"%s\",\n  \"arch\": \"%s\",\n  \"device\": \"%s\",\n  \"emulated\": %s,"
-      "\n  \"warmup\": {\"batches\": %d, \"seconds\": %.6f, \"bytes_received\": %d},"
-      "\n  \"epochs\": [",
-      options.mode_name, options.arch, options.device, options.emulated ? "true" : "false",
-      warmup.batches, warmup.seconds, warmup.bytes_received);
-  for (size_t i = 0; i < reports.size(); ++i) {
-    const EpochReport& r = reports[i];
+  JsonWriter w;
+  w.BeginObject();
+  w.Key("mode").String(options.mode_name);
+  w.Key("arch").String(options.arch);
+  w.Key("device").String(options.device);
+  w.Key("emulated").Bool(options.emulated);
+  w.Key("warmup").BeginObject();
+  w.Key("batches").Int(warmup.batches);
+  w.Key("seconds").Fixed(warmup.seconds, 6);
+  w.Key("bytes_received").Uint(warmup.bytes_received);
+  w.EndObject();
+  w.Key("epochs").BeginArray();
+  for (const EpochReport& r : reports) {
     const LoaderEpochStats& l = r.loader;
-    std::string samples_by_stage, bytes_by_stage;
-    for (int s = 0; s < kNumStages; ++s) {
-      absl::StrAppendFormat(&samples_by_stage, "%s\"%s\": %d", s ? ", " : "",
-                            StageName(static_cast<Stage>(s)), l.samples_by_stage[s]);
-      absl::StrAppendFormat(&bytes_by_stage, "%s\"%s\": %d", s ? ", " : "",
-                            StageName(static_cast<Stage>(s)), l.bytes_by_stage[s]);
-    }
     const uint64_t bytes = TotalBytes(l);
-    absl::StrAppendFormat(
-        &out,
-        "%s\n    {\"epoch\": %d, \"wall_seconds\": %.6f, \"images\": %d, \"images_per_second\": "
-        "%.3f, \"bytes_received\": %d, \"bytes_per_image\": %.1f, \"samples_by_stage\": {%s}, "
-        "\"bytes_by_stage\": {%s}, \"data_wait_seconds\": %.6f, \"compute_seconds\": %.6f, "
-        "\"copy_seconds\": %.6f, "
-        "\"mean_loss\": %.6f, \"top1\": %.6f, \"skipped\": %d, \"local_prep_cpu_seconds\": %.6f, "
-        "\"server_prep_cpu_seconds\": %.6f, \"server_prep_workers\": %d, "
-        "\"reconnects\": %d, \"predicted_seconds\": %.6f}",
-        i ? "," : "", r.epoch, r.wall_seconds, l.samples, r.images_per_second, bytes,
-        l.samples ? static_cast<double>(bytes) / l.samples : 0.0, samples_by_stage,
-        bytes_by_stage, r.data_wait_seconds, r.compute_seconds, r.copy_seconds, r.mean_loss,
-        r.top1, l.skipped,
-        l.local_cpu_seconds, r.server_prep_busy_seconds, r.server_prep_workers, l.reconnects,
-        r.predicted_seconds);
+    w.BeginObject();
+    w.Key("epoch").Int(r.epoch);
+    w.Key("wall_seconds").Fixed(r.wall_seconds, 6);
+    w.Key("images").Uint(l.samples);
+    w.Key("images_per_second").Fixed(r.images_per_second, 3);
+    w.Key("bytes_received").Uint(bytes);
+    w.Key("bytes_per_image").Fixed(l.samples ? static_cast<double>(bytes) / l.samples : 0.0, 1);
+    w.Key("samples_by_stage").BeginObject();
+    for (Stage stage : AllStages()) w.Key(StageName(stage)).Uint(l.samples_by_stage[StageIndex(stage)]);
+    w.EndObject();
+    w.Key("bytes_by_stage").BeginObject();
+    for (Stage stage : AllStages()) w.Key(StageName(stage)).Uint(l.bytes_by_stage[StageIndex(stage)]);
+    w.EndObject();
+    w.Key("data_wait_seconds").Fixed(r.data_wait_seconds, 6);
+    w.Key("compute_seconds").Fixed(r.compute_seconds, 6);
+    w.Key("copy_seconds").Fixed(r.copy_seconds, 6);
+    w.Key("mean_loss").Fixed(r.mean_loss, 6);
+    w.Key("top1").Fixed(r.top1, 6);
+    w.Key("skipped").Uint(l.skipped);
+    w.Key("local_prep_cpu_seconds").Fixed(l.local_cpu_seconds, 6);
+    w.Key("server_prep_cpu_seconds").Fixed(r.server_prep_busy_seconds, 6);
+    w.Key("server_prep_workers").Int(r.server_prep_workers);
+    w.Key("reconnects").Int(l.reconnects);
+    w.Key("predicted_seconds").Fixed(r.predicted_seconds, 6);
+    w.EndObject();
   }
-  out += "\n  ]\n}\n";
-  return out;
+  w.EndArray();
+  w.EndObject();
+  return w.Take();
 }
 
 }  // namespace sophon

@@ -33,6 +33,54 @@ std::vector<absl::string_view> SplitFields(absl::string_view line, char sep) {
   return fields;
 }
 
+absl::StatusOr<std::vector<std::string>> SplitQuotedFields(absl::string_view line, char sep) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c != '"') {
+        fields.back() += c;
+      } else if (i + 1 < line.size() && line[i + 1] == '"') {
+        fields.back() += '"';
+        ++i;
+      } else {
+        quoted = false;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == sep) {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  if (quoted) return absl::InvalidArgumentError("unterminated double quote");
+  for (std::string& f : fields) f = std::string(absl::StripAsciiWhitespace(f));
+  return fields;
+}
+
+std::string QuoteField(absl::string_view field, char sep) {
+  if (field.find_first_of(std::string{sep, '"', '\r', '\n'}) == absl::string_view::npos) {
+    return std::string(field);
+  }
+  std::string out = "\"";
+  for (char c : field) {
+    if (c == '"') out += '"';
+    out += (c == '\r' || c == '\n') ? ' ' : c;  // the reader is line-based
+  }
+  return out + "\"";
+}
+
+std::vector<std::string> SplitList(absl::string_view text) {
+  std::vector<std::string> items;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    item = absl::StripAsciiWhitespace(item);
+    if (!item.empty()) items.emplace_back(item);
+  }
+  return items;
+}
+
 absl::Status LineError(absl::string_view file, int line, absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat(file, ":", line, ": ", message));
 }

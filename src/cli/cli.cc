@@ -1,5 +1,6 @@
 #include "sophon/cli/cli.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "absl/flags/usage.h"
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "sophon/base/csv.h"
 
 namespace sophon {
 
@@ -29,24 +31,47 @@ int FailProgram(absl::string_view program, const absl::Status& status, const Fla
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
-std::vector<std::string> SplitCommaList(absl::string_view text) {
-  std::vector<std::string> items;
-  for (absl::string_view item : absl::StrSplit(text, ',')) {
-    item = absl::StripAsciiWhitespace(item);
-    if (!item.empty()) items.emplace_back(item);
-  }
-  return items;
+bool AbslParseFlag(absl::string_view text, CommaList* list, std::string*) {
+  list->items = csv::SplitList(text);
+  return true;
 }
 
-bool AbslParseFlag(absl::string_view text, CommaList* list, std::string*) {
-  list->items = SplitCommaList(text);
-  return true;
+absl::StatusOr<std::vector<double>> CommaList::Numbers(absl::string_view flag) const {
+  std::vector<double> values;
+  for (const std::string& item : items) {
+    double v = 0;
+    if (!absl::SimpleAtod(item, &v) || !std::isfinite(v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": '", item, "' is not a number (expected e.g. 50,100,1000)"));
+    }
+    values.push_back(v);
+  }
+  if (values.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": give at least one value"));
+  }
+  return values;
+}
+
+absl::StatusOr<std::vector<int>> CommaList::PositiveInts(absl::string_view flag) const {
+  std::vector<int> values;
+  for (const std::string& item : items) {
+    int v = 0;
+    if (!absl::SimpleAtoi(item, &v) || v < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": '", item, "' is not a positive integer"));
+    }
+    values.push_back(v);
+  }
+  if (values.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": give at least one value"));
+  }
+  return values;
 }
 
 std::string AbslUnparseFlag(const CommaList& list) { return absl::StrJoin(list.items, ","); }
 
 absl::Status ParseRange(absl::string_view flag, absl::string_view text, double* lo, double* hi) {
-  const std::vector<std::string> parts = SplitCommaList(text);
+  const std::vector<std::string> parts = csv::SplitList(text);
   if (parts.size() != 2 || !absl::SimpleAtod(parts[0], lo) || !absl::SimpleAtod(parts[1], hi)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--", flag, " must be MIN,MAX (two numbers), got '", text, "'"));

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "sophon/base/csv.h"
 #include "sophon/base/status_macros.h"
 
 namespace sophon {
@@ -32,35 +33,6 @@ std::tuple<std::string, std::string, int> Key(const GpuProfileRow& row) {
 
 absl::Status RowError(const std::string& where, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
-}
-
-// Splits one CSV line into fields, honouring double quotes.
-absl::StatusOr<std::vector<std::string>> SplitCsvLine(absl::string_view line,
-                                                      const std::string& where) {
-  std::vector<std::string> fields(1);
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (quoted) {
-      if (c != '"') {
-        fields.back() += c;
-      } else if (i + 1 < line.size() && line[i + 1] == '"') {
-        fields.back() += '"';
-        ++i;
-      } else {
-        quoted = false;
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      fields.emplace_back();
-    } else {
-      fields.back() += c;
-    }
-  }
-  if (quoted) return RowError(where, "unterminated double quote");
-  for (std::string& f : fields) f = std::string(absl::StripAsciiWhitespace(f));
-  return fields;
 }
 
 absl::StatusOr<int> ParseBatchSize(absl::string_view text, const std::string& where) {
@@ -83,7 +55,9 @@ absl::StatusOr<double> ParseSeconds(absl::string_view text, absl::string_view co
 }
 
 absl::StatusOr<GpuProfileRow> ParseSophonRow(absl::string_view line, const std::string& where) {
-  ASSIGN_OR_RETURN(std::vector<std::string> f, SplitCsvLine(line, where));
+  absl::StatusOr<std::vector<std::string>> fields = csv::SplitQuotedFields(line, ',');
+  if (!fields.ok()) return RowError(where, fields.status().message());
+  std::vector<std::string> f = *std::move(fields);
   if (f.size() != 6) {
     return RowError(where, absl::StrCat("expected 6 comma-separated fields (", kGpuProfileHeader,
                                         "), got ", f.size()));
@@ -107,7 +81,8 @@ bool IsNotAvailable(absl::string_view field) {
 }
 
 absl::StatusOr<GpuProfileRow> ParseOriginalRow(absl::string_view line, const std::string& where) {
-  std::vector<std::string> f = absl::StrSplit(line, '\t');
+  std::vector<std::string> f;
+  for (absl::string_view field : absl::StrSplit(line, '\t')) f.emplace_back(field);
   if (f.size() != kOriginalColumns) {
     return RowError(
         where, absl::StrCat("expected ", kOriginalColumns,
@@ -153,12 +128,9 @@ absl::StatusOr<GpuProfile> GpuProfile::Parse(absl::string_view text, const std::
   enum class Format { kUnknown, kSophon, kOriginal } format = Format::kUnknown;
   GpuProfile profile;
   std::set<std::tuple<std::string, std::string, int>> seen;
-  int line_number = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_number;
-    line = absl::StripSuffix(line, "\r");
-    const std::string where = absl::StrCat(name, ":", line_number);
-    if (absl::StripAsciiWhitespace(line).empty()) continue;
+  for (const csv::Line& numbered : csv::SplitLines(text)) {
+    const absl::string_view line = numbered.text;
+    const std::string where = absl::StrCat(name, ":", numbered.number);
     if (format != Format::kOriginal &&
         absl::StartsWith(absl::StripLeadingAsciiWhitespace(line), "#")) {
       continue;
@@ -192,20 +164,19 @@ absl::StatusOr<GpuProfile> GpuProfile::Parse(absl::string_view text, const std::
 }
 
 absl::StatusOr<GpuProfile> GpuProfile::Load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open GPU profile '", path, "'"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading GPU profile '", path, "'"));
-  return Parse(text.str(), path);
+  absl::StatusOr<std::string> text = csv::ReadFile(path);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("GPU profile: ", text.status().message()));
+  }
+  return Parse(*text, path);
 }
 
-absl::StatusOr<GpuProfile> GpuProfile::LoadAll(const std::string& comma_separated_paths) {
+absl::StatusOr<GpuProfile> GpuProfile::LoadAll(const std::vector<std::string>& paths) {
   GpuProfile all;
   bool any = false;
-  for (absl::string_view path :
-       absl::StrSplit(comma_separated_paths, ',', absl::SkipWhitespace())) {
-    ASSIGN_OR_RETURN(GpuProfile one, Load(std::string(absl::StripAsciiWhitespace(path))));
+  for (const std::string& path : paths) {
+    ASSIGN_OR_RETURN(GpuProfile one, Load(path));
     all.Merge(one);
     any = true;
   }
@@ -294,24 +265,14 @@ absl::StatusOr<GpuStepTime> GpuProfile::Lookup(const std::string& gpu_type,
   return t;
 }
 
-std::string CsvField(absl::string_view field) {
-  if (field.find_first_of(",\"\r\n") == absl::string_view::npos) return std::string(field);
-  std::string out = "\"";
-  for (char c : field) {
-    if (c == '"') out += '"';
-    out += (c == '\r' || c == '\n') ? ' ' : c;
-  }
-  out += '"';
-  return out;
-}
 
 std::string FormatGpuProfileCsv(const std::vector<GpuProfileRow>& rows) {
   std::string out = absl::StrCat(kGpuProfileHeader, "\n");
   for (const GpuProfileRow& r : rows) {
     if (!r.fits) continue;
-    absl::StrAppend(&out, CsvField(r.gpu_type), ",", CsvField(r.model), ",", r.batch_size, ",",
+    absl::StrAppend(&out, csv::QuoteField(r.gpu_type), ",", csv::QuoteField(r.model), ",", r.batch_size, ",",
                     absl::StrFormat("%.6g", r.copy_seconds), ",",
-                    absl::StrFormat("%.6g", r.compute_seconds), ",", CsvField(r.source), "\n");
+                    absl::StrFormat("%.6g", r.compute_seconds), ",", csv::QuoteField(r.source), "\n");
   }
   return out;
 }

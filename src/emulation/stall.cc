@@ -10,6 +10,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "sophon/base/csv.h"
 #include "sophon/emulation/gpu_profile.h"
 
 namespace sophon {
@@ -82,7 +83,7 @@ std::string FormatStallCsv(const std::vector<StallRow>& rows) {
   for (const StallRow& r : rows) {
     const StallBreakdown& b = r.breakdown;
     absl::StrAppendFormat(&out, "%s,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f\n",
-                          CsvField(r.label), r.inputs.images, r.inputs.synthetic_images_per_second,
+                          csv::QuoteField(r.label), r.inputs.images, r.inputs.synthetic_images_per_second,
                           r.inputs.cached_epoch_seconds, r.inputs.configured_epoch_seconds,
                           b.compute_seconds, b.prep_stall_seconds, b.fetch_stall_seconds,
                           b.raw_prep_stall_seconds, b.raw_fetch_stall_seconds);
@@ -93,43 +94,30 @@ std::string FormatStallCsv(const std::vector<StallRow>& rows) {
 absl::StatusOr<std::vector<StallRow>> ParseStallCsv(const std::string& text,
                                                     const std::string& name) {
   std::vector<StallRow> rows;
-  int line_number = 0;
   bool header_seen = false;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_number;
-    line = absl::StripSuffix(line, "\r");
-    if (absl::StripAsciiWhitespace(line).empty()) continue;
+  for (const csv::Line& line : csv::SplitLines(text)) {
+    const int line_number = line.number;
     if (!header_seen) {
       header_seen = true;
-      if (line != kCsvHeader) {
+      if (line.text != kCsvHeader) {
         return absl::InvalidArgumentError(absl::StrCat(
             name, ":", line_number, ": expected the stall CSV header '", kCsvHeader, "'"));
       }
       continue;
     }
-    // The label is the only field that may be quoted; it is the first one.
-    std::string label;
-    absl::string_view rest = line;
-    if (absl::ConsumePrefix(&rest, "\"")) {
-      const size_t end = rest.find("\",");
-      if (end == absl::string_view::npos) {
-        return absl::InvalidArgumentError(absl::StrCat(name, ":", line_number, ": bad label"));
-      }
-      label = absl::StrReplaceAll(rest.substr(0, end), {{"\"\"", "\""}});
-      rest.remove_prefix(end + 2);
-    } else {
-      const size_t comma = rest.find(',');
-      label = std::string(rest.substr(0, comma));
-      rest.remove_prefix(comma == absl::string_view::npos ? rest.size() : comma + 1);
+    absl::StatusOr<std::vector<std::string>> f = csv::SplitQuotedFields(line.text, ',');
+    if (!f.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ":", line_number, ": ", f.status().message()));
     }
-    std::vector<absl::string_view> f = absl::StrSplit(rest, ',');
-    std::vector<double> v(f.size());
-    bool ok = f.size() == kCsvColumns - 1;
-    for (size_t i = 0; ok && i < f.size(); ++i) ok = absl::SimpleAtod(f[i], &v[i]);
+    std::vector<double> v(f->size());
+    bool ok = f->size() == kCsvColumns;
+    for (size_t i = 1; ok && i < f->size(); ++i) ok = absl::SimpleAtod((*f)[i], &v[i - 1]);
     if (!ok) {
       return absl::InvalidArgumentError(absl::StrCat(name, ":", line_number, ": expected ",
                                                      kCsvColumns, " fields: ", kCsvHeader));
     }
+    const std::string label = (*f)[0];
     StallRow row;
     row.label = label;
     row.inputs.images = static_cast<uint64_t>(v[0]);

@@ -156,7 +156,7 @@ TEST(GpuProfileTest, WrittenCsvParsesBackAndLaterFilesOverride) {
   testing::WriteFile(dir + "/a.csv", kSophonCsv);
   testing::WriteFile(dir + "/b.csv",
                      std::string(kGpuProfileHeader) + "\nv100,RESNET50,64,0.001,0.1,mine\n");
-  absl::StatusOr<GpuProfile> all = GpuProfile::LoadAll(dir + "/a.csv, " + dir + "/b.csv");
+  absl::StatusOr<GpuProfile> all = GpuProfile::LoadAll({dir + "/a.csv", dir + "/b.csv"});
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_EQ(all->rows().size(), 3u);
   absl::StatusOr<GpuStepTime> t = all->Lookup("v100", "resnet50", 64);

@@ -15,6 +15,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "sophon/cli/cli.h"
+#include "sophon/base/csv.h"
 #include "sophon/emulation/stall.h"
 
 ABSL_FLAG(std::string, csv, "", "Stall CSV to add to and print. Required.");
@@ -44,10 +45,9 @@ int main(int argc, char** argv) {
 
   std::vector<sophon::StallRow> rows;
   if (std::filesystem::exists(path)) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    absl::StatusOr<std::vector<sophon::StallRow>> parsed = sophon::ParseStallCsv(text.str(), path);
+    absl::StatusOr<std::string> text = sophon::csv::ReadFile(path);
+    if (!text.ok()) return Fail(text.status());
+    absl::StatusOr<std::vector<sophon::StallRow>> parsed = sophon::ParseStallCsv(*text, path);
     if (!parsed.ok()) return Fail(parsed.status());
     rows = *std::move(parsed);
   }

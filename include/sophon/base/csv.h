@@ -1,5 +1,7 @@
-// Line-oriented CSV helpers shared by the profile readers (internal to
-// libsophon). Errors carry "FILE:LINE: " so a user can open the bad line.
+// The one CSV reader and writer of the project: line splitting, plain and
+// quoted fields, comma lists, whole-file reads. Every file format (profiles,
+// GPU profiles, stall tables, batch timings) is read and written with these.
+// Errors carry "FILE:LINE: " so a user can open the bad line.
 #ifndef SOPHON_BASE_CSV_H_
 #define SOPHON_BASE_CSV_H_
 
@@ -24,6 +26,17 @@ std::vector<Line> SplitLines(absl::string_view text);
 // Splits on `sep`, trimming ASCII spaces around each field. One trailing
 // separator (as the original SOPHON files write) does not make a field.
 std::vector<absl::string_view> SplitFields(absl::string_view line, char sep);
+
+// Splits on `sep` honouring double quotes ("a ""b""" is `a "b"`), trimming
+// ASCII spaces around each field. InvalidArgument for an unterminated quote.
+absl::StatusOr<std::vector<std::string>> SplitQuotedFields(absl::string_view line, char sep);
+// One field for writing: quoted when it holds the separator, a quote or a
+// line break (the SplitQuotedFields rules); line breaks become spaces.
+std::string QuoteField(absl::string_view field, char sep = ',');
+
+// The items of a comma-separated list ("a, b,,c" is a, b, c): spaces trimmed,
+// empty items dropped.
+std::vector<std::string> SplitList(absl::string_view text);
 
 // InvalidArgument "FILE:LINE: MESSAGE".
 absl::Status LineError(absl::string_view file, int line, absl::string_view message);

