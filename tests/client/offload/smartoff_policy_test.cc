@@ -1,0 +1,170 @@
+#include "client/offload/smartoff_policy.h"
+
+#include <numeric>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+
+namespace sophon {
+namespace {
+
+constexpr int kCrop = 32;
+constexpr int kSamples = 1000;
+
+// Every sample alike: a 100 KB file whose decode costs 4 ms here.
+DatasetProfile UniformProfile() {
+  DatasetProfile p;
+  p.dataset = "uniform";
+  p.crop_size = kCrop;
+  for (uint64_t i = 0; i < kSamples; ++i) {
+    SampleProfile s;
+    s.id = i;
+    s.bytes[kFirstStage] = 100000;
+    SetSizedStageBytes(kCrop, &s);
+    s.client[Stage::kCropped] = 0.004;
+    s.client[Stage::kFlipped] = 1e-5;
+    s.client[Stage::kTensor] = 1e-4;
+    p.samples.push_back(s);
+  }
+  return p;
+}
+
+Resources TestResources() {
+  Resources r;
+  r.net_bytes_per_s = 12.5e6;  // 100 Mbit/s
+  r.remote_cpus = 2;
+  r.remote_speed = 1;
+  r.local_cpus = 2;
+  r.gpu_seconds_per_batch = 0.01;
+  r.batch_size = 32;
+  return r;
+}
+
+// A policy on a fake clock, its epoch begun and the first 200 positions
+// handed to the loader.
+class SmartoffPolicyTest : public ::testing::Test {
+ protected:
+  void Start(double gpu_batch_seconds = 0.01, Resources resources = TestResources()) {
+    SmartoffOptions options;
+    options.gpu_batch_seconds = gpu_batch_seconds;
+    options.replan_min_samples = 100;
+    options.replan_threshold = 0.25;
+    policy_ = std::make_unique<SmartoffPolicy>(UniformProfile(), resources, options, 1.0,
+                                               [this] { return now_; });
+    order_.resize(kSamples);
+    std::iota(order_.begin(), order_.end(), 0);
+    ASSERT_TRUE(policy_->BeginEpoch(0, order_).ok());
+    std::vector<SampleAssignment> out(200);
+    policy_->Plan(0, absl::MakeConstSpan(order_).subspan(0, 200), absl::MakeSpan(out));
+  }
+
+  // One arrival `seconds` after the previous one.
+  void Arrive(uint64_t id, Stage stage, uint64_t bytes, double seconds, double server_s = 0) {
+    now_ += absl::Seconds(seconds);
+    SampleObservation obs;
+    obs.id = id;
+    obs.received = stage;
+    obs.payload_bytes = bytes;
+    obs.server_cpu_seconds = server_s;
+    obs.server_wall_seconds = server_s;
+    policy_->OnSample(obs);
+  }
+
+  // 101 RAW arrivals (the first starts the window) at `rate` bytes/s.
+  void ArriveRawAt(double rate) {
+    for (int i = 0; i <= 100; ++i) Arrive(i, kFirstStage, 100000, 100000 / rate);
+  }
+
+  absl::Time now_ = absl::UnixEpoch();
+  std::vector<uint64_t> order_;
+  std::unique_ptr<SmartoffPolicy> policy_;
+};
+
+TEST_F(SmartoffPolicyTest, FasterLinkTriggersOneNetworkReplan) {
+  Start();
+  ArriveRawAt(2 * 12.5e6);  // twice the assumed bandwidth
+  policy_->OnStep(0.01);
+  ASSERT_EQ(policy_->replans(), 1);
+  const ReplanEvent event = policy_->replan_events()[0];
+  EXPECT_EQ(event.reasons, std::vector<ReplanReason>{ReplanReason::kNetwork});
+  EXPECT_EQ(event.position, 200);  // from the first position not yet requested
+  EXPECT_NEAR(policy_->resources().net_bytes_per_s, 25e6, 1e3);
+  policy_->OnStep(0.01);  // the window started over: nothing new to act on
+  EXPECT_EQ(policy_->replans(), 1);
+}
+
+TEST_F(SmartoffPolicyTest, LinkWithinTheThresholdDoesNotReplan) {
+  Start();
+  ArriveRawAt(1.1 * 12.5e6);
+  policy_->OnStep(0.01);
+  EXPECT_EQ(policy_->replans(), 0);
+  EXPECT_DOUBLE_EQ(policy_->resources().net_bytes_per_s, 12.5e6);
+}
+
+TEST_F(SmartoffPolicyTest, SlowerStorageNodeTriggersOneStorageReplan) {
+  Start();
+  const uint64_t bytes = static_cast<uint64_t>(StagePayloadBytes(Stage::kCropped, kCrop));
+  // Cropped on the storage node in twice the profiled 4 ms, arriving at the
+  // assumed link rate (so the link gives no reason).
+  for (int i = 0; i <= 100; ++i) Arrive(i, Stage::kCropped, bytes, bytes / 12.5e6, 0.008);
+  policy_->OnStep(0.01);
+  ASSERT_EQ(policy_->replans(), 1);
+  const ReplanEvent event = policy_->replan_events()[0];
+  EXPECT_EQ(event.reasons, std::vector<ReplanReason>{ReplanReason::kStorageSpeed});
+  EXPECT_NEAR(policy_->resources().remote_speed, 2.0, 1e-9);
+}
+
+TEST_F(SmartoffPolicyTest, StorageSpeedWithinTheThresholdDoesNotReplan) {
+  Start();
+  const uint64_t bytes = static_cast<uint64_t>(StagePayloadBytes(Stage::kCropped, kCrop));
+  for (int i = 0; i <= 100; ++i) Arrive(i, Stage::kCropped, bytes, bytes / 12.5e6, 0.0044);
+  policy_->OnStep(0.01);
+  EXPECT_EQ(policy_->replans(), 0);
+}
+
+TEST_F(SmartoffPolicyTest, MeasuredStepTimeTriggersOneStepReplan) {
+  Resources r = TestResources();
+  r.gpu_seconds_per_batch = 0.1;
+  Start(/*gpu_batch_seconds=*/-1, r);  // measure it
+  for (int i = 0; i < 3; ++i) policy_->OnStep(0.5);
+  EXPECT_EQ(policy_->replans(), 0);  // the first step is warm-up; three more decide
+  policy_->OnStep(0.5);
+  ASSERT_EQ(policy_->replans(), 1);
+  EXPECT_EQ(policy_->replan_events()[0].reasons,
+            std::vector<ReplanReason>{ReplanReason::kStepTime});
+  EXPECT_DOUBLE_EQ(policy_->resources().gpu_seconds_per_batch, 0.5);
+  for (int i = 0; i < 3; ++i) policy_->OnStep(0.5);  // now as assumed
+  EXPECT_EQ(policy_->replans(), 1);
+}
+
+TEST_F(SmartoffPolicyTest, StepTimeWithinTheThresholdDoesNotReplan) {
+  Resources r = TestResources();
+  r.gpu_seconds_per_batch = 0.5;
+  Start(/*gpu_batch_seconds=*/-1, r);
+  for (int i = 0; i < 8; ++i) policy_->OnStep(0.55);
+  EXPECT_EQ(policy_->replans(), 0);
+}
+
+TEST_F(SmartoffPolicyTest, ReplanReachesOnlyPositionsNotYetRequested) {
+  Start();
+  std::vector<SampleAssignment> before(kSamples - 200);
+  policy_->Plan(200, absl::MakeConstSpan(order_).subspan(200), absl::MakeSpan(before));
+  // Everything was handed out: a drift re-plans nothing.
+  ArriveRawAt(2 * 12.5e6);
+  policy_->OnStep(0.01);
+  EXPECT_EQ(policy_->replans(), 0);
+}
+
+TEST(SmartoffOptionsTest, ValidateNamesTheOption) {
+  SmartoffOptions o;
+  EXPECT_TRUE(o.Validate().ok());
+  o.replan_threshold = 0;
+  EXPECT_NE(o.Validate().message().find("SmartoffOptions.replan_threshold"), std::string::npos);
+  o = SmartoffOptions();
+  o.replan_min_samples = 0;
+  EXPECT_NE(o.Validate().message().find("SmartoffOptions.replan_min_samples"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sophon
