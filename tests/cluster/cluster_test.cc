@@ -14,6 +14,8 @@
 #include "gtest/gtest.h"
 #include "client/loader/loader.h"
 #include "client/offload/fixed_policy.h"
+#include "client/train/emulated_trainer.h"
+#include "client/train/train_loop.h"
 #include "client/offload/net_probe.h"
 #include "client/offload/smartoff_policy.h"
 #include "sophon/planning/planner.h"
@@ -593,6 +595,67 @@ TEST(ClientTest, UnreachableServerIsReportedWithItsAddress) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   options.address = "no-port";
   EXPECT_EQ(SampleClient::Connect(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A fixed policy that counts the steps the train loop reports to it.
+class CountingPolicy final : public OffloadPolicy {
+ public:
+  std::string name() const override { return "counting"; }
+  absl::Status BeginEpoch(uint64_t, absl::Span<const uint64_t>) override {
+    ++epochs_;
+    return absl::OkStatus();
+  }
+  void Plan(int64_t, absl::Span<const uint64_t>, absl::Span<SampleAssignment> out) override {
+    for (SampleAssignment& a : out) a.stage = Stage::kCropped;
+  }
+  void OnStep(double) override { ++steps_; }
+  double PredictedEpochSeconds() const override { return 42; }
+  int epochs_ = 0;
+  int steps_ = 0;
+};
+
+TEST_F(ClusterTest, RunTrainingReportsEveryEpochAndTellsThePolicyEveryStep) {
+  testing::TestDatasetOptions dopts;
+  dopts.classes = 2;
+  dopts.per_class = 10;
+  StartServer(testing::MakeTestDataset("cluster_train_loop", dopts));
+  absl::StatusOr<GpuProfile> profile = GpuProfile::Parse(
+      "gpu_type,model,batch_size,copy_seconds_per_batch,compute_seconds_per_batch,source\n"
+      "v100,tinycnn,5,0.001,0.001,test\n",
+      "test.csv");
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  EmulatedTrainerOptions emulated;
+  emulated.arch = "tinycnn";
+  absl::StatusOr<std::unique_ptr<EmulatedTrainer>> trainer =
+      EmulatedTrainer::Create(*profile, emulated, 5);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  CountingPolicy policy;
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(client_.get(), SmallLoaderOptions(), &policy);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  TrainLoopOptions loop;
+  loop.epochs = 2;
+  loop.warmup_batches = 1;
+  loop.progress = false;
+  loop.mode_name = policy.name();
+  loop.report_json = testing::MakeTempDir("train_loop_json") + "/r.json";
+  absl::StatusOr<std::vector<EpochReport>> reports =
+      RunTraining(client_.get(), loader->get(), trainer->get(), loop);
+  ASSERT_TRUE(reports.ok()) << reports.status();
+  ASSERT_EQ(reports->size(), 2u);
+  for (const EpochReport& r : *reports) {
+    EXPECT_EQ(r.loader.samples, 20u);
+    EXPECT_EQ(r.loader.batches, 4u);
+    EXPECT_EQ(r.loader.samples_by_stage[StageIndex(Stage::kCropped)], 20u);
+    EXPECT_EQ(r.loader.bytes_by_stage[StageIndex(Stage::kCropped)],
+              20u * static_cast<uint64_t>(StagePayloadBytes(Stage::kCropped, 48)));
+    EXPECT_DOUBLE_EQ(r.predicted_seconds, 42);
+    EXPECT_EQ(r.server_prep_workers, 2);
+    EXPECT_GT(r.server_prep_busy_seconds, 0);
+  }
+  EXPECT_EQ(policy.epochs_, 3);         // the warm-up and two epochs
+  EXPECT_EQ(policy.steps_, 1 + 2 * 4);  // every step, the warm-up's included
+  EXPECT_TRUE(std::filesystem::exists(loop.report_json));
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "client/train/emulated_trainer.h"
+#include "client/train/synthetic_run.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gmock/gmock.h"
@@ -154,6 +156,50 @@ TEST(EpochTallyTest, SumsStepsIntoRates) {
   EXPECT_DOUBLE_EQ(r.images_per_second, 10);
   EXPECT_DOUBLE_EQ(r.mean_loss, 1.5);
   EXPECT_DOUBLE_EQ(r.top1, 0.75);
+}
+
+TEST(SyntheticRunTest, RunsEveryEpochOnAnEmulatedTrainerAndWritesItsReports) {
+  absl::StatusOr<GpuProfile> profile = GpuProfile::Parse(
+      "gpu_type,model,batch_size,copy_seconds_per_batch,compute_seconds_per_batch,source\n"
+      "v100,tinycnn,8,0.001,0.002,test\n",
+      "test.csv");
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  EmulatedTrainerOptions emulated;
+  emulated.arch = "tinycnn";
+  absl::StatusOr<std::unique_ptr<EmulatedTrainer>> trainer =
+      EmulatedTrainer::Create(*profile, emulated, 8);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  SyntheticRunOptions synthetic;
+  synthetic.batch_size = 8;
+  synthetic.crop_size = 4;
+  synthetic.num_classes = 3;
+  synthetic.samples = 20;  // 8 + 8 + a short batch of 4
+  TrainLoopOptions loop;
+  loop.epochs = 2;
+  loop.mode_name = "synthetic";
+  loop.emulated = true;
+  const std::string dir = testing::MakeTempDir("synthetic_run");
+  loop.report_json = dir + "/r.json";
+  loop.batch_timings = dir + "/t.csv";
+  absl::StatusOr<std::vector<EpochReport>> reports =
+      RunSyntheticTraining(trainer->get(), synthetic, loop);
+  ASSERT_TRUE(reports.ok()) << reports.status();
+  ASSERT_EQ(reports->size(), 2u);
+  for (const EpochReport& r : *reports) {
+    EXPECT_TRUE(r.emulated);
+    EXPECT_GE(r.compute_seconds, 3 * 0.002);  // each step sleeps at least its compute time
+    EXPECT_GT(r.images_per_second, 0);
+  }
+  EXPECT_EQ((*reports)[1].epoch, 1);
+  std::ifstream json(loop.report_json);
+  std::stringstream text;
+  text << json.rdbuf();
+  const google::protobuf::Struct doc = ParseJson(text.str());
+  EXPECT_EQ(doc.fields().at("epochs").list_value().values_size(), 2);
+  std::ifstream timings(loop.batch_timings);
+  int lines = 0;
+  for (std::string line; std::getline(timings, line);) ++lines;
+  EXPECT_EQ(lines, 1 + 2 * 3);  // header + 3 batches per epoch
 }
 
 }  // namespace
