@@ -121,6 +121,8 @@ const sophon::FlagNames kFlagNames = {
     {"Resources.gpu_seconds_per_batch", "--gpu-batch-seconds"},
     {"Resources.batch_size", "--batch-size"},
     {"EmulatedTrainerOptions.gpu_count", "--gpu-count"},
+    {"TrainerOptions.device", "--device"},
+    {"SmartoffOptions.profile_folder", "--profile-folder"},
     {"SyntheticRunOptions.samples", "--synthetic-samples"},
 };
 

@@ -133,8 +133,15 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("sophon-plan"));  // stdout is the report
   spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
   if (absl::Status s = Run(); !s.ok()) {
-    std::fprintf(stderr, "sophon-plan: %s\n", s.ToString().c_str());
-    return absl::IsInvalidArgument(s) ? 2 : 1;
+    return sophon::FailProgram("sophon-plan", s,
+                               {{"Resources.net_bytes_per_s", "--net-bw"},
+                                {"Resources.remote_cpus", "--remote-cpus"},
+                                {"Resources.remote_speed", "--remote-speed"},
+                                {"Resources.local_cpus", "--workers"},
+                                {"Resources.gpu_seconds_per_batch", "--gpu-batch-seconds"},
+                                {"Resources.batch_size", "--batch-size"},
+                                {"ProfileSource.times_profile", "--times-profile"},
+                                {"ProfileSource.times_path", "--times"}});
   }
   return 0;
 }

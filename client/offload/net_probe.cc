@@ -77,7 +77,7 @@ absl::StatusOr<NetProbeResult> ProbeBandwidth(SampleClient* client,
   if (result.seconds <= 0 || result.bytes <= first_bytes) {
     return absl::FailedPreconditionError(absl::StrCat(
         "bandwidth probe of ", client->address(), " moved too little data to measure (",
-        result.bytes, " bytes); pass --net-bw explicitly"));
+        result.bytes, " bytes); give the bandwidth instead (SmartoffOptions.net_bw_mbit)"));
   }
   result.bytes_per_second = (result.bytes - first_bytes) / result.seconds;
   return result;

@@ -306,7 +306,7 @@ absl::StatusOr<std::unique_ptr<SmartoffPolicy>> CreateSmartoffPolicy(
   } else {
     return absl::Status(profile.status().code(),
                         absl::StrCat(profile.status().message(),
-                                     " (remove it, or pass --profile-folder for this dataset)"));
+                                     " (remove it, or set SmartoffOptions.profile_folder to a folder for this dataset)"));
   }
   if (need_profile) {
     profile = ProfileOverNetwork(client, loader_options, options.speed_probe_samples);

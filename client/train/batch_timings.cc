@@ -10,7 +10,7 @@ absl::StatusOr<std::unique_ptr<BatchTimingsWriter>> BatchTimingsWriter::Create(
   std::unique_ptr<BatchTimingsWriter> w(new BatchTimingsWriter(path));
   w->out_ << kBatchTimingsHeader << "\n";
   if (!w->out_) {
-    return absl::UnavailableError(absl::StrCat("cannot write --batch-timings file '", path, "'"));
+    return absl::UnavailableError(absl::StrCat("cannot write the batch timings file '", path, "'"));
   }
   return w;
 }
@@ -24,7 +24,7 @@ void BatchTimingsWriter::Add(int epoch, int64_t batch, int samples, double data_
 absl::Status BatchTimingsWriter::Close() {
   out_.flush();
   if (!out_) {
-    return absl::UnavailableError(absl::StrCat("error writing --batch-timings file '", path_, "'"));
+    return absl::UnavailableError(absl::StrCat("error writing the batch timings file '", path_, "'"));
   }
   out_.close();
   return absl::OkStatus();

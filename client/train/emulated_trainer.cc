@@ -27,7 +27,7 @@ absl::StatusOr<std::unique_ptr<EmulatedTrainer>> EmulatedTrainer::Create(
     const GpuProfile& profile, const EmulatedTrainerOptions& options, int batch_size) {
   if (options.gpu_count < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--gpu-count must be at least 1, got ", options.gpu_count));
+        absl::StrCat("EmulatedTrainerOptions.gpu_count must be >= 1, got ", options.gpu_count));
   }
   if (!(options.evaluate_compute_fraction >= 0)) {
     return absl::InvalidArgumentError("evaluate_compute_fraction must be >= 0");

@@ -27,23 +27,23 @@ absl::StatusOr<torch::Device> ResolveDevice(const std::string& name) {
   if (name == "cpu") return torch::Device(torch::kCPU);
   if (name != "cuda" && !absl::StartsWith(name, "cuda:")) {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown --device=", name, "; valid: cpu, cuda, cuda:N"));
+        absl::StrCat("TrainerOptions.device: unknown device '", name, "' (valid: cpu, cuda, cuda:N)"));
   }
   int index = 0;
   if (name != "cuda" && (!absl::SimpleAtoi(name.substr(5), &index) || index < 0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("bad --device=", name, ": expected cuda:N with N >= 0"));
+        absl::StrCat("TrainerOptions.device: bad device '", name, "' (expected cuda:N with N >= 0)"));
   }
   if (!torch::cuda::is_available()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("--device=", name,
-                     " requested but this LibTorch build has no CUDA / no GPU visible; "
-                     "use --device=cpu"));
+        absl::StrCat("TrainerOptions.device is ", name,
+                     " but this LibTorch build has no CUDA or no GPU is visible; use cpu"));
   }
   const int count = static_cast<int>(torch::cuda::device_count());
   if (index >= count) {
     return absl::FailedPreconditionError(
-        absl::StrCat("--device=", name, " requested but only ", count, " GPU(s) are visible"));
+        absl::StrCat("TrainerOptions.device is ", name, " but only ", count,
+                     " GPU(s) are visible"));
   }
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }

@@ -300,7 +300,7 @@ absl::StatusOr<DatasetProfile> LoadProfileFolder(const std::string& folder,
         absl::StrCat("profile ", path, " was taken on a different file list: its fingerprint is ",
                      FingerprintHex(profile->fingerprint), ", the dataset's is ",
                      FingerprintHex(expected_fingerprint),
-                     " (profile again, or point --profile-folder at this dataset's profile)"));
+                     " (profile again, or use the profile folder of this dataset)"));
   }
   return profile;
 }

@@ -42,7 +42,7 @@ absl::StatusOr<DatasetProfile> LoadProfile(const ProfileSource& source) {
     ASSIGN_OR_RETURN(DatasetProfile profile, LoadProfile(with_model));
     if (profile.times_source != TimesSource::kModel) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--times-profile: ", source.path, " has measured times of its own; the times of ",
+          "ProfileSource.times_profile: ", source.path, " has measured times of its own; the times of ",
           source.times_profile, " would not be used"));
     }
     return profile;
@@ -65,7 +65,7 @@ absl::StatusOr<DatasetProfile> LoadProfile(const ProfileSource& source) {
   if (absl::StartsWith(text, "# sophon-profile")) {
     if (!source.times_path.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--times applies to original SOPHON profiles; ", file, " carries its own times"));
+          "ProfileSource.times_path applies to original SOPHON profiles only; ", file, " carries its own times"));
     }
     return ParseSophonProfile(text, file);
   }

@@ -39,7 +39,7 @@ absl::StatusOr<DatasetProfile> ReadSophonProfile(const std::string& path);
 absl::StatusOr<DatasetProfile> ParseSophonProfile(absl::string_view text,
                                                   absl::string_view file_name);
 
-// "profiles/<dataset>/", the default --profile-folder.
+// "profiles/<dataset>/", the default profile folder of a dataset.
 std::string DefaultProfileFolder(absl::string_view dataset);
 
 // Writes folder/sample_profile.csv, creating the folder.
