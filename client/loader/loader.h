@@ -1,7 +1,7 @@
 // The training node's data loader: epoch order, a window of requests in flight
 // on one Fetch stream, --workers threads that finish each sample's remaining
 // ops, and in-order collation into batches. No LibTorch here: batches are
-// plain buffers (sophon/batch.h).
+// plain buffers (sophon/data/batch.h).
 #ifndef SOPHON_CLIENT_LOADER_LOADER_H_
 #define SOPHON_CLIENT_LOADER_LOADER_H_
 

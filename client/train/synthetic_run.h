@@ -1,7 +1,7 @@
 // `sophon-train --synthetic-data`: the training step alone, fed one in-memory
 // batch over and over, with no server, loader or preprocessing. Its images/s
 // is the maximum ingestion rate of the model on the device (run (1) of the
-// differential stall analysis, see sophon/stall.h).
+// differential stall analysis, see sophon/emulation/stall.h).
 #ifndef SOPHON_CLIENT_TRAIN_SYNTHETIC_RUN_H_
 #define SOPHON_CLIENT_TRAIN_SYNTHETIC_RUN_H_
 

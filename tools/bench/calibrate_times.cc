@@ -1,6 +1,6 @@
 // sophon-calibrate-times: measures every op of Sophon's pipeline on the JPEGs
 // of an ImageFolder dataset (one thread, the files' CPU time only), fits the
-// times model of sophon/times_model.h to the measurements and prints its
+// times model of sophon/planning/times_model.h to the measurements and prints its
 // coefficients, ready to paste into DefaultTimesModel(). With --profile-out
 // it also writes the measured profile (sample_profile.csv), which
 // sophon-plan --times-profile can carry over to a sizes-only profile.

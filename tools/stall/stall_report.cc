@@ -1,5 +1,5 @@
 // sophon-stall-report: the arithmetic of the differential stall analysis
-// (sophon/stall.h) for tools/sophon-stall. With --label it adds one row,
+// (sophon/emulation/stall.h) for tools/sophon-stall. With --label it adds one row,
 // computed from the three runs' figures, to the stall CSV; then it prints the
 // table of every row in the CSV.
 //   sophon-stall-report --csv=out/stall.csv --label=alexnet --images=1024 \
