@@ -7,6 +7,7 @@ namespace sophon {
 
 absl::StatusOr<std::unique_ptr<BatchTimingsWriter>> BatchTimingsWriter::Create(
     const std::string& path) {
+  if (path.empty()) return nullptr;
   std::unique_ptr<BatchTimingsWriter> w(new BatchTimingsWriter(path));
   w->out_ << kBatchTimingsHeader << "\n";
   if (!w->out_) {

@@ -19,8 +19,9 @@ inline constexpr char kBatchTimingsHeader[] = "epoch,batch,samples,data_wait_s,c
 
 class BatchTimingsWriter {
  public:
-  // Creates (truncates) `path` and writes the header. Unavailable, naming the
-  // path, when it cannot be created.
+  // Creates (truncates) `path` and writes the header; an empty path asks for
+  // no timings and gives a null writer. Unavailable, naming the path, when it
+  // cannot be created.
   static absl::StatusOr<std::unique_ptr<BatchTimingsWriter>> Create(const std::string& path);
 
   void Add(int epoch, int64_t batch, int samples, double data_wait_seconds, double copy_seconds,

@@ -46,13 +46,10 @@ absl::StatusOr<std::vector<EpochReport>> RunSyntheticTraining(Trainer* trainer,
     absl::StatusOr<StepResult> step = trainer->Step(full);
     if (!step.ok()) return StepError(step.status(), -1 - i, 0);
   }
-  std::unique_ptr<BatchTimingsWriter> timings;
-  if (!loop.batch_timings.empty()) {
-    absl::StatusOr<std::unique_ptr<BatchTimingsWriter>> w =
-        BatchTimingsWriter::Create(loop.batch_timings);
-    if (!w.ok()) return w.status();
-    timings = *std::move(w);
-  }
+  absl::StatusOr<std::unique_ptr<BatchTimingsWriter>> opened =
+      BatchTimingsWriter::Create(loop.batch_timings);
+  if (!opened.ok()) return opened.status();
+  std::unique_ptr<BatchTimingsWriter> timings = *std::move(opened);
   int64_t batches = (synthetic.samples + synthetic.batch_size - 1) / synthetic.batch_size;
   if (loop.max_batches > 0) batches = std::min(batches, loop.max_batches);
   std::vector<EpochReport> reports;

@@ -100,13 +100,10 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
                                                      Trainer* trainer,
                                                      const TrainLoopOptions& options) {
   std::vector<EpochReport> reports;
-  std::unique_ptr<BatchTimingsWriter> timings;
-  if (!options.batch_timings.empty()) {
-    absl::StatusOr<std::unique_ptr<BatchTimingsWriter>> w =
-        BatchTimingsWriter::Create(options.batch_timings);
-    if (!w.ok()) return w.status();
-    timings = *std::move(w);
-  }
+  absl::StatusOr<std::unique_ptr<BatchTimingsWriter>> opened =
+      BatchTimingsWriter::Create(options.batch_timings);
+  if (!opened.ok()) return opened.status();
+  std::unique_ptr<BatchTimingsWriter> timings = *std::move(opened);
   WarmupReport warmup;
   if (options.warmup_batches > 0) {
     if (absl::Status s = WarmUp(loader, trainer, options, &warmup); !s.ok()) return s;

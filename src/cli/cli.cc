@@ -36,13 +36,18 @@ bool AbslParseFlag(absl::string_view text, CommaList* list, std::string*) {
   return true;
 }
 
-absl::StatusOr<std::vector<double>> CommaList::Numbers(absl::string_view flag) const {
-  std::vector<double> values;
-  for (const std::string& item : items) {
-    double v = 0;
-    if (!absl::SimpleAtod(item, &v) || !std::isfinite(v)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, ": '", item, "' is not a number (expected e.g. 50,100,1000)"));
+namespace {
+
+// Each item of `list` parsed by `parse` (false: not valid); InvalidArgument
+// naming `flag`, the item and `expected`, or an empty list.
+template <typename T, typename Parse>
+absl::StatusOr<std::vector<T>> ParseItems(const CommaList& list, absl::string_view flag,
+                                          absl::string_view expected, Parse parse) {
+  std::vector<T> values;
+  for (const std::string& item : list.items) {
+    T v{};
+    if (!parse(item, &v)) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": '", item, "' is not ", expected));
     }
     values.push_back(v);
   }
@@ -52,20 +57,19 @@ absl::StatusOr<std::vector<double>> CommaList::Numbers(absl::string_view flag) c
   return values;
 }
 
+}  // namespace
+
+absl::StatusOr<std::vector<double>> CommaList::Numbers(absl::string_view flag) const {
+  return ParseItems<double>(*this, flag, "a number (expected e.g. 50,100,1000)",
+                            [](const std::string& item, double* v) {
+                              return absl::SimpleAtod(item, v) && std::isfinite(*v);
+                            });
+}
+
 absl::StatusOr<std::vector<int>> CommaList::PositiveInts(absl::string_view flag) const {
-  std::vector<int> values;
-  for (const std::string& item : items) {
-    int v = 0;
-    if (!absl::SimpleAtoi(item, &v) || v < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, ": '", item, "' is not a positive integer"));
-    }
-    values.push_back(v);
-  }
-  if (values.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": give at least one value"));
-  }
-  return values;
+  return ParseItems<int>(*this, flag, "a positive integer", [](const std::string& item, int* v) {
+    return absl::SimpleAtoi(item, v) && *v >= 1;
+  });
 }
 
 std::string AbslUnparseFlag(const CommaList& list) { return absl::StrJoin(list.items, ","); }

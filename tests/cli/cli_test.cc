@@ -21,5 +21,42 @@ TEST(NormalizeFlagNamesTest, DashesInNamesOnly) {
   EXPECT_EQ(holder.argv()[7], nullptr);
 }
 
+TEST(CommaListTest, ParsesTrimsAndConverts) {
+  CommaList list;
+  std::string error;
+  ASSERT_TRUE(AbslParseFlag(" 50, 100,,2000 ", &list, &error));
+  EXPECT_EQ(list.items, (std::vector<std::string>{"50", "100", "2000"}));
+  EXPECT_EQ(AbslUnparseFlag(list), "50,100,2000");
+  EXPECT_EQ(*list.Numbers("--x"), (std::vector<double>{50, 100, 2000}));
+  EXPECT_EQ(*list.PositiveInts("--x"), (std::vector<int>{50, 100, 2000}));
+  ASSERT_TRUE(AbslParseFlag("1,-2", &list, &error));
+  EXPECT_EQ(list.PositiveInts("--sizes").status().message(),
+            "--sizes: '-2' is not a positive integer");
+  ASSERT_TRUE(AbslParseFlag("1,x", &list, &error));
+  EXPECT_NE(list.Numbers("--bw").status().message().find("'x' is not a number"),
+            std::string::npos);
+  ASSERT_TRUE(AbslParseFlag("", &list, &error));
+  EXPECT_EQ(list.Numbers("--bw").status().message(), "--bw: give at least one value");
+}
+
+TEST(ParseRangeTest, TwoNumbersOrAnErrorNamingTheFlag) {
+  double lo = 0, hi = 0;
+  ASSERT_TRUE(ParseRange("scale", "0.08, 1.0", &lo, &hi).ok());
+  EXPECT_DOUBLE_EQ(lo, 0.08);
+  EXPECT_DOUBLE_EQ(hi, 1.0);
+  const absl::Status bad = ParseRange("ratio", "3/4", &lo, &hi);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("--ratio must be MIN,MAX"), std::string::npos);
+}
+
+TEST(FlagErrorTest, PrefixesTheFlag) {
+  EXPECT_EQ(FlagError("--mode", absl::InvalidArgumentError("unknown mode 'x'")).message(),
+            "--mode: unknown mode 'x'");
+  EXPECT_EQ(FailProgram("prog", absl::InvalidArgumentError("LoaderOptions.batch_size bad"),
+                        {{"LoaderOptions.batch_size", "--batch-size"}}),
+            2);
+  EXPECT_EQ(FailProgram("prog", absl::UnavailableError("server gone"), {}), 1);
+}
+
 }  // namespace
 }  // namespace sophon
