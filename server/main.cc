@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
   }
   if (absl::GetFlag(FLAGS_evict_cache)) {
     absl::StatusOr<sophon::CacheResidency> residency =
-        sophon::EvictFromPageCache(sophon::DatasetFilePaths((*server)->dataset()));
+        sophon::EvictFromPageCache(sophon::DatasetFilePaths((*server)->source()));
     if (!residency.ok()) {
       std::fprintf(stderr, "sophon-server: --evict-cache: %s\n",
                    std::string(residency.status().message()).c_str());

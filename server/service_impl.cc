@@ -35,20 +35,20 @@ absl::Status ServiceOptions::Validate() const {
   return absl::OkStatus();
 }
 
-SampleServiceImpl::SampleServiceImpl(const Dataset* dataset, const ServiceOptions& options)
-    : dataset_(dataset),
+SampleServiceImpl::SampleServiceImpl(const SampleSource* source, const ServiceOptions& options)
+    : source_(source),
       options_(options),
       pool_(options.prep_workers, /*queue_capacity=*/options.prep_workers * 4) {}
 
 absl::Status SampleServiceImpl::GetManifest(const v1::GetManifestRequest&,
                                             v1::Manifest* response) {
-  response->set_dataset_name(dataset_->name());
-  response->set_fingerprint(dataset_->fingerprint());
-  response->set_num_samples(static_cast<uint32_t>(dataset_->size()));
-  for (const std::string& c : dataset_->class_names()) response->add_class_names(c);
-  response->mutable_labels()->Reserve(static_cast<int>(dataset_->size()));
-  response->mutable_raw_sizes()->Reserve(static_cast<int>(dataset_->size()));
-  for (const ManifestEntry& e : dataset_->entries()) {
+  response->set_dataset_name(source_->name());
+  response->set_fingerprint(source_->fingerprint());
+  response->set_num_samples(static_cast<uint32_t>(source_->size()));
+  for (const std::string& c : source_->class_names()) response->add_class_names(c);
+  response->mutable_labels()->Reserve(static_cast<int>(source_->size()));
+  response->mutable_raw_sizes()->Reserve(static_cast<int>(source_->size()));
+  for (const ManifestEntry& e : source_->entries()) {
     response->add_labels(e.label);
     response->add_raw_sizes(e.raw_size);
     response->add_relative_paths(e.relative_path);
@@ -65,19 +65,19 @@ absl::Status SampleServiceImpl::GetStats(const v1::GetStatsRequest&, v1::ServerS
   response->set_queue_depth(static_cast<uint32_t>(pool_.queue_depth()));
   response->set_max_inflight_per_stream(static_cast<uint32_t>(options_.max_inflight_per_stream));
   response->set_process_cpu_seconds(ProcessCpuSeconds());
-  response->set_dataset_fingerprint(dataset_->fingerprint());
+  response->set_dataset_fingerprint(source_->fingerprint());
   return absl::OkStatus();
 }
 
 void SampleServiceImpl::ProcessSample(uint64_t id, Stage target, const SampleKey& key,
                                       const PipelineOptions& options, v1::Sample* out) {
   if (options_.before_prep) options_.before_prep(id);
-  const ManifestEntry& entry = dataset_->entry(id);
+  const ManifestEntry& entry = source_->entry(id);
   out->set_id(id);
   out->set_label(entry.label);
   const double t0 = ThreadCpuSeconds();
   const absl::Time wall0 = absl::Now();
-  absl::StatusOr<std::string> bytes = dataset_->Read(id);
+  absl::StatusOr<std::string> bytes = source_->Read(id);
   out->set_server_read_seconds(absl::ToDoubleSeconds(absl::Now() - wall0));
   absl::Status status = bytes.status();
   if (status.ok()) {
@@ -140,10 +140,10 @@ absl::Status SampleServiceImpl::Fetch(FetchStream* stream) {
       popts.augment = *augment;
       popts.limits = options_.limits;
       for (const v1::SampleRequest& sr : request.samples()) {
-        if (sr.id() >= dataset_->size()) {
+        if (sr.id() >= source_->size()) {
           error = absl::OutOfRangeError(absl::StrCat("sample ", sr.id(),
                                                      " is outside the manifest of ",
-                                                     dataset_->size(), " samples"));
+                                                     source_->size(), " samples"));
           break;
         }
         if (sr.target_stage() < 0 || sr.target_stage() >= kNumStages) {

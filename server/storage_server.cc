@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/grpc_service.h"
+#include "sophon/data/image_folder.h"
 #include "spdlog/spdlog.h"
 
 namespace sophon {
@@ -22,10 +23,11 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   std::unique_ptr<StorageServer> server(new StorageServer());
   server->options_ = options;
-  absl::StatusOr<std::unique_ptr<Dataset>> dataset = Dataset::OpenImageFolder(options.data_dir);
-  if (!dataset.ok()) return dataset.status();
-  server->dataset_ = *std::move(dataset);
-  server->impl_ = std::make_unique<SampleServiceImpl>(server->dataset_.get(), options.service);
+  absl::StatusOr<std::unique_ptr<ImageFolderSource>> source =
+      ImageFolderSource::Open(options.data_dir);
+  if (!source.ok()) return source.status();
+  server->source_ = *std::move(source);
+  server->impl_ = std::make_unique<SampleServiceImpl>(server->source_.get(), options.service);
   server->grpc_service_ = std::make_unique<GrpcSampleService>(server->impl_.get());
 
   const std::string address = absl::StrCat(
@@ -43,7 +45,7 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
         absl::StrCat("cannot listen on ", address, " (address in use or not local?)"));
   }
   spdlog::info("serving {} samples in {} classes from {} on {}:{} with {} prep workers",
-               server->dataset_->size(), server->dataset_->class_names().size(),
+               server->source_->size(), server->source_->class_names().size(),
                options.data_dir, options.host, server->port_, options.service.prep_workers);
   if (options.stats_interval > absl::ZeroDuration()) {
     server->stats_thread_ = std::thread([s = server.get()] { s->StatsLoop(); });

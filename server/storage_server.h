@@ -1,4 +1,4 @@
-// A running storage node: dataset + service + gRPC server + periodic stats log.
+// A running storage node: sample source + service + gRPC server + periodic stats log.
 #ifndef SOPHON_SERVER_STORAGE_SERVER_H_
 #define SOPHON_SERVER_STORAGE_SERVER_H_
 
@@ -31,7 +31,8 @@ struct StorageServerOptions {
 
 class StorageServer {
  public:
-  // Opens the dataset and starts serving. Errors name the directory or address.
+  // Opens the ImageFolder at options.data_dir and starts serving. Errors name
+  // the directory or address.
   static absl::StatusOr<std::unique_ptr<StorageServer>> Start(const StorageServerOptions& options);
   // Stops accepting calls, lets streams end (up to `grace`), joins threads.
   ~StorageServer();
@@ -39,7 +40,7 @@ class StorageServer {
   int port() const { return port_; }
   std::string address() const;
   SampleServiceImpl* service() { return impl_.get(); }
-  const Dataset& dataset() const { return *dataset_; }
+  const SampleSource& source() const { return *source_; }
 
   // Blocks until Shutdown() is called from another thread.
   void Wait();
@@ -50,7 +51,7 @@ class StorageServer {
   void StatsLoop();
 
   StorageServerOptions options_;
-  std::unique_ptr<Dataset> dataset_;
+  std::unique_ptr<SampleSource> source_;
   std::unique_ptr<SampleServiceImpl> impl_;
   std::unique_ptr<GrpcSampleService> grpc_service_;
   std::unique_ptr<grpc::Server> server_;
