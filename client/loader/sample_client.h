@@ -1,6 +1,6 @@
 // The training node's connection to one storage server: one channel and stub
 // for the client's lifetime, deadlines on every unary call, retries with
-// backoff only for codes that mean "try again".
+// backoff only for codes that mean "try again" (sophon/net/grpc_util.h).
 #ifndef SOPHON_CLIENT_LOADER_SAMPLE_CLIENT_H_
 #define SOPHON_CLIENT_LOADER_SAMPLE_CLIENT_H_
 
@@ -19,14 +19,6 @@ struct ClientOptions {
   absl::Duration connect_timeout = absl::Seconds(30);  // retry budget to reach the server
   absl::Duration rpc_timeout = absl::Seconds(30);      // deadline of each unary call
 };
-
-// Calls `attempt` until it succeeds, fails with a code other than UNAVAILABLE
-// or ABORTED (or DEADLINE_EXCEEDED of a single try), or `deadline` passes;
-// sleeps with exponential backoff (50 ms doubling to 2 s) between tries.
-// A `stop` that returns true ends the retries early with CANCELLED.
-absl::Status RetryWithBackoff(const std::function<absl::Status()>& attempt,
-                              absl::Time deadline,
-                              const std::function<bool()>& stop = nullptr);
 
 // One Fetch stream. Write/Read may be called from two different threads
 // (one writer, one reader), as gRPC allows.
