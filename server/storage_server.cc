@@ -34,8 +34,11 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
       options.host.find(':') != std::string::npos ? absl::StrCat("[", options.host, "]")
                                                    : options.host,
       ":", options.port);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      CreateServerCredentials(options.credentials);
+  if (!credentials.ok()) return credentials.status();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(address, *credentials, &server->port_);
   builder.RegisterService(server->grpc_service_.get());
   builder.SetMaxSendMessageSize(-1);
   builder.SetMaxReceiveMessageSize(64 << 20);

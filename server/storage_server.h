@@ -10,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "server/service_impl.h"
+#include "sophon/net/credentials.h"
 
 namespace grpc {
 class Server;
@@ -23,6 +24,7 @@ struct StorageServerOptions {
   std::string data_dir;               // ImageFolder root
   std::string host = "127.0.0.1";     // address to listen on; 0.0.0.0 for all interfaces
   int port = 50051;                   // 0 picks a free port
+  CredentialsOptions credentials;     // transport security; default insecure
   ServiceOptions service;
   absl::Duration stats_interval = absl::Seconds(10);  // log line period under load; 0 = off
 
@@ -32,7 +34,7 @@ struct StorageServerOptions {
 class StorageServer {
  public:
   // Opens the ImageFolder at options.data_dir and starts serving. Errors name
-  // the directory or address.
+  // the directory, the address or the credentials kind.
   static absl::StatusOr<std::unique_ptr<StorageServer>> Start(const StorageServerOptions& options);
   // Stops accepting calls, lets streams end (up to `grace`), joins threads.
   ~StorageServer();

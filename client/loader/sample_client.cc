@@ -33,6 +33,9 @@ absl::StatusOr<std::unique_ptr<SampleClient>> SampleClient::Connect(const Client
     return absl::InvalidArgumentError(
         absl::StrCat("ClientOptions.address must be HOST:PORT, got '", options.address, "'"));
   }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      CreateChannelCredentials(options.credentials);
+  if (!credentials.ok()) return credentials.status();
   std::unique_ptr<SampleClient> client(new SampleClient());
   client->options_ = options;
   grpc::ChannelArguments args;
@@ -43,8 +46,7 @@ absl::StatusOr<std::unique_ptr<SampleClient>> SampleClient::Connect(const Client
   // (The minimum, which is also the connect timeout, keeps its default.)
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  client->channel_ = grpc::CreateCustomChannel(options.address,
-                                               grpc::InsecureChannelCredentials(), args);
+  client->channel_ = grpc::CreateCustomChannel(options.address, *credentials, args);
   client->stub_ = v1::SampleService::NewStub(client->channel_);
   const std::string what = absl::StrCat("GetManifest from storage server ", options.address);
   absl::Status status = Retry(

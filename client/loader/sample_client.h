@@ -10,12 +10,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "sophon/net/credentials.h"
 #include "sophon/v1/sophon.grpc.pb.h"
 
 namespace sophon {
 
 struct ClientOptions {
   std::string address;                          // HOST:PORT of sophon-server
+  CredentialsOptions credentials;               // transport security; default insecure
   absl::Duration connect_timeout = absl::Seconds(30);  // retry budget to reach the server
   absl::Duration rpc_timeout = absl::Seconds(30);      // deadline of each unary call
 };
@@ -43,6 +45,7 @@ class SampleClient {
  public:
   // Connects and reads the manifest, retrying while the server is unreachable
   // or restarting; after connect_timeout: UNAVAILABLE naming the address.
+  // InvalidArgument for a malformed address or an unknown credentials kind.
   static absl::StatusOr<std::unique_ptr<SampleClient>> Connect(const ClientOptions& options);
 
   const v1::Manifest& manifest() const { return manifest_; }
