@@ -16,21 +16,25 @@ namespace sophon {
 absl::Status ServiceOptions::Validate() const {
   if (prep_workers < 1 || prep_workers > 1024) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--prep-workers must be in [1, 1024], got ", prep_workers));
+        absl::StrCat("ServiceOptions.prep_workers must be in [1, 1024], got ", prep_workers));
   }
   if (max_inflight_per_stream < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max-inflight-per-stream must be at least 1, got ", max_inflight_per_stream));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ServiceOptions.max_inflight_per_stream must be at least 1, got ",
+                     max_inflight_per_stream));
   }
   if (!(cpu_limit >= 0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--cpu-limit must be >= 0 (0 = detect), got ", cpu_limit));
+        absl::StrCat("ServiceOptions.cpu_limit must be >= 0 (0 = detect), got ", cpu_limit));
   }
   if (max_samples_per_message < 1) {
-    return absl::InvalidArgumentError("max samples per message must be at least 1");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServiceOptions.max_samples_per_message must be at least 1, got ",
+        max_samples_per_message));
   }
   if (limits.max_pixels < 1) {
-    return absl::InvalidArgumentError("--max-pixels must be at least 1");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServiceOptions.limits.max_pixels must be at least 1, got ", limits.max_pixels));
   }
   return absl::OkStatus();
 }

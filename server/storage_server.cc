@@ -11,9 +11,11 @@
 namespace sophon {
 
 absl::Status StorageServerOptions::Validate() const {
-  if (data_dir.empty()) return absl::InvalidArgumentError("--data is required");
+  if (data_dir.empty()) {
+    return absl::InvalidArgumentError("StorageServerOptions.data_dir is required");
+  }
   if (port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("--port must be in [0, 65535], got ", port));
+    return absl::InvalidArgumentError(absl::StrCat("StorageServerOptions.port must be in [0, 65535], got ", port));
   }
   return service.Validate();
 }
