@@ -15,7 +15,8 @@ absl::Status StorageServerOptions::Validate() const {
     return absl::InvalidArgumentError("StorageServerOptions.data_dir is required");
   }
   if (port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("StorageServerOptions.port must be in [0, 65535], got ", port));
+    return absl::InvalidArgumentError(
+        absl::StrCat("StorageServerOptions.port must be in [0, 65535], got ", port));
   }
   return service.Validate();
 }
