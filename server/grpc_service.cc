@@ -1,20 +1,8 @@
 #include "server/grpc_service.h"
 
-#include <string>
+#include "sophon/net/grpc_util.h"
 
 namespace sophon {
-
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
-}
-
-absl::Status FromGrpcStatus(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
-}
 
 grpc::Status GrpcSampleService::GetManifest(grpc::ServerContext*,
                                             const v1::GetManifestRequest* request,

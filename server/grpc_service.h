@@ -1,5 +1,5 @@
 // gRPC adapter over SampleServiceImpl: a few lines per method that convert
-// between gRPC and absl::Status.
+// between gRPC and absl::Status (sophon/net/grpc_util.h).
 #ifndef SOPHON_SERVER_GRPC_SERVICE_H_
 #define SOPHON_SERVER_GRPC_SERVICE_H_
 
@@ -23,9 +23,6 @@ class GrpcSampleService final : public v1::SampleService::Service {
  private:
   SampleServiceImpl* const impl_;
 };
-
-grpc::Status ToGrpcStatus(const absl::Status& status);
-absl::Status FromGrpcStatus(const grpc::Status& status);
 
 }  // namespace sophon
 

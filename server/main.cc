@@ -38,6 +38,16 @@ ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error. Defa
 
 namespace {
 
+// Which flag sets each option whose errors the library reports by name.
+const sophon::FlagNames kFlagNames = {
+    {"StorageServerOptions.data_dir", "--data"},
+    {"StorageServerOptions.port", "--port"},
+    {"ServiceOptions.prep_workers", "--prep-workers"},
+    {"ServiceOptions.max_inflight_per_stream", "--max-inflight-per-stream"},
+    {"ServiceOptions.cpu_limit", "--cpu-limit"},
+    {"ServiceOptions.limits.max_pixels", "--max-pixels"},
+};
+
 sigset_t BlockTerminationSignals() {
   sigset_t set;
   sigemptyset(&set);
@@ -72,13 +82,10 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<std::unique_ptr<sophon::StorageServer>> server =
       sophon::StorageServer::Start(options);
-  if (!server.ok()) {
-    std::fprintf(stderr, "sophon-server: %s\n", std::string(server.status().message()).c_str());
-    return 2;
-  }
+  if (!server.ok()) return sophon::FailProgram("sophon-server", server.status(), kFlagNames);
   if (absl::GetFlag(FLAGS_evict_cache)) {
     absl::StatusOr<sophon::CacheResidency> residency =
-        sophon::EvictFromPageCache(sophon::DatasetFilePaths((*server)->dataset()));
+        sophon::EvictFromPageCache(sophon::DatasetFilePaths((*server)->source()));
     if (!residency.ok()) {
       std::fprintf(stderr, "sophon-server: --evict-cache: %s\n",
                    std::string(residency.status().message()).c_str());

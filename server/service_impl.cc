@@ -16,39 +16,43 @@ namespace sophon {
 absl::Status ServiceOptions::Validate() const {
   if (prep_workers < 1 || prep_workers > 1024) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--prep-workers must be in [1, 1024], got ", prep_workers));
+        absl::StrCat("ServiceOptions.prep_workers must be in [1, 1024], got ", prep_workers));
   }
   if (max_inflight_per_stream < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max-inflight-per-stream must be at least 1, got ", max_inflight_per_stream));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ServiceOptions.max_inflight_per_stream must be at least 1, got ",
+                     max_inflight_per_stream));
   }
   if (!(cpu_limit >= 0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--cpu-limit must be >= 0 (0 = detect), got ", cpu_limit));
+        absl::StrCat("ServiceOptions.cpu_limit must be >= 0 (0 = detect), got ", cpu_limit));
   }
   if (max_samples_per_message < 1) {
-    return absl::InvalidArgumentError("max samples per message must be at least 1");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServiceOptions.max_samples_per_message must be at least 1, got ",
+        max_samples_per_message));
   }
   if (limits.max_pixels < 1) {
-    return absl::InvalidArgumentError("--max-pixels must be at least 1");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServiceOptions.limits.max_pixels must be at least 1, got ", limits.max_pixels));
   }
   return absl::OkStatus();
 }
 
-SampleServiceImpl::SampleServiceImpl(const Dataset* dataset, const ServiceOptions& options)
-    : dataset_(dataset),
+SampleServiceImpl::SampleServiceImpl(const SampleSource* source, const ServiceOptions& options)
+    : source_(source),
       options_(options),
       pool_(options.prep_workers, /*queue_capacity=*/options.prep_workers * 4) {}
 
 absl::Status SampleServiceImpl::GetManifest(const v1::GetManifestRequest&,
                                             v1::Manifest* response) {
-  response->set_dataset_name(dataset_->name());
-  response->set_fingerprint(dataset_->fingerprint());
-  response->set_num_samples(static_cast<uint32_t>(dataset_->size()));
-  for (const std::string& c : dataset_->class_names()) response->add_class_names(c);
-  response->mutable_labels()->Reserve(static_cast<int>(dataset_->size()));
-  response->mutable_raw_sizes()->Reserve(static_cast<int>(dataset_->size()));
-  for (const ManifestEntry& e : dataset_->entries()) {
+  response->set_dataset_name(source_->name());
+  response->set_fingerprint(source_->fingerprint());
+  response->set_num_samples(static_cast<uint32_t>(source_->size()));
+  for (const std::string& c : source_->class_names()) response->add_class_names(c);
+  response->mutable_labels()->Reserve(static_cast<int>(source_->size()));
+  response->mutable_raw_sizes()->Reserve(static_cast<int>(source_->size()));
+  for (const ManifestEntry& e : source_->entries()) {
     response->add_labels(e.label);
     response->add_raw_sizes(e.raw_size);
     response->add_relative_paths(e.relative_path);
@@ -65,19 +69,19 @@ absl::Status SampleServiceImpl::GetStats(const v1::GetStatsRequest&, v1::ServerS
   response->set_queue_depth(static_cast<uint32_t>(pool_.queue_depth()));
   response->set_max_inflight_per_stream(static_cast<uint32_t>(options_.max_inflight_per_stream));
   response->set_process_cpu_seconds(ProcessCpuSeconds());
-  response->set_dataset_fingerprint(dataset_->fingerprint());
+  response->set_dataset_fingerprint(source_->fingerprint());
   return absl::OkStatus();
 }
 
 void SampleServiceImpl::ProcessSample(uint64_t id, Stage target, const SampleKey& key,
                                       const PipelineOptions& options, v1::Sample* out) {
   if (options_.before_prep) options_.before_prep(id);
-  const ManifestEntry& entry = dataset_->entry(id);
+  const ManifestEntry& entry = source_->entry(id);
   out->set_id(id);
   out->set_label(entry.label);
   const double t0 = ThreadCpuSeconds();
   const absl::Time wall0 = absl::Now();
-  absl::StatusOr<std::string> bytes = dataset_->Read(id);
+  absl::StatusOr<std::string> bytes = source_->Read(id);
   out->set_server_read_seconds(absl::ToDoubleSeconds(absl::Now() - wall0));
   absl::Status status = bytes.status();
   if (status.ok()) {
@@ -140,10 +144,10 @@ absl::Status SampleServiceImpl::Fetch(FetchStream* stream) {
       popts.augment = *augment;
       popts.limits = options_.limits;
       for (const v1::SampleRequest& sr : request.samples()) {
-        if (sr.id() >= dataset_->size()) {
+        if (sr.id() >= source_->size()) {
           error = absl::OutOfRangeError(absl::StrCat("sample ", sr.id(),
                                                      " is outside the manifest of ",
-                                                     dataset_->size(), " samples"));
+                                                     source_->size(), " samples"));
           break;
         }
         if (sr.target_stage() < 0 || sr.target_stage() >= kNumStages) {

@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "server/prep_pool.h"
 #include "server/server_stats.h"
-#include "sophon/data/dataset.h"
+#include "sophon/data/sample_source.h"
 #include "sophon/image/jpeg_codec.h"
 #include "sophon/ops/pipeline.h"
 #include "sophon/v1/sophon.pb.h"
@@ -45,8 +45,9 @@ struct ServiceOptions {
 
 class SampleServiceImpl {
  public:
-  // REQUIRES: options validated. `dataset` must outlive this object.
-  SampleServiceImpl(const Dataset* dataset, const ServiceOptions& options);
+  // REQUIRES: options validated. `source` must outlive this object; the
+  // service reads samples only through it.
+  SampleServiceImpl(const SampleSource* source, const ServiceOptions& options);
 
   absl::Status GetManifest(const v1::GetManifestRequest& request, v1::Manifest* response);
   absl::Status GetStats(const v1::GetStatsRequest& request, v1::ServerStats* response);
@@ -65,7 +66,7 @@ class SampleServiceImpl {
   void ProcessSample(uint64_t id, Stage target, const SampleKey& key,
                      const PipelineOptions& options, v1::Sample* out);
 
-  const Dataset* const dataset_;
+  const SampleSource* const source_;
   const ServiceOptions options_;
   ServerStats stats_;
   PrepPool pool_;  // last: joined first on destruction

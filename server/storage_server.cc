@@ -5,14 +5,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/grpc_service.h"
+#include "sophon/data/image_folder.h"
 #include "spdlog/spdlog.h"
 
 namespace sophon {
 
 absl::Status StorageServerOptions::Validate() const {
-  if (data_dir.empty()) return absl::InvalidArgumentError("--data is required");
+  if (data_dir.empty()) {
+    return absl::InvalidArgumentError("StorageServerOptions.data_dir is required");
+  }
   if (port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("--port must be in [0, 65535], got ", port));
+    return absl::InvalidArgumentError(
+        absl::StrCat("StorageServerOptions.port must be in [0, 65535], got ", port));
   }
   return service.Validate();
 }
@@ -22,18 +26,22 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   std::unique_ptr<StorageServer> server(new StorageServer());
   server->options_ = options;
-  absl::StatusOr<std::unique_ptr<Dataset>> dataset = Dataset::OpenImageFolder(options.data_dir);
-  if (!dataset.ok()) return dataset.status();
-  server->dataset_ = *std::move(dataset);
-  server->impl_ = std::make_unique<SampleServiceImpl>(server->dataset_.get(), options.service);
+  absl::StatusOr<std::unique_ptr<ImageFolderSource>> source =
+      ImageFolderSource::Open(options.data_dir);
+  if (!source.ok()) return source.status();
+  server->source_ = *std::move(source);
+  server->impl_ = std::make_unique<SampleServiceImpl>(server->source_.get(), options.service);
   server->grpc_service_ = std::make_unique<GrpcSampleService>(server->impl_.get());
 
   const std::string address = absl::StrCat(
       options.host.find(':') != std::string::npos ? absl::StrCat("[", options.host, "]")
                                                    : options.host,
       ":", options.port);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      CreateServerCredentials(options.credentials);
+  if (!credentials.ok()) return credentials.status();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(address, *credentials, &server->port_);
   builder.RegisterService(server->grpc_service_.get());
   builder.SetMaxSendMessageSize(-1);
   builder.SetMaxReceiveMessageSize(64 << 20);
@@ -43,7 +51,7 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
         absl::StrCat("cannot listen on ", address, " (address in use or not local?)"));
   }
   spdlog::info("serving {} samples in {} classes from {} on {}:{} with {} prep workers",
-               server->dataset_->size(), server->dataset_->class_names().size(),
+               server->source_->size(), server->source_->class_names().size(),
                options.data_dir, options.host, server->port_, options.service.prep_workers);
   if (options.stats_interval > absl::ZeroDuration()) {
     server->stats_thread_ = std::thread([s = server.get()] { s->StatsLoop(); });

@@ -1,4 +1,4 @@
-// A running storage node: dataset + service + gRPC server + periodic stats log.
+// A running storage node: sample source + service + gRPC server + periodic stats log.
 #ifndef SOPHON_SERVER_STORAGE_SERVER_H_
 #define SOPHON_SERVER_STORAGE_SERVER_H_
 
@@ -10,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "server/service_impl.h"
+#include "sophon/net/credentials.h"
 
 namespace grpc {
 class Server;
@@ -23,6 +24,7 @@ struct StorageServerOptions {
   std::string data_dir;               // ImageFolder root
   std::string host = "127.0.0.1";     // address to listen on; 0.0.0.0 for all interfaces
   int port = 50051;                   // 0 picks a free port
+  CredentialsOptions credentials;     // transport security; default insecure
   ServiceOptions service;
   absl::Duration stats_interval = absl::Seconds(10);  // log line period under load; 0 = off
 
@@ -31,7 +33,8 @@ struct StorageServerOptions {
 
 class StorageServer {
  public:
-  // Opens the dataset and starts serving. Errors name the directory or address.
+  // Opens the ImageFolder at options.data_dir and starts serving. Errors name
+  // the directory, the address or the credentials kind.
   static absl::StatusOr<std::unique_ptr<StorageServer>> Start(const StorageServerOptions& options);
   // Stops accepting calls, lets streams end (up to `grace`), joins threads.
   ~StorageServer();
@@ -39,7 +42,7 @@ class StorageServer {
   int port() const { return port_; }
   std::string address() const;
   SampleServiceImpl* service() { return impl_.get(); }
-  const Dataset& dataset() const { return *dataset_; }
+  const SampleSource& source() const { return *source_; }
 
   // Blocks until Shutdown() is called from another thread.
   void Wait();
@@ -50,7 +53,7 @@ class StorageServer {
   void StatsLoop();
 
   StorageServerOptions options_;
-  std::unique_ptr<Dataset> dataset_;
+  std::unique_ptr<SampleSource> source_;
   std::unique_ptr<SampleServiceImpl> impl_;
   std::unique_ptr<GrpcSampleService> grpc_service_;
   std::unique_ptr<grpc::Server> server_;

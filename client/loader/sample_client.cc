@@ -6,52 +6,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "spdlog/spdlog.h"
+#include "sophon/base/status_macros.h"
+#include "sophon/net/grpc_util.h"
 
 namespace sophon {
 namespace {
-
-absl::Status FromGrpc(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
-}
-
-bool IsRetryable(absl::StatusCode code) {
-  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kAborted ||
-         code == absl::StatusCode::kDeadlineExceeded;
-}
 
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
   context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
 }
 
 }  // namespace
-
-absl::Status RetryWithBackoff(const std::function<absl::Status()>& attempt, absl::Time deadline,
-                              const std::function<bool()>& stop) {
-  absl::Duration backoff = absl::Milliseconds(50);
-  int tries = 0;
-  while (true) {
-    if (stop && stop()) return absl::CancelledError("stopped while retrying");
-    absl::Status status = attempt();
-    ++tries;
-    if (status.ok() || !IsRetryable(status.code())) return status;
-    const absl::Time now = absl::Now();
-    if (now + backoff >= deadline) {
-      return absl::Status(status.code(), absl::StrCat(status.message(), " (gave up after ",
-                                                      tries, " tries)"));
-    }
-    spdlog::debug("retrying in {} after: {}", absl::FormatDuration(backoff), std::string(status.message()));
-    // Sleeps in short slices so that `stop` is seen promptly.
-    for (absl::Duration left = backoff; left > absl::ZeroDuration();
-         left -= absl::Milliseconds(50)) {
-      if (stop && stop()) return absl::CancelledError("stopped while retrying");
-      absl::SleepFor(std::min(left, absl::Milliseconds(50)));
-    }
-    backoff = std::min(backoff * 2, absl::Seconds(2));
-  }
-}
 
 FetchCall::FetchCall(v1::SampleService::Stub* stub) : stream_(stub->Fetch(&context_)) {}
 
@@ -60,14 +25,17 @@ FetchCall::~FetchCall() = default;
 bool FetchCall::Write(const v1::FetchRequest& request) { return stream_->Write(request); }
 bool FetchCall::WritesDone() { return stream_->WritesDone(); }
 bool FetchCall::Read(v1::FetchResponse* response) { return stream_->Read(response); }
-absl::Status FetchCall::Finish() { return FromGrpc(stream_->Finish()); }
+absl::Status FetchCall::Finish() { return FromGrpcStatus(stream_->Finish()); }
 void FetchCall::Cancel() { context_.TryCancel(); }
 
 absl::StatusOr<std::unique_ptr<SampleClient>> SampleClient::Connect(const ClientOptions& options) {
   if (options.address.empty() || options.address.find(':') == std::string::npos) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--server must be HOST:PORT, got '", options.address, "'"));
+        absl::StrCat("ClientOptions.address must be HOST:PORT, got '", options.address, "'"));
   }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      CreateChannelCredentials(options.credentials);
+  if (!credentials.ok()) return credentials.status();
   std::unique_ptr<SampleClient> client(new SampleClient());
   client->options_ = options;
   grpc::ChannelArguments args;
@@ -78,22 +46,19 @@ absl::StatusOr<std::unique_ptr<SampleClient>> SampleClient::Connect(const Client
   // (The minimum, which is also the connect timeout, keeps its default.)
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  client->channel_ = grpc::CreateCustomChannel(options.address,
-                                               grpc::InsecureChannelCredentials(), args);
+  client->channel_ = grpc::CreateCustomChannel(options.address, *credentials, args);
   client->stub_ = v1::SampleService::NewStub(client->channel_);
-  const absl::Time deadline = absl::Now() + options.connect_timeout;
-  absl::Status status = RetryWithBackoff(
+  const std::string what = absl::StrCat("GetManifest from storage server ", options.address);
+  absl::Status status = Retry(
       [&] {
         grpc::ClientContext context;
         SetDeadline(&context, std::min(options.rpc_timeout, options.connect_timeout));
         client->manifest_.Clear();
-        return FromGrpc(client->stub_->GetManifest(&context, {}, &client->manifest_));
+        return WrapError(what, client->stub_->GetManifest(&context, {}, &client->manifest_));
       },
-      deadline);
-  if (!status.ok()) {
-    return absl::Status(status.code(), absl::StrCat("cannot get the manifest from storage server ",
-                                                    options.address, ": ", status.message()));
-  }
+      absl::StrCat("connect to storage server ", options.address),
+      absl::Now() + options.connect_timeout);
+  if (!status.ok()) return status;
   const v1::Manifest& m = client->manifest_;
   if (static_cast<uint32_t>(m.labels_size()) != m.num_samples() ||
       static_cast<uint32_t>(m.raw_sizes_size()) != m.num_samples()) {
@@ -105,17 +70,16 @@ absl::StatusOr<std::unique_ptr<SampleClient>> SampleClient::Connect(const Client
 
 absl::StatusOr<v1::ServerStats> SampleClient::GetStats() {
   v1::ServerStats stats;
-  absl::Status status = RetryWithBackoff(
+  const std::string what = absl::StrCat("GetStats from storage server ", options_.address);
+  RETURN_IF_ERROR(Retry(
       [&] {
         grpc::ClientContext context;
         SetDeadline(&context, options_.rpc_timeout);
-        return FromGrpc(stub_->GetStats(&context, {}, &stats));
+        stats.Clear();
+        return WrapError(what, stub_->GetStats(&context, {}, &stats));
       },
-      absl::Now() + options_.rpc_timeout);
-  if (!status.ok()) {
-    return absl::Status(status.code(), absl::StrCat("cannot get stats from storage server ",
-                                                    options_.address, ": ", status.message()));
-  }
+      absl::StrCat("get stats from storage server ", options_.address),
+      absl::Now() + options_.rpc_timeout));
   return stats;
 }
 
@@ -133,7 +97,10 @@ absl::Status SampleClient::AwaitSameServer(const std::function<bool()>& stop) {
   // the dataset's fingerprint, so the (possibly large) manifest is not re-read.
   const absl::Time deadline = absl::Now() + options_.connect_timeout;
   v1::ServerStats stats;
-  absl::Status status = RetryWithBackoff(
+  const std::string what = absl::StrCat("GetStats from storage server ", options_.address);
+  RetryOptions retry;
+  retry.stop = stop;
+  absl::Status status = Retry(
       [&] {
         grpc::ClientContext context;
         SetDeadline(&context, std::max(absl::Milliseconds(50),
@@ -143,19 +110,16 @@ absl::Status SampleClient::AwaitSameServer(const std::function<bool()>& stop) {
         // instead of failing at once while it is between attempts.
         context.set_wait_for_ready(true);
         stats.Clear();
-        return FromGrpc(stub_->GetStats(&context, {}, &stats));
+        return WrapError(what, stub_->GetStats(&context, {}, &stats));
       },
-      deadline, stop);
+      absl::StrCat("wait for storage server ", options_.address, " to come back"), deadline,
+      retry);
   if (!status.ok()) {
-    if (status.code() == absl::StatusCode::kCancelled) return status;
     // A wait-for-ready probe that timed out means the server is still away.
-    const absl::StatusCode code = status.code() == absl::StatusCode::kDeadlineExceeded
-                                      ? absl::StatusCode::kUnavailable
-                                      : status.code();
-    return absl::Status(code,
-                        absl::StrCat("storage server ", options_.address, " did not come back within ",
-                                     absl::FormatDuration(options_.connect_timeout), ": ",
-                                     status.message()));
+    if (status.code() == absl::StatusCode::kDeadlineExceeded) {
+      return absl::UnavailableError(status.message());
+    }
+    return status;
   }
   return CheckSameDataset(stats);
 }

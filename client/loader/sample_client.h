@@ -1,6 +1,6 @@
 // The training node's connection to one storage server: one channel and stub
 // for the client's lifetime, deadlines on every unary call, retries with
-// backoff only for codes that mean "try again".
+// backoff only for codes that mean "try again" (sophon/net/grpc_util.h).
 #ifndef SOPHON_CLIENT_LOADER_SAMPLE_CLIENT_H_
 #define SOPHON_CLIENT_LOADER_SAMPLE_CLIENT_H_
 
@@ -10,23 +10,17 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "sophon/net/credentials.h"
 #include "sophon/v1/sophon.grpc.pb.h"
 
 namespace sophon {
 
 struct ClientOptions {
   std::string address;                          // HOST:PORT of sophon-server
+  CredentialsOptions credentials;               // transport security; default insecure
   absl::Duration connect_timeout = absl::Seconds(30);  // retry budget to reach the server
   absl::Duration rpc_timeout = absl::Seconds(30);      // deadline of each unary call
 };
-
-// Calls `attempt` until it succeeds, fails with a code other than UNAVAILABLE
-// or ABORTED (or DEADLINE_EXCEEDED of a single try), or `deadline` passes;
-// sleeps with exponential backoff (50 ms doubling to 2 s) between tries.
-// A `stop` that returns true ends the retries early with CANCELLED.
-absl::Status RetryWithBackoff(const std::function<absl::Status()>& attempt,
-                              absl::Time deadline,
-                              const std::function<bool()>& stop = nullptr);
 
 // One Fetch stream. Write/Read may be called from two different threads
 // (one writer, one reader), as gRPC allows.
@@ -51,6 +45,7 @@ class SampleClient {
  public:
   // Connects and reads the manifest, retrying while the server is unreachable
   // or restarting; after connect_timeout: UNAVAILABLE naming the address.
+  // InvalidArgument for a malformed address or an unknown credentials kind.
   static absl::StatusOr<std::unique_ptr<SampleClient>> Connect(const ClientOptions& options);
 
   const v1::Manifest& manifest() const { return manifest_; }

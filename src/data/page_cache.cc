@@ -14,8 +14,8 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "sophon/data/dataset.h"
 #include "sophon/base/status_macros.h"
+#include "sophon/data/sample_source.h"
 
 namespace sophon {
 namespace {
@@ -118,14 +118,8 @@ absl::StatusOr<CacheResidency> WarmPageCache(const std::vector<std::string>& pat
   return MeasureResidency(paths);
 }
 
-std::vector<std::string> DatasetFilePaths(const Dataset& dataset) {
-  std::vector<std::string> paths;
-  paths.reserve(dataset.size());
-  const std::filesystem::path root(dataset.root());
-  for (const ManifestEntry& e : dataset.entries()) {
-    paths.push_back((root / e.relative_path).string());
-  }
-  return paths;
+std::vector<std::string> DatasetFilePaths(const SampleSource& source) {
+  return source.FilePaths();
 }
 
 std::string FormatResidency(const CacheResidency& r) {

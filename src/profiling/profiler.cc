@@ -19,15 +19,15 @@ absl::Status ProfilerOptions::Validate() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<DatasetProfile> MeasureProfile(const Dataset& dataset,
+absl::StatusOr<DatasetProfile> MeasureProfile(const SampleSource& source,
                                               const ProfilerOptions& options) {
   RETURN_IF_ERROR(options.Validate());
   const int s = options.pipeline.augment.crop_size;
-  uint64_t n = dataset.size();
+  uint64_t n = source.size();
   if (options.max_samples > 0) n = std::min<uint64_t>(n, options.max_samples);
   DatasetProfile profile;
-  profile.dataset = dataset.name();
-  profile.fingerprint = dataset.fingerprint();
+  profile.dataset = source.name();
+  profile.fingerprint = source.fingerprint();
   profile.crop_size = s;
   profile.times_source = TimesSource::kMeasured;
   profile.times_detail =
@@ -41,11 +41,11 @@ absl::StatusOr<DatasetProfile> MeasureProfile(const Dataset& dataset,
   for (int epoch = 0; epoch < options.epochs; ++epoch) {
     for (uint64_t id = 0; id < n; ++id) {
       SampleProfile& sample = profile.samples[id];
-      ASSIGN_OR_RETURN(std::string bytes, dataset.Read(id));
+      ASSIGN_OR_RETURN(std::string bytes, source.Read(id));
       const auto fail = [&](const absl::Status& error) {
         return absl::Status(error.code(),
                             absl::StrCat("profiling sample ", id, " (",
-                                         dataset.entry(id).relative_path, "): ", error.message()));
+                                         source.entry(id).relative_path, "): ", error.message()));
       };
       if (epoch == 0) {
         absl::StatusOr<ImageInfo> info = ReadJpegInfo(bytes, options.pipeline.limits);

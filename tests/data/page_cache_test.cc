@@ -6,7 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "sophon/data/dataset.h"
+#include "sophon/data/image_folder.h"
 #include "tests/test_util.h"
 
 namespace sophon {
@@ -75,7 +75,7 @@ TEST(PageCacheTest, DatasetFilePathsAreTheManifestFiles) {
   options.min_side = 32;
   options.max_side = 48;
   const std::string root = testing::MakeTestDataset("page_cache_dataset", options);
-  absl::StatusOr<std::unique_ptr<Dataset>> ds = Dataset::OpenImageFolder(root);
+  absl::StatusOr<std::unique_ptr<ImageFolderSource>> ds = ImageFolderSource::Open(root);
   ASSERT_TRUE(ds.ok()) << ds.status();
   const std::vector<std::string> paths = DatasetFilePaths(**ds);
   ASSERT_EQ(paths.size(), 4u);

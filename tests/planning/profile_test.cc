@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "sophon/data/dataset.h"
+#include "sophon/data/image_folder.h"
 #include "sophon/planning/original_profile.h"
 #include "sophon/planning/profile_csv.h"
 #include "sophon/planning/profile_loader.h"
@@ -96,7 +96,7 @@ TEST(SophonProfileTest, MeasuredProfileIsKeyedByTheDatasetFingerprint) {
   ds_options.classes = 2;
   ds_options.per_class = 3;
   const std::string root = testing::MakeTestDataset("profile_measured", ds_options);
-  absl::StatusOr<std::unique_ptr<Dataset>> ds = Dataset::OpenImageFolder(root);
+  absl::StatusOr<std::unique_ptr<ImageFolderSource>> ds = ImageFolderSource::Open(root);
   ASSERT_TRUE(ds.ok()) << ds.status();
   ProfilerOptions options;
   options.pipeline.augment.crop_size = 32;
@@ -119,7 +119,7 @@ TEST(SophonProfileTest, MeasuredProfileIsKeyedByTheDatasetFingerprint) {
   EXPECT_TRUE(LoadProfileFolder(dir, (*ds)->fingerprint()).ok());
   // Another file in the dataset: the profile no longer applies.
   testing::WriteFile(root + "/class_0/extra.jpg", "not even a jpeg");
-  absl::StatusOr<std::unique_ptr<Dataset>> changed = Dataset::OpenImageFolder(root);
+  absl::StatusOr<std::unique_ptr<ImageFolderSource>> changed = ImageFolderSource::Open(root);
   ASSERT_TRUE(changed.ok());
   EXPECT_EQ(LoadProfileFolder(dir, (*changed)->fingerprint()).status().code(),
             absl::StatusCode::kFailedPrecondition);

@@ -1,7 +1,6 @@
 #include "server/prep_pool.h"
 
 #include <atomic>
-#include <chrono>
 #include <set>
 #include <thread>
 
@@ -37,46 +36,78 @@ TEST(PrepPoolTest, RunsEveryJobOnExactlyTheConfiguredThreads) {
 }
 
 TEST(PrepPoolTest, SubmitBlocksWhenTheQueueIsFull) {
-  PrepPool pool(1, 1);
+  std::atomic<int> ran{0};
+  absl::Notification first_started;
   absl::Notification release;
-  pool.Submit([&] { release.WaitForNotification(); });  // occupies the worker
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  pool.Submit([] {});  // fills the queue
-  std::atomic<bool> third_queued{false};
-  std::thread t([&] {
-    pool.Submit([] {});
-    third_queued = true;
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_FALSE(third_queued.load());
-  EXPECT_EQ(pool.queue_depth(), 1);
-  release.Notify();
-  t.join();
-  EXPECT_TRUE(third_queued.load());
+  absl::Notification third_about_to_submit;
+  absl::Notification third_queued;
+  {
+    PrepPool pool(1, 1);
+    // Occupies the only worker until released; once it has started, the
+    // queue is empty.
+    pool.Submit([&] {
+      first_started.Notify();
+      release.WaitForNotification();
+      ++ran;
+    });
+    first_started.WaitForNotification();
+    EXPECT_EQ(pool.queue_depth(), 0);
+    pool.Submit([&] { ++ran; });  // fills the queue (capacity 1)
+    EXPECT_EQ(pool.queue_depth(), 1);
+    std::thread t([&] {
+      third_about_to_submit.Notify();
+      pool.Submit([&] { ++ran; });
+      third_queued.Notify();
+    });
+    third_about_to_submit.WaitForNotification();
+    // The worker is held and the queue is full, so the third Submit cannot
+    // return until `release`: this wait can only time out. (A Submit that
+    // did not block would be caught here unless the machine stalled the
+    // thread for the whole wait; the check never fails spuriously.)
+    EXPECT_FALSE(third_queued.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+    EXPECT_EQ(pool.queue_depth(), 1);  // never more than the capacity
+    EXPECT_EQ(ran.load(), 0);
+    release.Notify();
+    third_queued.WaitForNotification();
+    t.join();
+  }  // the destructor drains the queue
+  EXPECT_EQ(ran.load(), 3);
 }
 
 // Each job burns 10 ms of its own thread CPU time, so the pool's CPU-time
 // total is at least 40 ms however loaded the machine is.
 TEST(PrepPoolTest, MeasuresBusyTime) {
-  double busy = 0;
-  {
-    PrepPool pool(2, 8);
-    for (int i = 0; i < 4; ++i) {
-      pool.Submit([] {
-        const double start = ThreadCpuSeconds();
-        while (ThreadCpuSeconds() - start < 0.010) {
-        }
-      });
-    }
-    // Wait (up to 20 s) for the jobs to be accounted for.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (pool.busy_seconds() < 0.04 - 1e-6 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    busy = pool.busy_seconds();
+  // Declared before the pool: its workers use them until it is destroyed.
+  absl::Mutex mu;
+  int arrived = 0;
+  bool release = false;
+  PrepPool pool(2, 8);
+  for (int i = 0; i < 4; ++i) {
+    pool.Submit([] {
+      const double start = ThreadCpuSeconds();
+      while (ThreadCpuSeconds() - start < 0.010) {
+      }
+    });
   }
+  // One barrier job per worker, queued behind the four: a worker starts one
+  // only after it has finished (and accounted) its previous job, so once
+  // both barrier jobs are running, all four jobs are in busy_seconds().
+  for (int i = 0; i < 2; ++i) {
+    pool.Submit([&] {
+      absl::MutexLock lock(&mu);
+      ++arrived;
+      mu.Await(absl::Condition(&release));
+    });
+  }
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(+[](int* n) { return *n == 2; }, &arrived));
+  }
+  const double busy = pool.busy_seconds();
   EXPECT_GE(busy, 0.04 - 1e-6);
   EXPECT_LT(busy, 1.0);
+  absl::MutexLock lock(&mu);
+  release = true;  // the pool's destructor then joins the barrier jobs
 }
 
 }  // namespace

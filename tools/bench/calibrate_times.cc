@@ -15,7 +15,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "sophon/cli/cli.h"
-#include "sophon/data/dataset.h"
+#include "sophon/data/image_folder.h"
 #include "sophon/planning/profile_csv.h"
 #include "sophon/profiling/profiler.h"
 #include "sophon/planning/times_model.h"
@@ -79,8 +79,8 @@ int main(int argc, char** argv) {
   sophon::ArgvHolder args(argc, argv);  // accepts --crop-size and --crop_size
   absl::ParseCommandLine(args.argc(), args.argv());
 
-  absl::StatusOr<std::unique_ptr<sophon::Dataset>> dataset =
-      sophon::Dataset::OpenImageFolder(absl::GetFlag(FLAGS_data));
+  absl::StatusOr<std::unique_ptr<sophon::ImageFolderSource>> dataset =
+      sophon::ImageFolderSource::Open(absl::GetFlag(FLAGS_data));
   if (!dataset.ok()) {
     std::fprintf(stderr, "sophon-calibrate-times: %s\n", dataset.status().ToString().c_str());
     return 2;

@@ -12,7 +12,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "sophon/cli/cli.h"
-#include "sophon/data/dataset.h"
+#include "sophon/data/image_folder.h"
 #include "sophon/data/page_cache.h"
 
 ABSL_FLAG(std::string, data, "", "ImageFolder dataset root (DIR/CLASS/*.jpg). Required.");
@@ -44,8 +44,8 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_data).empty()) {
     return Fail(absl::InvalidArgumentError("--data=DIR is required"));
   }
-  absl::StatusOr<std::unique_ptr<sophon::Dataset>> dataset =
-      sophon::Dataset::OpenImageFolder(absl::GetFlag(FLAGS_data));
+  absl::StatusOr<std::unique_ptr<sophon::ImageFolderSource>> dataset =
+      sophon::ImageFolderSource::Open(absl::GetFlag(FLAGS_data));
   if (!dataset.ok()) return Fail(dataset.status());
   const std::vector<std::string> paths = sophon::DatasetFilePaths(**dataset);
 

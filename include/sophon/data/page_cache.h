@@ -17,7 +17,7 @@
 
 namespace sophon {
 
-class Dataset;
+class SampleSource;
 
 struct CacheResidency {
   uint64_t files = 0;
@@ -44,8 +44,9 @@ absl::StatusOr<CacheResidency> EvictFromPageCache(const std::vector<std::string>
 // allows). Returns the residency measured afterwards.
 absl::StatusOr<CacheResidency> WarmPageCache(const std::vector<std::string>& paths);
 
-// Absolute paths of every sample file of `dataset`, in manifest order.
-std::vector<std::string> DatasetFilePaths(const Dataset& dataset);
+// The files that hold `source`'s samples (SampleSource::FilePaths): for an
+// ImageFolder, every sample file in manifest order.
+std::vector<std::string> DatasetFilePaths(const SampleSource& source);
 
 // "1234 files, 56.7 MB, 12.3 MB resident (21.7%)".
 std::string FormatResidency(const CacheResidency& residency);

@@ -37,7 +37,7 @@ const char* TimesSourceName(TimesSource source);  // "measured", "model"
 
 struct DatasetProfile {
   std::string dataset;       // dataset name (last path component of its root)
-  uint64_t fingerprint = 0;  // Dataset::fingerprint() of the file list; 0 = unknown
+  uint64_t fingerprint = 0;  // SampleSource::fingerprint() of the manifest; 0 = unknown
   int crop_size = 224;       // S: the stage sizes hold for this crop size only
   // Server CPU seconds per client CPU second for the same op, as the server
   // measured it (storage and training nodes often have different CPUs). > 0.

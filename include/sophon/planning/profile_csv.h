@@ -10,7 +10,7 @@
 // stage, <op>_s for every op. Units: *_bytes are payload bytes at that stage;
 // *_s are thread CPU seconds of the op on the training node (decode_crop: RAW
 // -> CROPPED, flip: CROPPED -> FLIPPED, tensor: FLIPPED -> TENSOR); source_pixels is width * height of
-// the encoded image (0 = unknown). fingerprint is Dataset::fingerprint() of
+// the encoded image (0 = unknown). fingerprint is SampleSource::fingerprint() of
 // the file list the profile was taken on (0 = unknown); server_speed is the
 // storage node's CPU seconds per training node CPU second; times is
 // "measured" or "model". Rows are in id order, ids 0..n-1.

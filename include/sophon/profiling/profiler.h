@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "sophon/data/dataset.h"
+#include "sophon/data/sample_source.h"
 #include "sophon/ops/pipeline.h"
 #include "sophon/planning/profile.h"
 
@@ -26,10 +26,10 @@ struct ProfilerOptions {
   absl::Status Validate() const;
 };
 
-// The profile carries the dataset's name and fingerprint and
-// TimesSource::kMeasured. A sample that fails to decode fails the call,
-// with its id and path in the message.
-absl::StatusOr<DatasetProfile> MeasureProfile(const Dataset& dataset,
+// The profile carries the source's name and fingerprint and
+// TimesSource::kMeasured. A sample that cannot be read or decoded fails the
+// call, with its id and path in the message.
+absl::StatusOr<DatasetProfile> MeasureProfile(const SampleSource& source,
                                               const ProfilerOptions& options);
 
 }  // namespace sophon

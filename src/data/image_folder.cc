@@ -1,4 +1,4 @@
-#include "sophon/data/dataset.h"
+#include "sophon/data/image_folder.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -26,24 +26,15 @@ bool IsJpegName(const std::string& name) {
   return ends_with(".jpg") || ends_with(".jpeg");
 }
 
-// FNV-1a, 64 bit.
-uint64_t Fnv1a(uint64_t h, const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
-
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenImageFolder(const std::string& root) {
+absl::StatusOr<std::unique_ptr<ImageFolderSource>> ImageFolderSource::Open(
+    const std::string& root) {
   std::error_code ec;
   if (!fs::is_directory(root, ec)) {
     return absl::NotFoundError(absl::StrCat("dataset directory '", root, "' does not exist"));
   }
-  std::unique_ptr<Dataset> ds(new Dataset());
+  std::unique_ptr<ImageFolderSource> ds(new ImageFolderSource());
   ds->root_ = root;
   for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
@@ -54,7 +45,6 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenImageFolder(const std::str
         absl::StrCat("cannot list dataset directory '", root, "': ", ec.message()));
   }
   std::sort(ds->class_names_.begin(), ds->class_names_.end());
-  uint64_t h = 0xcbf29ce484222325ULL;
   for (uint32_t label = 0; label < ds->class_names_.size(); ++label) {
     const std::string& cls = ds->class_names_[label];
     std::vector<std::pair<std::string, uint64_t>> files;
@@ -72,9 +62,6 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenImageFolder(const std::str
       entry.relative_path = absl::StrCat(cls, "/", name);
       entry.label = label;
       entry.raw_size = size;
-      h = Fnv1a(h, entry.relative_path.data(), entry.relative_path.size());
-      h = Fnv1a(h, &entry.raw_size, sizeof(entry.raw_size));
-      h = Fnv1a(h, &entry.label, sizeof(entry.label));
       ds->entries_.push_back(std::move(entry));
     }
   }
@@ -83,17 +70,17 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenImageFolder(const std::str
         "dataset directory '", root,
         "' holds no samples (expected ImageFolder layout: ROOT/CLASS/*.jpg)"));
   }
-  ds->fingerprint_ = h;
+  ds->fingerprint_ = ManifestFingerprint(ds->entries_);
   return ds;
 }
 
-std::string Dataset::name() const {
+std::string ImageFolderSource::name() const {
   fs::path p = fs::path(root_).lexically_normal();
   if (p.filename().empty()) p = p.parent_path();
   return p.filename().string();
 }
 
-absl::StatusOr<std::string> Dataset::Read(uint64_t id) const {
+absl::StatusOr<std::string> ImageFolderSource::Read(uint64_t id) const {
   if (id >= entries_.size()) {
     return absl::OutOfRangeError(
         absl::StrCat("sample ", id, " is outside the manifest of ", entries_.size(), " samples"));
@@ -121,6 +108,14 @@ absl::StatusOr<std::string> Dataset::Read(uint64_t id) const {
   }
   ::close(fd);
   return bytes;
+}
+
+std::vector<std::string> ImageFolderSource::FilePaths() const {
+  std::vector<std::string> paths;
+  paths.reserve(entries_.size());
+  const fs::path root(root_);
+  for (const ManifestEntry& e : entries_) paths.push_back((root / e.relative_path).string());
+  return paths;
 }
 
 }  // namespace sophon

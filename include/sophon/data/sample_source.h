@@ -1,0 +1,64 @@
+// Where a storage node reads sample bytes from: an ImageFolder tree today
+// (image_folder.h), packed group files or a cache later. The server, the
+// profiler and the page-cache tools see only this interface; only the code
+// that opens a source names its kind.
+#ifndef SOPHON_DATA_SAMPLE_SOURCE_H_
+#define SOPHON_DATA_SAMPLE_SOURCE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace sophon {
+
+// One sample of a manifest. A sample's id is its index in the manifest.
+struct ManifestEntry {
+  std::string relative_path;  // where the sample lives in its source ("class_name/file.jpg")
+  uint32_t label = 0;         // index into class_names()
+  uint64_t raw_size = 0;      // bytes of the sample when the manifest was built
+};
+
+// The manifest and the sample bytes of one dataset. The manifest is fixed
+// when the source is opened (deterministic order: the same files give the
+// same ids). Implementations must make every method thread-safe; the server
+// calls Read from all its prep workers at once.
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+
+  // Short name of the dataset (ImageFolder: the last component of its root),
+  // reported to clients and used to name profiles.
+  virtual std::string name() const = 0;
+  // The manifest, in id order.
+  virtual const std::vector<ManifestEntry>& entries() const = 0;
+  // Class names, indexed by ManifestEntry::label.
+  virtual const std::vector<std::string>& class_names() const = 0;
+  // Identifies the manifest: ManifestFingerprint(entries()) for every source,
+  // so that a profile or a client can tell whether the samples changed.
+  virtual uint64_t fingerprint() const = 0;
+
+  // The bytes of sample `id` (for an image dataset: the encoded file).
+  // OutOfRange for an id outside the manifest; every error names the sample
+  // id and its relative path.
+  virtual absl::StatusOr<std::string> Read(uint64_t id) const = 0;
+
+  // The local files that hold the samples' bytes, as paths that can be
+  // opened (page-cache control warms or evicts them). A source with one file
+  // per sample lists them in manifest order. Empty if nothing is on disk.
+  virtual std::vector<std::string> FilePaths() const = 0;
+
+  size_t size() const { return entries().size(); }
+  // REQUIRES: id < size().
+  const ManifestEntry& entry(uint64_t id) const { return entries()[id]; }
+};
+
+// FNV-1a (64 bit) over every entry's (relative path, raw size, label), in
+// order: the fingerprint every SampleSource reports.
+uint64_t ManifestFingerprint(const std::vector<ManifestEntry>& entries);
+
+}  // namespace sophon
+
+#endif  // SOPHON_DATA_SAMPLE_SOURCE_H_
