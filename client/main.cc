@@ -122,6 +122,7 @@ const sophon::FlagNames kFlagNames = {
     {"Resources.batch_size", "--batch-size"},
     {"EmulatedTrainerOptions.gpu_count", "--gpu-count"},
     {"TrainerOptions.device", "--device"},
+    {"ClientOptions.address", "--server"},
     {"SmartoffOptions.profile_folder", "--profile-folder"},
     {"SyntheticRunOptions.samples", "--synthetic-samples"},
 };

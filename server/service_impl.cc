@@ -150,7 +150,8 @@ absl::Status SampleServiceImpl::Fetch(FetchStream* stream) {
                                                      source_->size(), " samples"));
           break;
         }
-        if (sr.target_stage() < 0 || sr.target_stage() >= kNumStages) {
+        const absl::StatusOr<Stage> target = StageFromProto(sr.target_stage());
+        if (!target.ok()) {
           error = absl::InvalidArgumentError(
               absl::StrCat("sample ", sr.id(), ": unknown target stage ", sr.target_stage()));
           break;
@@ -168,8 +169,7 @@ absl::Status SampleServiceImpl::Fetch(FetchStream* stream) {
           stats_.AddInflight(1);
         }
         const SampleKey key{request.seed(), request.epoch(), sr.id()};
-        const Stage target = static_cast<Stage>(sr.target_stage());
-        pool_.Submit([this, &st, key, target, popts] {
+        pool_.Submit([this, &st, key, target = *target, popts] {
           v1::Sample sample;
           ProcessSample(key.id, target, key, popts, &sample);
           absl::MutexLock lock(&st.mu);

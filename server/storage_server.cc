@@ -84,11 +84,12 @@ void StorageServer::StatsLoop() {
     if (!impl_->GetStats({}, &cur).ok()) continue;
     uint64_t samples = 0, bytes = 0;
     std::string by_stage;
-    for (int i = 0; i < kNumStages; ++i) {
+    for (Stage stage : AllStages()) {
+      const int i = StageIndex(stage);
       const uint64_t n = cur.samples_by_stage(i) - prev.samples_by_stage(i);
       samples += n;
       bytes += cur.bytes_by_stage(i) - prev.bytes_by_stage(i);
-      absl::StrAppend(&by_stage, i ? " " : "", StageName(static_cast<Stage>(i)), "=", n);
+      absl::StrAppend(&by_stage, i ? " " : "", StageName(stage), "=", n);
     }
     const double secs = cur.uptime_seconds() - prev.uptime_seconds();
     const double busy = cur.prep_busy_seconds() - prev.prep_busy_seconds();
