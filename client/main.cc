@@ -29,8 +29,9 @@
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Storage server HOST:PORT. Default 127.0.0.1:50051.");
 ABSL_FLAG(std::string, mode, "nooff",
           "Where preprocessing runs: nooff (all on this node), resizeoff/piloff (storage node "
-          "decodes, crops and flips), alloff (storage node does everything). Aliases "
-          "remote_nooff, remote_piloff, remote_alloff. Default nooff.");
+          "decodes, crops and flips), alloff (storage node does everything), smartoff (per "
+          "sample, from a profile and the cost model; see --planner). Aliases remote_nooff, "
+          "remote_piloff, remote_alloff. Default nooff.");
 ABSL_FLAG(std::string, arch, "resnet18", "Model: alexnet, resnet18, resnet50, tinycnn. Default resnet18.");
 ABSL_FLAG(int, batch_size, 256, "Samples per batch. Default 256.");
 ABSL_FLAG(int, epochs, 1, "Epochs to train. Default 1.");
@@ -127,7 +128,9 @@ const sophon::FlagNames kFlagNames = {
     {"SyntheticRunOptions.samples", "--synthetic-samples"},
 };
 
-int Fail(const absl::Status& status) { return sophon::FailProgram("sophon-train", status, kFlagNames); }
+int Fail(const absl::Status& status) {
+  return sophon::FailProgram("sophon-train", status, kFlagNames);
+}
 
 sophon::TrainerOptions TrainerOptionsFromFlags(int num_classes) {
   sophon::TrainerOptions options;

@@ -204,6 +204,18 @@ void Loader::SendLoop() {
     // requested yet.
     batch->assigned.resize(batch->n);
     policy_->Plan(begin, batch->ids, absl::MakeSpan(batch->assigned));
+    // One server today: a policy that names another is a bug, not a plan.
+    for (int i = 0; i < batch->n; ++i) {
+      if (batch->assigned[i].server != 0) {
+        absl::MutexLock lock(&mu_);
+        FailLocked(absl::InternalError(absl::StrCat(
+            "offload policy '", policy_->name(), "' sent sample ", batch->ids[i], " to server ",
+            batch->assigned[i].server, "; the loader has 1 server")));
+        go = false;
+        break;
+      }
+    }
+    if (!go) break;
     std::vector<std::pair<uint64_t, Stage>> requests;
     for (int i = 0; i < batch->n; ++i) {
       requests.emplace_back(batch->ids[i], batch->assigned[i].stage);
