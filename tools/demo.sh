@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The main job end to end on one machine: installs what is missing, builds,
 # makes a small synthetic ImageFolder dataset, starts sophon-server on
-# 127.0.0.1 (a free port) and trains a model from it with sophon-train.
+# 127.0.0.1 (a free port) and trains a model from it with sophon-train in
+# smartoff mode (it profiles the dataset through the server on the first run,
+# measures the link, and plans every sample).
 #
 # Environment knobs (all optional):
-#   MODE=resizeoff   offload mode (nooff, resizeoff, alloff)
+#   MODE=smartoff    offload mode (nooff, resizeoff, alloff, smartoff)
 #   ARCH=resnet18    model
 #   EPOCHS=2         epochs
 #   N=256            dataset size (synthetic images, imagenet-like sizes)
@@ -41,7 +43,8 @@ done
 [[ -n "$address" ]] || { echo "demo: sophon-server did not start" >&2; cat "$log" >&2; exit 1; }
 echo "demo: sophon-server is serving $data on $address (log: $log)"
 
-"$build/sophon-train" --server="$address" --mode="${MODE:-resizeoff}" --arch="${ARCH:-resnet18}" \
+"$build/sophon-train" --server="$address" --mode="${MODE:-smartoff}" --arch="${ARCH:-resnet18}" \
   --crop-size=112 --batch-size=32 --epochs="${EPOCHS:-2}" --workers=1 --lr=0.05 \
+  --profile-folder="$build/demo-profile" \
   --report-json="$build/demo-report.json"
 echo "demo: per-epoch figures written to $build/demo-report.json"
