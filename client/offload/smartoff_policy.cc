@@ -8,10 +8,8 @@
 #include "absl/strings/str_join.h"
 #include "client/offload/net_probe.h"
 #include "client/offload/profile_pass.h"
-#include "client/loader/sampler.h"
 #include "sophon/planning/profile_csv.h"
 #include "sophon/planning/cost_model.h"
-#include "sophon/net/wire.h"
 #include "spdlog/spdlog.h"
 
 namespace sophon {

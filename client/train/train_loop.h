@@ -4,7 +4,6 @@
 #define SOPHON_CLIENT_TRAIN_TRAIN_LOOP_H_
 
 #include <array>
-#include <functional>
 #include <string>
 #include <vector>
 
