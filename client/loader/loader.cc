@@ -380,6 +380,7 @@ void Loader::WorkerLoop() {
     const uint64_t id = item.sample.id();
     const uint64_t bytes = item.sample.payload().size();
     OpTimes times;
+    PerStage<uint64_t> stage_bytes;
     absl::Status status = SampleStatus(item.sample);
     absl::StatusOr<Stage> stage = StageFromProto(item.sample.stage());
     const Stage received_stage = stage.ok() ? *stage : kFirstStage;
@@ -389,7 +390,8 @@ void Loader::WorkerLoop() {
       if (status.ok()) {
         status = FinishToTensor(*std::move(data), SampleKey{options_.seed, epoch_, id},
                                 options_.pipeline,
-                                item.batch->images.data() + item.slot * sample_floats_, &times);
+                                item.batch->images.data() + item.slot * sample_floats_, &times,
+                                &stage_bytes);
         if (!status.ok()) {
           const v1::Manifest& m = client_->manifest();
           const std::string path =
@@ -405,6 +407,7 @@ void Loader::WorkerLoop() {
     obs.received = received_stage;
     obs.payload_bytes = bytes;
     obs.local = times;
+    obs.local_bytes = stage_bytes;
     obs.server_cpu_seconds = item.sample.server_cpu_seconds();
     obs.server_wall_seconds = item.sample.server_wall_seconds();
     obs.server_read_seconds = item.sample.server_read_seconds();

@@ -20,6 +20,7 @@ struct SampleObservation {
   Stage received = kFirstStage;    // stage it arrived in
   uint64_t payload_bytes = 0;      // wire payload
   OpTimes local;                   // thread CPU seconds of the ops run here
+  PerStage<uint64_t> local_bytes;  // payload size of each stage it passed here (0: not here)
   double server_cpu_seconds = 0;   // as reported by the server
   double server_wall_seconds = 0;  // the server's prep worker wall time
   double server_read_seconds = 0;  // ... of which reading the file

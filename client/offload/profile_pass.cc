@@ -20,7 +20,7 @@ constexpr uint64_t kProfileEpoch = 0;
 // Every sample RAW, recording the op times the loader measured for each.
 class RecordingRawPolicy final : public OffloadPolicy {
  public:
-  explicit RecordingRawPolicy(uint64_t n) : times_(n), ok_(n, 0) {}
+  explicit RecordingRawPolicy(uint64_t n) : times_(n), bytes_(n), ok_(n, 0) {}
   std::string name() const override { return "profile"; }
   absl::Status BeginEpoch(uint64_t, absl::Span<const uint64_t>) override {
     return absl::OkStatus();
@@ -32,11 +32,16 @@ class RecordingRawPolicy final : public OffloadPolicy {
     absl::MutexLock lock(&mu_);
     if (obs.id >= times_.size()) return;
     times_[obs.id] = obs.local;
+    bytes_[obs.id] = obs.local_bytes;
     ok_[obs.id] = obs.ok;
   }
   std::vector<OpTimes> times() const {
     absl::MutexLock lock(&mu_);
     return times_;
+  }
+  std::vector<PerStage<uint64_t>> bytes() const {
+    absl::MutexLock lock(&mu_);
+    return bytes_;
   }
   std::vector<char> ok() const {
     absl::MutexLock lock(&mu_);
@@ -46,6 +51,7 @@ class RecordingRawPolicy final : public OffloadPolicy {
  private:
   mutable absl::Mutex mu_;
   std::vector<OpTimes> times_ ABSL_GUARDED_BY(mu_);
+  std::vector<PerStage<uint64_t>> bytes_ ABSL_GUARDED_BY(mu_);
   std::vector<char> ok_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -108,6 +114,7 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
   }
   (*loader)->Stop();
   const std::vector<OpTimes> times = all_raw.times();
+  const std::vector<PerStage<uint64_t>> local_bytes = all_raw.bytes();
   const std::vector<char> ok = all_raw.ok();
 
   DatasetProfile profile;
@@ -121,6 +128,12 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
     p.id = id;
     p.bytes[kFirstStage] = std::max<uint64_t>(1, manifest.raw_sizes(static_cast<int>(id)));
     SetSizedStageBytes(s, &p);
+    // A stage whose size the crop size does not fix (opaque, after the first)
+    // is as large as the pass saw it; a bad sample counts as its file size.
+    for (Stage stage : AllStages()) {
+      if (stage == kFirstStage || StagePayloadBytes(stage, s) >= 0) continue;
+      p.bytes[stage] = local_bytes[id][stage] > 0 ? local_bytes[id][stage] : p.bytes[kFirstStage];
+    }
     p.client = times[id];  // zero for a bad sample: nothing to offload
   }
 

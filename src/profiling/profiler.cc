@@ -33,11 +33,10 @@ absl::StatusOr<DatasetProfile> MeasureProfile(const SampleSource& source,
   profile.times_detail =
       absl::StrCat("measured on this machine over ", options.epochs, " epoch(s)");
   profile.samples.resize(n);
-  for (uint64_t id = 0; id < n; ++id) {
-    SampleProfile& sample = profile.samples[id];
-    sample.id = id;
-    SetSizedStageBytes(s, &sample);
-  }
+  for (uint64_t id = 0; id < n; ++id) profile.samples[id].id = id;
+  // Every stage's size as the ops produced it, summed over the epochs (a
+  // stage whose size depends on the crop differs between them).
+  std::vector<PerStage<uint64_t>> byte_sums(n);
   for (int epoch = 0; epoch < options.epochs; ++epoch) {
     for (uint64_t id = 0; id < n; ++id) {
       SampleProfile& sample = profile.samples[id];
@@ -50,19 +49,24 @@ absl::StatusOr<DatasetProfile> MeasureProfile(const SampleSource& source,
       if (epoch == 0) {
         absl::StatusOr<ImageInfo> info = ReadJpegInfo(bytes, options.pipeline.limits);
         if (!info.ok()) return fail(info.status());
-        sample.bytes[kFirstStage] = bytes.size();
         sample.source_pixels = static_cast<uint64_t>(info->width) * info->height;
       }
       StageData raw;
       raw.data = std::move(bytes);
+      PerStage<uint64_t> stage_bytes;
       absl::StatusOr<StageData> out = RunPipeline(
           std::move(raw), kLastStage, SampleKey{options.seed, static_cast<uint64_t>(epoch), id},
-          options.pipeline, &sample.client);
+          options.pipeline, &sample.client, &stage_bytes);
       if (!out.ok()) return fail(out.status());
+      for (int k = 0; k < kNumStages; ++k) byte_sums[id].values[k] += stage_bytes.values[k];
     }
   }
   for (SampleProfile& sample : profile.samples) {
     for (double& seconds : sample.client.values) seconds /= options.epochs;
+    for (int k = 0; k < kNumStages; ++k) {
+      const uint64_t epochs = static_cast<uint64_t>(options.epochs);
+      sample.bytes.values[k] = (byte_sums[sample.id].values[k] + epochs / 2) / epochs;
+    }
   }
   return profile;
 }

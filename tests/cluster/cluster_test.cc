@@ -143,10 +143,10 @@ TEST_F(ClusterTest, EveryModeDeliversEverySampleOnceAndIdenticalBatches) {
     EXPECT_EQ(ids.size(), 21u);
     EXPECT_EQ(std::set<uint64_t>(ids.begin(), ids.end()).size(), 21u) << ModeName(mode);
     EXPECT_EQ(stats.samples, 21u);
-    const int expected_stage = mode == PlannerKind::kNoOff ? 0 : mode == PlannerKind::kResizeOff ? 2 : 3;
+    const int expected_stage = StageIndex(FixedKindStage(mode));
     EXPECT_EQ(stats.samples_by_stage[expected_stage], 21u);
     if (mode == PlannerKind::kAllOff) {
-      EXPECT_EQ(stats.bytes_by_stage[3], 21u * 3 * 48 * 48 * 4);
+      EXPECT_EQ(stats.bytes_by_stage[expected_stage], 21u * 3 * 48 * 48 * 4);
     }
     results[mode] = *std::move(batches);
   }

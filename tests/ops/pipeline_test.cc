@@ -73,5 +73,22 @@ TEST_F(PipelineTest, RejectsGoingBackAndMalformedPayloads) {
   EXPECT_FALSE(FinishToTensor(Raw("not a jpeg"), {0, 0, 1}, options_, out.data()).ok());
 }
 
+TEST_F(PipelineTest, ReportsTheSizeOfEveryStageItPasses) {
+  PerStage<uint64_t> sizes;
+  ASSERT_TRUE(
+      RunPipeline(Raw(jpeg_), Stage::kTensor, {0, 0, 1}, options_, nullptr, &sizes).ok());
+  EXPECT_EQ(sizes[Stage::kRaw], jpeg_.size());
+  EXPECT_EQ(sizes[Stage::kCropped], 64u * 64 * 3);
+  EXPECT_EQ(sizes[Stage::kFlipped], 64u * 64 * 3);
+  EXPECT_EQ(sizes[Stage::kTensor], 64u * 64 * 3 * 4);
+
+  // FinishToTensor fuses flip and tensor, and still reports both.
+  PerStage<uint64_t> finished;
+  std::vector<float> out(3 * 64 * 64);
+  ASSERT_TRUE(
+      FinishToTensor(Raw(jpeg_), {0, 0, 1}, options_, out.data(), nullptr, &finished).ok());
+  EXPECT_EQ(finished, sizes);
+}
+
 }  // namespace
 }  // namespace sophon

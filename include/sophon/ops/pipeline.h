@@ -35,16 +35,20 @@ absl::Status CheckStageData(const StageData& data, int crop_size);
 // Takes `in` to `target` by running the table's ops in order. InvalidArgument
 // if target is before in.stage or the input is malformed (the message says
 // what, not which sample: callers add it). `times`, if given, receives the
-// thread CPU seconds of each op run.
+// thread CPU seconds of each op run; `stage_bytes`, if given, the payload
+// size of every stage the sample is in, `in`'s included (what profiles need
+// of stages whose size is not fixed by the crop size).
 absl::StatusOr<StageData> RunPipeline(StageData in, Stage target, const SampleKey& key,
-                                      const PipelineOptions& options, OpTimes* times = nullptr);
+                                      const PipelineOptions& options, OpTimes* times = nullptr,
+                                      PerStage<uint64_t>* stage_bytes = nullptr);
 
 // Finishes a sample at any stage into float32 CHW written to `dst`
 // (3 * S * S floats), without an intermediate TENSOR buffer. A sample before
 // FLIPPED is mirrored while it is converted, so its flip time stays 0 and the
 // (nearly free) flip is part of the tensor time.
 absl::Status FinishToTensor(StageData in, const SampleKey& key, const PipelineOptions& options,
-                            float* dst, OpTimes* times = nullptr);
+                            float* dst, OpTimes* times = nullptr,
+                            PerStage<uint64_t>* stage_bytes = nullptr);
 
 }  // namespace sophon
 

@@ -20,7 +20,7 @@ DatasetProfile UniformProfile() {
   for (uint64_t i = 0; i < kSamples; ++i) {
     SampleProfile s;
     s.id = i;
-    s.bytes[kFirstStage] = 100000;
+    for (Stage stage : AllStages()) s.bytes[stage] = 100000;  // opaque stages: the file's size
     SetSizedStageBytes(kCrop, &s);
     s.client[Stage::kCropped] = 0.004;
     s.client[Stage::kFlipped] = 1e-5;
