@@ -14,7 +14,6 @@
 #include "gtest/gtest.h"
 #include "client/loader/loader.h"
 #include "client/offload/fixed_policy.h"
-#include "client/train/emulated_trainer.h"
 #include "client/train/train_loop.h"
 #include "client/offload/net_probe.h"
 #include "client/offload/smartoff_policy.h"
@@ -23,6 +22,7 @@
 #include "client/loader/sampler.h"
 #include "sophon/net/wire.h"
 #include "server/storage_server.h"
+#include "tests/client/train/tiny_emulated_trainer.h"
 #include "tests/test_util.h"
 
 namespace sophon {
@@ -619,15 +619,7 @@ TEST_F(ClusterTest, RunTrainingReportsEveryEpochAndTellsThePolicyEveryStep) {
   dopts.classes = 2;
   dopts.per_class = 10;
   StartServer(testing::MakeTestDataset("cluster_train_loop", dopts));
-  absl::StatusOr<GpuProfile> profile = GpuProfile::Parse(
-      "gpu_type,model,batch_size,copy_seconds_per_batch,compute_seconds_per_batch,source\n"
-      "v100,tinycnn,5,0.001,0.001,test\n",
-      "test.csv");
-  ASSERT_TRUE(profile.ok()) << profile.status();
-  EmulatedTrainerOptions emulated;
-  emulated.arch = "tinycnn";
-  absl::StatusOr<std::unique_ptr<EmulatedTrainer>> trainer =
-      EmulatedTrainer::Create(*profile, emulated, 5);
+  absl::StatusOr<std::unique_ptr<EmulatedTrainer>> trainer = testing::TinyEmulatedTrainer(5);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   CountingPolicy policy;
   absl::StatusOr<std::unique_ptr<Loader>> loader =

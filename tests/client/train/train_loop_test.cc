@@ -3,12 +3,12 @@
 #include <fstream>
 #include <sstream>
 
-#include "client/train/emulated_trainer.h"
 #include "client/train/synthetic_run.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/client/train/tiny_emulated_trainer.h"
 #include "tests/test_util.h"
 
 namespace sophon {
@@ -159,15 +159,7 @@ TEST(EpochTallyTest, SumsStepsIntoRates) {
 }
 
 TEST(SyntheticRunTest, RunsEveryEpochOnAnEmulatedTrainerAndWritesItsReports) {
-  absl::StatusOr<GpuProfile> profile = GpuProfile::Parse(
-      "gpu_type,model,batch_size,copy_seconds_per_batch,compute_seconds_per_batch,source\n"
-      "v100,tinycnn,8,0.001,0.002,test\n",
-      "test.csv");
-  ASSERT_TRUE(profile.ok()) << profile.status();
-  EmulatedTrainerOptions emulated;
-  emulated.arch = "tinycnn";
-  absl::StatusOr<std::unique_ptr<EmulatedTrainer>> trainer =
-      EmulatedTrainer::Create(*profile, emulated, 8);
+  absl::StatusOr<std::unique_ptr<EmulatedTrainer>> trainer = testing::TinyEmulatedTrainer(8);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   SyntheticRunOptions synthetic;
   synthetic.batch_size = 8;
