@@ -168,7 +168,7 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
   }
   profile.server_speed_factor = server_s > 0 && local_s > 0 ? server_s / local_s : 1.0;
   double decode = 0;
-  for (const OpTimes& t : times) decode += t.values[1];
+  for (const OpTimes& t : times) decode += t[Stage::kCropped];  // the decode+crop op
   spdlog::info(
       "profiled {} samples in {:.1f}s: mean decode+crop {:.2f} ms here; the server needs {:.2f} "
       "CPU-s per CPU-s of this node (from {} samples)",
