@@ -1,40 +1,92 @@
 #include "server/grpc_service.h"
 
+#include <string>
+#include <vector>
+
+#include <grpcpp/impl/codegen/proto_utils.h>
+
+#include "absl/strings/str_cat.h"
+#include "server/fetch_reactor.h"
 #include "sophon/net/grpc_util.h"
 
 namespace sophon {
-
-grpc::Status GrpcSampleService::GetManifest(grpc::ServerContext*,
-                                            const v1::GetManifestRequest* request,
-                                            v1::Manifest* response) {
-  return ToGrpcStatus(impl_->GetManifest(*request, response));
-}
-
-grpc::Status GrpcSampleService::GetStats(grpc::ServerContext*, const v1::GetStatsRequest* request,
-                                         v1::ServerStats* response) {
-  return ToGrpcStatus(impl_->GetStats(*request, response));
-}
-
 namespace {
 
-class GrpcFetchStream final : public FetchStream {
- public:
-  explicit GrpcFetchStream(
-      grpc::ServerReaderWriter<v1::FetchResponse, v1::FetchRequest>* stream)
-      : stream_(stream) {}
-  bool Read(v1::FetchRequest* request) override { return stream_->Read(request); }
-  bool Write(const v1::FetchResponse& response) override { return stream_->Write(response); }
+// Parses a unary request of type T; INVALID_ARGUMENT naming the method and
+// the type if the bytes are not one.
+template <typename T>
+absl::Status ParseUnary(const grpc::ByteBuffer& buffer, const char* method, T* out) {
+  if (buffer.Length() > 64 * 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        method, ": a request of ", buffer.Length(), " bytes is too large for ",
+        out->GetTypeName(), " (which has no fields)"));
+  }
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (buffer.Dump(&slices).ok()) {
+    for (const grpc::Slice& s : slices) {
+      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+  }
+  if (!out->ParseFromString(bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(method, ": a request of ", bytes.size(),
+                                                   " bytes is not a valid ", out->GetTypeName()));
+  }
+  return absl::OkStatus();
+}
 
- private:
-  grpc::ServerReaderWriter<v1::FetchResponse, v1::FetchRequest>* const stream_;
-};
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
+                                      const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
 
 }  // namespace
 
-grpc::Status GrpcSampleService::Fetch(
-    grpc::ServerContext*, grpc::ServerReaderWriter<v1::FetchResponse, v1::FetchRequest>* stream) {
-  GrpcFetchStream adapter(stream);
-  return ToGrpcStatus(impl_->Fetch(&adapter));
+grpc::ServerUnaryReactor* GrpcSampleService::GetManifest(grpc::CallbackServerContext* context,
+                                                         const grpc::ByteBuffer* request,
+                                                         grpc::ByteBuffer* response) {
+  v1::GetManifestRequest parsed;
+  absl::Status status = ParseUnary(*request, "GetManifest", &parsed);
+  if (status.ok()) {
+    const std::string& manifest = impl_->EncodedManifest();
+    if (manifest.empty()) {
+      status = absl::InternalError("the manifest could not be encoded");
+    } else {
+      // The encoded manifest lives as long as the service, which outlives
+      // every call: gRPC sends it without a copy.
+      grpc::Slice slice(manifest.data(), manifest.size(), grpc::Slice::STATIC_SLICE);
+      *response = grpc::ByteBuffer(&slice, 1);
+    }
+  } else {
+    impl_->RecordRejection(Limit::kInvalidRequest, context->peer(), status);
+  }
+  return FinishUnary(context, status);
+}
+
+grpc::ServerUnaryReactor* GrpcSampleService::GetStats(grpc::CallbackServerContext* context,
+                                                      const grpc::ByteBuffer* request,
+                                                      grpc::ByteBuffer* response) {
+  v1::GetStatsRequest parsed;
+  absl::Status status = ParseUnary(*request, "GetStats", &parsed);
+  if (status.ok()) {
+    v1::ServerStats stats;
+    status = impl_->GetStats(parsed, &stats);
+    bool own = false;
+    if (status.ok() &&
+        !grpc::SerializationTraits<v1::ServerStats>::Serialize(stats, response, &own).ok()) {
+      status = absl::InternalError("the server stats could not be encoded");
+    }
+  } else {
+    impl_->RecordRejection(Limit::kInvalidRequest, context->peer(), status);
+  }
+  return FinishUnary(context, status);
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GrpcSampleService::Fetch(
+    grpc::CallbackServerContext* context) {
+  return new FetchReactor(impl_, context);
 }
 
 }  // namespace sophon

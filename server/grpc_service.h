@@ -1,5 +1,7 @@
-// gRPC adapter over SampleServiceImpl: a few lines per method that convert
-// between gRPC and absl::Status (sophon/net/grpc_util.h).
+// gRPC adapter over SampleServiceImpl, on the callback API: no thread per
+// call. Requests arrive as raw bytes and are parsed here, so that a message
+// that is not a valid request gets INVALID_ARGUMENT naming it (gRPC's own
+// parser would end a stream with OK or answer INTERNAL without a message).
 #ifndef SOPHON_SERVER_GRPC_SERVICE_H_
 #define SOPHON_SERVER_GRPC_SERVICE_H_
 
@@ -8,17 +10,22 @@
 
 namespace sophon {
 
-class GrpcSampleService final : public v1::SampleService::Service {
+class GrpcSampleService final
+    : public v1::SampleService::WithRawCallbackMethod_GetManifest<
+          v1::SampleService::WithRawCallbackMethod_Fetch<
+              v1::SampleService::WithRawCallbackMethod_GetStats<
+                  v1::SampleService::Service>>> {
  public:
   explicit GrpcSampleService(SampleServiceImpl* impl) : impl_(impl) {}
 
-  grpc::Status GetManifest(grpc::ServerContext* context, const v1::GetManifestRequest* request,
-                           v1::Manifest* response) override;
-  grpc::Status GetStats(grpc::ServerContext* context, const v1::GetStatsRequest* request,
-                        v1::ServerStats* response) override;
-  grpc::Status Fetch(grpc::ServerContext* context,
-                     grpc::ServerReaderWriter<v1::FetchResponse, v1::FetchRequest>* stream)
-      override;
+  grpc::ServerUnaryReactor* GetManifest(grpc::CallbackServerContext* context,
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Fetch(
+      grpc::CallbackServerContext* context) override;
 
  private:
   SampleServiceImpl* const impl_;

@@ -23,6 +23,25 @@ ABSL_FLAG(int, prep_workers, 4,
 ABSL_FLAG(int, max_inflight_per_stream, 128,
           "Samples a stream may have accepted but not yet sent; bounds server memory per "
           "client. Default 128.");
+ABSL_FLAG(int64_t, max_stream_inflight_bytes, int64_t{256} << 20,
+          "Bytes of prepared samples one stream may hold before the client takes them (each "
+          "sample's output size is reserved when it is admitted). Default 268435456 (256 MiB).");
+ABSL_FLAG(int64_t, inflight_budget_bytes, int64_t{1} << 30,
+          "Bytes of prepared samples all streams together may hold; a stream over it waits. "
+          "Bounds the server's sample memory. Default 1073741824 (1 GiB).");
+ABSL_FLAG(int, max_streams, 4096, "Open Fetch streams in all; more are refused. Default 4096.");
+ABSL_FLAG(int, max_streams_per_peer, 256,
+          "Open Fetch streams from one client address; more are refused. Default 256.");
+ABSL_FLAG(absl::Duration, idle_stream_timeout, absl::Minutes(5),
+          "A stream that sends no request and takes no response for this long is ended. "
+          "Default 5m.");
+ABSL_FLAG(int, max_ids_per_request, 4096,
+          "Samples one request message may name; a larger message ends its stream. "
+          "Default 4096.");
+ABSL_FLAG(int64_t, max_request_bytes, int64_t{1} << 20,
+          "Encoded size of one request message. Default 1048576 (1 MiB).");
+ABSL_FLAG(int, max_crop_size, 1024,
+          "Largest crop size (output side in pixels) a client may ask for. Default 1024.");
 ABSL_FLAG(double, cpu_limit, 0,
           "CPUs of time this server may use (prep workers, reads and sends together), as "
           "reported to smartoff clients; 0 = detect from the CPU affinity and a cgroup CPU "
@@ -45,6 +64,15 @@ const sophon::FlagNames kFlagNames = {
     {"ServiceOptions.prep_workers", "--prep-workers"},
     {"ServiceOptions.max_inflight_per_stream", "--max-inflight-per-stream"},
     {"ServiceOptions.cpu_limit", "--cpu-limit"},
+    {"ServiceOptions.max_stream_inflight_bytes", "--max-stream-inflight-bytes"},
+    {"ServiceOptions.inflight_budget_bytes", "--inflight-budget-bytes"},
+    {"ServiceOptions.max_streams", "--max-streams"},
+    {"ServiceOptions.max_streams_per_peer", "--max-streams-per-peer"},
+    {"ServiceOptions.idle_stream_timeout", "--idle-stream-timeout"},
+    {"ServiceOptions.max_ids_per_request", "--max-ids-per-request"},
+    {"ServiceOptions.max_request_bytes", "--max-request-bytes"},
+    {"ServiceOptions.max_crop_size", "--max-crop-size"},
+    {"StorageServerOptions.host", "--host"},
     {"ServiceOptions.limits.max_pixels", "--max-pixels"},
 };
 
@@ -77,6 +105,14 @@ int main(int argc, char** argv) {
   options.service.prep_workers = absl::GetFlag(FLAGS_prep_workers);
   options.service.max_inflight_per_stream = absl::GetFlag(FLAGS_max_inflight_per_stream);
   options.service.cpu_limit = absl::GetFlag(FLAGS_cpu_limit);
+  options.service.max_stream_inflight_bytes = absl::GetFlag(FLAGS_max_stream_inflight_bytes);
+  options.service.inflight_budget_bytes = absl::GetFlag(FLAGS_inflight_budget_bytes);
+  options.service.max_streams = absl::GetFlag(FLAGS_max_streams);
+  options.service.max_streams_per_peer = absl::GetFlag(FLAGS_max_streams_per_peer);
+  options.service.idle_stream_timeout = absl::GetFlag(FLAGS_idle_stream_timeout);
+  options.service.max_ids_per_request = absl::GetFlag(FLAGS_max_ids_per_request);
+  options.service.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  options.service.max_crop_size = absl::GetFlag(FLAGS_max_crop_size);
   options.service.limits.max_pixels = absl::GetFlag(FLAGS_max_pixels);
   options.stats_interval = absl::GetFlag(FLAGS_stats_interval);
 

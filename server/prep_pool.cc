@@ -36,6 +36,11 @@ void PrepPool::Submit(std::function<void()> job) {
   queue_.push_back(std::move(job));
 }
 
+void PrepPool::Post(std::function<void()> job) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(job));
+}
+
 int PrepPool::queue_depth() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(queue_.size());

@@ -25,6 +25,10 @@ class PrepPool {
 
   // Queues a job; blocks while the queue is full. Thread-safe.
   void Submit(std::function<void()> job);
+  // Queues a job without blocking, even past the capacity: for callers that
+  // bound their work themselves (the Fetch streams admit by bytes) and must
+  // not block (gRPC callbacks). Thread-safe.
+  void Post(std::function<void()> job);
 
   int workers() const { return static_cast<int>(threads_.size()); }
   // Jobs waiting (not yet started).

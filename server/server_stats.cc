@@ -1,6 +1,15 @@
 #include "server/server_stats.h"
 
+#include <algorithm>
+#include <string>
+
 namespace sophon {
+
+void ServerStats::RecordFailure(absl::StatusCode code) {
+  const int i = static_cast<int>(code);
+  failed_[i >= 0 && i < kNumCodes ? i : static_cast<int>(absl::StatusCode::kUnknown)].fetch_add(
+      1, std::memory_order_relaxed);
+}
 
 void ServerStats::ObserveStreamInflight(uint32_t n) {
   uint32_t peak = peak_stream_inflight_.load(std::memory_order_relaxed);
@@ -15,8 +24,25 @@ void ServerStats::Snapshot(v1::ServerStats* out) const {
     out->add_samples_by_stage(samples_[i].load(std::memory_order_relaxed));
     out->add_bytes_by_stage(bytes_[i].load(std::memory_order_relaxed));
   }
-  out->set_samples_failed(failed_.load(std::memory_order_relaxed));
-  out->set_requests_rejected(rejected_.load(std::memory_order_relaxed));
+  uint64_t failed = 0;
+  out->clear_failures_by_reason();
+  for (int i = 0; i < kNumCodes; ++i) {
+    const uint64_t n = failed_[i].load(std::memory_order_relaxed);
+    if (n == 0) continue;
+    failed += n;
+    (*out->mutable_failures_by_reason())[absl::StatusCodeToString(
+        static_cast<absl::StatusCode>(i))] = n;
+  }
+  out->set_samples_failed(failed);
+  uint64_t rejected = 0;
+  out->clear_rejections_by_limit();
+  for (int i = 0; i < kNumLimits; ++i) {
+    const uint64_t n = rejected_[i].load(std::memory_order_relaxed);
+    if (n == 0) continue;
+    rejected += n;
+    (*out->mutable_rejections_by_limit())[LimitName(static_cast<Limit>(i))] = n;
+  }
+  out->set_requests_rejected(rejected);
   out->set_active_streams(static_cast<uint32_t>(std::max(0, streams_.load())));
   out->set_inflight_samples(static_cast<uint32_t>(std::max<int64_t>(0, inflight_.load())));
   out->set_peak_stream_inflight(peak_stream_inflight_.load());

@@ -6,8 +6,10 @@
 #include <atomic>
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "server/fetch_request.h"
 #include "sophon/ops/stage.h"
 #include "sophon/v1/sophon.pb.h"
 
@@ -21,22 +23,29 @@ class ServerStats {
     samples_[static_cast<int>(stage)].fetch_add(1, std::memory_order_relaxed);
     bytes_[static_cast<int>(stage)].fetch_add(payload_bytes, std::memory_order_relaxed);
   }
-  void RecordFailure() { failed_.fetch_add(1, std::memory_order_relaxed); }
-  void RecordRejectedRequest() { rejected_.fetch_add(1, std::memory_order_relaxed); }
+  // A sample answered with an error instead of data.
+  void RecordFailure(absl::StatusCode code);
+  // A request or stream refused (the stream ends), by the limit it hit.
+  void RecordRejection(Limit limit) {
+    rejected_[static_cast<int>(limit)].fetch_add(1, std::memory_order_relaxed);
+  }
   void StreamOpened() { streams_.fetch_add(1); }
   void StreamClosed() { streams_.fetch_sub(1); }
   void AddInflight(int delta) { inflight_.fetch_add(delta); }
   void ObserveStreamInflight(uint32_t n);
 
-  // Fills the counters; the caller adds the pool's figures.
+  // Fills the counters; the caller adds the pool's, the budget's and the
+  // registry's figures.
   void Snapshot(v1::ServerStats* out) const;
 
  private:
+  static constexpr int kNumCodes = 17;  // absl::StatusCode values 0..16
+
   const absl::Time start_;
   std::array<std::atomic<uint64_t>, kNumStages> samples_{};
   std::array<std::atomic<uint64_t>, kNumStages> bytes_{};
-  std::atomic<uint64_t> failed_{0};
-  std::atomic<uint64_t> rejected_{0};
+  std::array<std::atomic<uint64_t>, kNumCodes> failed_{};
+  std::array<std::atomic<uint64_t>, kNumLimits> rejected_{};
   std::atomic<int32_t> streams_{0};
   std::atomic<int64_t> inflight_{0};
   std::atomic<uint32_t> peak_stream_inflight_{0};

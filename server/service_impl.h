@@ -1,47 +1,27 @@
-// The storage node's service logic. Methods take a request, fill a response
-// and return a Status; no gRPC types, so it is testable without a network.
-// grpc_service.h adapts it to gRPC.
+// The storage node's service state and logic shared by every call: the
+// manifest, the stats, the prep pool, the byte budget and the stream
+// registry, and the preparation of one sample. No gRPC types: grpc_service.h
+// and fetch_reactor.h adapt it to gRPC.
 #ifndef SOPHON_SERVER_SERVICE_IMPL_H_
 #define SOPHON_SERVER_SERVICE_IMPL_H_
 
-#include <functional>
 #include <memory>
+#include <string>
 
+#include "absl/base/call_once.h"
 #include "absl/status/status.h"
+#include "server/byte_budget.h"
+#include "server/fetch_request.h"
 #include "server/prep_pool.h"
 #include "server/server_stats.h"
+#include "server/service_options.h"
+#include "server/stream_registry.h"
+#include "sophon/base/rate_limiter.h"
 #include "sophon/data/sample_source.h"
-#include "sophon/image/jpeg_codec.h"
 #include "sophon/ops/pipeline.h"
 #include "sophon/v1/sophon.pb.h"
 
 namespace sophon {
-
-// One Fetch stream as the service sees it. Read blocks until a request
-// arrives or the peer half-closes (false). Write blocks under flow control
-// and returns false once the peer is gone.
-class FetchStream {
- public:
-  virtual ~FetchStream() = default;
-  virtual bool Read(v1::FetchRequest* request) = 0;
-  virtual bool Write(const v1::FetchResponse& response) = 0;
-};
-
-struct ServiceOptions {
-  int prep_workers = 4;              // threads that decode/transform; >= 1
-  int max_inflight_per_stream = 128; // samples accepted but not yet written, per stream
-  // CPUs of time this server may use, as reported to clients for planning;
-  // 0 = detected (CPU affinity capped by a cgroup quota).
-  double cpu_limit = 0;
-  int max_samples_per_message = 16;  // samples batched into one FetchResponse
-  int64_t max_message_bytes = 4 << 20;  // payload bytes per FetchResponse (>= 1 sample)
-  DecodeLimits limits;
-  // For tests: runs on the prep worker before each sample (may block, e.g.
-  // to hold samples back while the server is shut down). Empty in production.
-  std::function<void(uint64_t id)> before_prep;
-
-  absl::Status Validate() const;
-};
 
 class SampleServiceImpl {
  public:
@@ -49,27 +29,36 @@ class SampleServiceImpl {
   // service reads samples only through it.
   SampleServiceImpl(const SampleSource* source, const ServiceOptions& options);
 
+  // The manifest, encoded once (it never changes while serving): a thousand
+  // clients asking for it cost one copy. Thread-safe.
+  const std::string& EncodedManifest();
   absl::Status GetManifest(const v1::GetManifestRequest& request, v1::Manifest* response);
   absl::Status GetStats(const v1::GetStatsRequest& request, v1::ServerStats* response);
-  // Serves one stream until the peer half-closes and everything requested has
-  // been written. Bad requests end the stream: OUT_OF_RANGE for an id outside
-  // the manifest, INVALID_ARGUMENT for bad augmentation parameters. A sample
-  // that fails (corrupt file) is sent with its error; the stream goes on.
-  // Thread-safe: any number of streams at once share the prep pool.
-  absl::Status Fetch(FetchStream* stream);
 
-  const ServerStats& stats() const { return stats_; }
-  const PrepPool& pool() const { return pool_; }
+  // Runs in a prep worker: read sample `key.id`, process it to `target`, fill
+  // `out` (with its error if it fails; errors name the sample and its path).
+  void ProcessSample(Stage target, const SampleKey& key, const PipelineOptions& options,
+                     v1::Sample* out);
+  // Counts a refused request or stream and logs it (rate-limited).
+  void RecordRejection(Limit limit, const std::string& peer, const absl::Status& status);
+
+  const SampleSource& source() const { return *source_; }
+  const ServiceOptions& options() const { return options_; }
+  ServerStats& stats() { return stats_; }
+  PrepPool& pool() { return pool_; }
+  ByteBudget& budget() { return budget_; }
+  StreamRegistry& registry() { return registry_; }
 
  private:
-  // Runs in a prep worker: read, process to `target`, fill `out`.
-  void ProcessSample(uint64_t id, Stage target, const SampleKey& key,
-                     const PipelineOptions& options, v1::Sample* out);
-
   const SampleSource* const source_;
   const ServiceOptions options_;
   ServerStats stats_;
-  PrepPool pool_;  // last: joined first on destruction
+  ByteBudget budget_;
+  RateLimiter rejection_log_{10, absl::Seconds(10)};
+  absl::once_flag manifest_once_;
+  std::string manifest_;
+  StreamRegistry registry_;  // its reaper calls streams: joined before they go
+  PrepPool pool_;            // last: joined first on destruction
 };
 
 }  // namespace sophon

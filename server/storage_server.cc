@@ -2,6 +2,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/grpc_service.h"
@@ -44,11 +47,19 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
   builder.AddListeningPort(address, *credentials, &server->port_);
   builder.RegisterService(server->grpc_service_.get());
   builder.SetMaxSendMessageSize(-1);
-  builder.SetMaxReceiveMessageSize(64 << 20);
+  // Twice the request limit: the service refuses what lies between with a
+  // message that names its limit; gRPC refuses the rest before parsing it.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(
+      std::min<int64_t>(INT32_MAX, 2 * options.service.max_request_bytes + 4096)));
+  // Refuse a port another process listens on (gRPC sets SO_REUSEPORT by
+  // default: two servers would split the connections between them).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", address, " (address in use or not local?)"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", address,
+        ": the port is in use by another process or the address is not one of this machine's "
+        "(StorageServerOptions.host, StorageServerOptions.port)"));
   }
   spdlog::info("serving {} samples in {} classes from {} on {}:{} with {} prep workers",
                server->source_->size(), server->source_->class_names().size(),
@@ -96,10 +107,12 @@ void StorageServer::StatsLoop() {
     if (samples > 0 || cur.active_streams() > 0) {
       spdlog::info(absl::StrFormat(
           "served %.0f samples/s (%s), %.1f MB/s, prep busy %.0f%% of %d workers, queue %d, "
-          "in flight %d, streams %d, failed %d",
+          "in flight %d (%.0f MB of %.0f MB), streams %d, failed %d, refused %d",
           samples / secs, by_stage, bytes / secs / 1e6, 100.0 * busy / (secs * cur.prep_workers()),
-          cur.prep_workers(), cur.queue_depth(), cur.inflight_samples(), cur.active_streams(),
-          cur.samples_failed() - prev.samples_failed()));
+          cur.prep_workers(), cur.queue_depth(), cur.inflight_samples(),
+          cur.inflight_bytes() / 1e6, cur.inflight_budget_bytes() / 1e6, cur.active_streams(),
+          cur.samples_failed() - prev.samples_failed(),
+          cur.requests_rejected() - prev.requests_rejected()));
     }
     prev = cur;
   }

@@ -1,0 +1,344 @@
+#include "server/fetch_reactor.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "sophon/net/grpc_util.h"
+#include "sophon/net/wire.h"
+#include "spdlog/spdlog.h"
+
+namespace sophon {
+namespace {
+
+std::atomic<uint64_t> next_stream_id{1};
+
+std::string FlattenBuffer(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  std::string out;
+  if (!buffer.Dump(&slices).ok()) return out;
+  out.reserve(buffer.Length());
+  for (const grpc::Slice& s : slices) {
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return out;
+}
+
+}  // namespace
+
+FetchReactor::FetchReactor(SampleServiceImpl* service, grpc::CallbackServerContext* context)
+    : service_(service),
+      context_(context),
+      peer_(context->peer()),
+      stream_id_(next_stream_id.fetch_add(1)),
+      opened_(absl::Now()) {
+  {
+    absl::MutexLock lock(&mu_);
+    last_activity_ = opened_;
+  }
+  Limit limit = Limit::kMaxStreams;
+  const absl::Status admitted = service_->registry().Register(PeerAddress(peer_), this, &limit);
+  if (!admitted.ok()) {
+    service_->RecordRejection(limit, peer_, admitted);
+    {
+      absl::MutexLock lock(&mu_);
+      error_ = admitted;
+      error_limit_ = limit;
+      finished_ = true;
+    }
+    Finish(ToGrpcStatus(admitted));
+    return;
+  }
+  registered_ = true;
+  service_->stats().StreamOpened();
+  spdlog::debug("stream {} from {} opened", stream_id_, peer_);
+  Pump();  // starts the first read
+}
+
+FetchReactor::~FetchReactor() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // No other thread refers to us any more. Samples that were ready but never
+  // written give their reservation back now.
+  if (stream_bytes_ > 0) service_->budget().Release(stream_bytes_);
+  service_->stats().AddInflight(-inflight_samples_);
+}
+
+void FetchReactor::Unref() {
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+}
+
+void FetchReactor::FailLocked(absl::Status status) {
+  if (error_.ok()) error_ = std::move(status);
+  pending_.clear();
+}
+
+absl::Status FetchReactor::HandleRequestLocked(Limit* limit) {
+  ++requests_;
+  const std::string bytes = FlattenBuffer(read_buf_);
+  read_buf_.Clear();
+  v1::FetchRequest request;
+  absl::Status parsed = ParseFetchRequest(bytes, service_->options(), &request, limit);
+  absl::StatusOr<CheckedRequest> checked =
+      parsed.ok() ? CheckFetchRequest(request, service_->source(), service_->options(), limit)
+                  : absl::StatusOr<CheckedRequest>(parsed);
+  if (!checked.ok()) {
+    const absl::Status status(checked.status().code(),
+                              absl::StrCat("request ", requests_, " on this stream: ",
+                                           checked.status().message()));
+    error_limit_ = *limit;
+    FailLocked(status);
+    return status;
+  }
+  message_.pipeline = std::move(checked->pipeline);
+  message_.seed = checked->seed;
+  message_.epoch = checked->epoch;
+  for (CheckedSample& s : checked->samples) pending_.push_back(std::move(s));
+  return absl::OkStatus();
+}
+
+void FetchReactor::Pump() {
+  const ServiceOptions& options = service_->options();
+  std::vector<CheckedSample> jobs;
+  Message job_message;
+  v1::FetchResponse response;
+  bool start_write = false, start_read = false, finish = false, waiting_new = false;
+  absl::Status finish_status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    // Admit pending samples while the stream and the server have room.
+    while (error_.ok() && !pending_.empty()) {
+      CheckedSample& s = pending_.front();
+      if (!s.error.ok()) {  // answered with its error, costs nothing
+        Ready r;
+        r.sample.set_id(s.id);
+        if (s.id < service_->source().size()) {
+          r.sample.set_label(service_->source().entry(s.id).label);
+        }
+        r.sample.set_stage(static_cast<v1::Stage>(s.stage));
+        SetSampleStatus(s.error, &r.sample);
+        service_->stats().RecordFailure(s.error.code());
+        ready_.push_back(std::move(r));
+        ++inflight_samples_;
+        service_->stats().AddInflight(1);
+        pending_.pop_front();
+        continue;
+      }
+      if (inflight_samples_ >= options.max_inflight_per_stream) break;
+      if (stream_bytes_ > 0 && stream_bytes_ + s.bytes > options.max_stream_inflight_bytes) break;
+      bool registered = false;
+      if (!service_->budget().TryAcquireOrWait(s.bytes, this, &registered)) {
+        if (registered) {
+          ++budget_waits_;
+          waiting_new = true;
+        }
+        break;
+      }
+      stream_bytes_ += s.bytes;
+      ++inflight_samples_;
+      ++jobs_running_;
+      service_->stats().AddInflight(1);
+      service_->stats().ObserveStreamInflight(static_cast<uint32_t>(inflight_samples_));
+      jobs.push_back(std::move(s));
+      pending_.pop_front();
+    }
+    if (!jobs.empty()) job_message = message_;
+    // Write what is ready, one message at a time.
+    if (error_.ok() && !writing_ && !ready_.empty()) {
+      int64_t payload = 0;
+      while (!ready_.empty() && write_samples_ < options.max_samples_per_message &&
+             (write_samples_ == 0 ||
+              payload + static_cast<int64_t>(ready_.front().sample.payload().size()) <=
+                  options.max_message_bytes)) {
+        Ready& r = ready_.front();
+        payload += static_cast<int64_t>(r.sample.payload().size());
+        write_bytes_ += r.bytes;
+        ++write_samples_;
+        *response.add_samples() = std::move(r.sample);
+        ready_.pop_front();
+      }
+      writing_ = true;
+      start_write = true;
+    }
+    // Read the next request once this one is admitted and there is room.
+    if (error_.ok() && !reading_ && !reads_done_ && pending_.empty() &&
+        inflight_samples_ < options.max_inflight_per_stream &&
+        stream_bytes_ < options.max_stream_inflight_bytes) {
+      reading_ = true;
+      start_read = true;
+    }
+    // Finish: on an error once no write is outstanding (a client that does
+    // not read must not hold the stream open); otherwise once the client has
+    // half-closed and everything it asked for is written.
+    if (!writing_ && (!error_.ok() || (reads_done_ && pending_.empty() && jobs_running_ == 0 &&
+                                       ready_.empty()))) {
+      finished_ = true;
+      finish = true;
+      finish_status = error_;
+    }
+  }
+  if (waiting_new) Ref();  // held by the budget until OnBytesReleased or OnDone
+  for (CheckedSample& s : jobs) {
+    Ref();  // held by the job
+    service_->pool().Post([this, s = std::move(s), m = job_message] {
+      v1::Sample sample;
+      service_->ProcessSample(s.stage, SampleKey{m.seed, m.epoch, s.id}, *m.pipeline, &sample);
+      OnSampleDone(std::move(sample), s.bytes);
+      Unref();
+    });
+  }
+  if (start_write) {
+    bool own = false;
+    if (!grpc::SerializationTraits<v1::FetchResponse>::Serialize(response, &write_buf_, &own)
+             .ok()) {
+      // Cannot happen for a well-formed message; end the stream rather than
+      // send something the client cannot read.
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      FailLocked(absl::InternalError("cannot encode a response message"));
+      start_write = false;
+      if (!finished_) {
+        finished_ = finish = true;
+        finish_status = error_;
+      }
+    }
+  }
+  if (start_write) StartWrite(&write_buf_);
+  if (start_read) StartRead(&read_buf_);
+  if (finish) Finish(ToGrpcStatus(finish_status));
+}
+
+void FetchReactor::OnSampleDone(v1::Sample sample, int64_t bytes) {
+  {
+    absl::MutexLock lock(&mu_);
+    --jobs_running_;
+    if (finished_ || !error_.ok()) {  // nobody will write it: drop it now
+      stream_bytes_ -= bytes;
+      --inflight_samples_;
+      service_->stats().AddInflight(-1);
+    } else {
+      // A RAW sample can be larger than its manifest size (the file grew);
+      // hold what it really takes.
+      const int64_t actual = static_cast<int64_t>(sample.payload().size());
+      if (actual > bytes) {
+        service_->budget().ForceAcquire(actual - bytes);
+        stream_bytes_ += actual - bytes;
+        bytes = actual;
+      }
+      ready_.push_back(Ready{std::move(sample), bytes});
+      bytes = 0;
+    }
+  }
+  if (bytes > 0) service_->budget().Release(bytes);
+  Pump();
+}
+
+void FetchReactor::OnReadDone(bool ok) {
+  absl::Status rejected;
+  Limit limit = Limit::kInvalidRequest;
+  {
+    absl::MutexLock lock(&mu_);
+    reading_ = false;
+    last_activity_ = absl::Now();
+    if (!ok) {
+      reads_done_ = true;  // half-close, or the call ended
+    } else if (error_.ok() && !finished_) {
+      rejected = HandleRequestLocked(&limit);
+    }
+  }
+  if (!rejected.ok()) service_->RecordRejection(limit, peer_, rejected);
+  Pump();
+}
+
+void FetchReactor::OnWriteDone(bool ok) {
+  int64_t released = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    last_activity_ = absl::Now();
+    released = write_bytes_;
+    stream_bytes_ -= write_bytes_;
+    inflight_samples_ -= write_samples_;
+    service_->stats().AddInflight(-write_samples_);
+    if (ok) {
+      samples_sent_ += static_cast<uint64_t>(write_samples_);
+      bytes_sent_ += static_cast<uint64_t>(write_buf_.Length());
+    } else {
+      FailLocked(absl::CancelledError("the client went away (a write failed)"));
+    }
+    write_bytes_ = 0;
+    write_samples_ = 0;
+  }
+  write_buf_.Clear();
+  if (released > 0) service_->budget().Release(released);
+  Pump();
+}
+
+void FetchReactor::OnCancel() {
+  {
+    absl::MutexLock lock(&mu_);
+    FailLocked(absl::CancelledError("the client cancelled the stream or went away"));
+  }
+  Pump();
+}
+
+void FetchReactor::OnBytesReleased() {
+  {
+    absl::MutexLock lock(&mu_);
+    --budget_waits_;
+  }
+  Pump();
+  Unref();
+}
+
+void FetchReactor::CheckIdle(absl::Time now) {
+  const absl::Duration timeout = service_->options().idle_stream_timeout;
+  bool cancel = false;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || !error_.ok() || jobs_running_ > 0 || budget_waits_ > 0) return;
+    if (now - last_activity_ < timeout) return;
+    status = absl::ResourceExhaustedError(absl::StrCat(
+        "the stream was idle for ", absl::FormatDuration(now - last_activity_),
+        " (no request and no response taken), over the server's idle_stream_timeout limit (",
+        absl::FormatDuration(timeout), ")"));
+    error_limit_ = Limit::kIdleStreamTimeout;
+    FailLocked(status);
+    cancel = writing_;  // a write the client does not take: only a cancel ends it
+  }
+  service_->RecordRejection(Limit::kIdleStreamTimeout, peer_, status);
+  if (cancel) context_->TryCancel();
+  Pump();
+}
+
+void FetchReactor::OnDone() {
+  if (registered_) {
+    service_->registry().Unregister(PeerAddress(peer_), this);
+    service_->stats().StreamClosed();
+  }
+  if (service_->budget().RemoveWaiter(this)) {
+    {
+      absl::MutexLock lock(&mu_);
+      --budget_waits_;
+    }
+    Unref();  // the budget's reference; gRPC's below keeps us alive
+  }
+  if (registered_) {
+    std::string line;
+    {
+      absl::MutexLock lock(&mu_);
+      const std::string ended =
+          error_.ok() ? std::string("the client finished and every sample was sent")
+                      : absl::StrCat(absl::StatusCodeToString(error_.code()), ": ",
+                                     error_.message());
+      line = absl::StrFormat(
+          "stream %d from %s closed after %.1f s: %d requests, %d samples, %.1f MB sent; %s",
+          stream_id_, peer_, absl::ToDoubleSeconds(absl::Now() - opened_), requests_,
+          samples_sent_, bytes_sent_ / 1e6, ended);
+    }
+    spdlog::info(line);
+  }
+  Unref();
+}
+
+}  // namespace sophon

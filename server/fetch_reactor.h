@@ -1,0 +1,106 @@
+// One Fetch stream, served by gRPC's callback API: no thread of its own.
+// Requests are read only while the stream has room (samples and bytes in
+// flight), samples are admitted against the server's byte budget before any
+// work starts, prepared on the prep pool and written in batches as they
+// finish. An idle stream holds no thread and no sample memory.
+#ifndef SOPHON_SERVER_FETCH_REACTOR_H_
+#define SOPHON_SERVER_FETCH_REACTOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/byte_budget.h"
+#include "server/fetch_request.h"
+#include "server/service_impl.h"
+#include "server/stream_registry.h"
+
+namespace sophon {
+
+class FetchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+                           public StreamRegistry::Member,
+                           public ByteBudget::Waiter {
+ public:
+  // Starts serving the stream (or refuses it when the server or the peer
+  // has too many open). Deletes itself once gRPC is done with it and no
+  // prep job refers to it.
+  FetchReactor(SampleServiceImpl* service, grpc::CallbackServerContext* context);
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+  void Ref() override { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void Unref() override;
+  void CheckIdle(absl::Time now) override;
+  void OnBytesReleased() override;
+
+ private:
+  struct Ready {  // a finished sample waiting to be written
+    v1::Sample sample;
+    int64_t bytes = 0;  // reserved from the budget until written
+  };
+  struct Message {  // what the samples of one request message share
+    std::shared_ptr<const PipelineOptions> pipeline;
+    uint64_t seed = 0;
+    uint64_t epoch = 0;
+  };
+
+  ~FetchReactor() override;
+
+  // Decides under the lock what can happen next (admit samples, write, read,
+  // finish) and does it outside the lock. Called after every event.
+  void Pump();
+  // Ends the stream with `status` as soon as no write is outstanding.
+  void FailLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Parses and checks the request in read_buf_ and queues its samples; a
+  // refused request ends the stream, and its status is returned for logging.
+  absl::Status HandleRequestLocked(Limit* limit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnSampleDone(v1::Sample sample, int64_t bytes);
+
+  SampleServiceImpl* const service_;
+  grpc::CallbackServerContext* const context_;
+  const std::string peer_;
+  const uint64_t stream_id_;
+  const absl::Time opened_;
+  std::atomic<int> refs_{1};  // gRPC's, released in OnDone
+  bool registered_ = false;   // set once in the constructor
+
+  grpc::ByteBuffer read_buf_;   // owned by gRPC while reading_
+  grpc::ByteBuffer write_buf_;  // owned by gRPC while writing_
+
+  absl::Mutex mu_;
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;  // the client half-closed
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;    // Finish called (or decided)
+  absl::Status error_ ABSL_GUARDED_BY(mu_);       // ends the stream when set
+  Limit error_limit_ ABSL_GUARDED_BY(mu_) = Limit::kInvalidRequest;
+  Message message_ ABSL_GUARDED_BY(mu_);
+  std::deque<CheckedSample> pending_ ABSL_GUARDED_BY(mu_);  // read, not yet admitted
+  std::deque<Ready> ready_ ABSL_GUARDED_BY(mu_);
+  int jobs_running_ ABSL_GUARDED_BY(mu_) = 0;
+  int inflight_samples_ ABSL_GUARDED_BY(mu_) = 0;  // admitted, not yet written
+  int64_t stream_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // reserved by this stream
+  int write_samples_ ABSL_GUARDED_BY(mu_) = 0;     // in the outstanding write
+  int64_t write_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int budget_waits_ ABSL_GUARDED_BY(mu_) = 0;      // registrations with the budget
+  absl::Time last_activity_ ABSL_GUARDED_BY(mu_);
+  uint64_t requests_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t samples_sent_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t bytes_sent_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace sophon
+
+#endif  // SOPHON_SERVER_FETCH_REACTOR_H_

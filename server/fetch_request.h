@@ -1,0 +1,64 @@
+// Checking one FetchRequest message against the dataset and the server's
+// limits before anything is allocated for it: what each sample asks for and
+// how many output bytes it will hold while in flight. No gRPC types, so the
+// fuzz target and unit tests drive it directly.
+#ifndef SOPHON_SERVER_FETCH_REQUEST_H_
+#define SOPHON_SERVER_FETCH_REQUEST_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/limit.h"
+#include "server/service_options.h"
+#include "sophon/data/sample_source.h"
+#include "sophon/ops/pipeline.h"
+#include "sophon/ops/stage.h"
+#include "sophon/v1/sophon.pb.h"
+
+namespace sophon {
+
+
+struct CheckedSample {
+  uint64_t id = 0;
+  Stage stage = Stage::kRaw;
+  int64_t bytes = 0;   // output bytes reserved while in flight
+  absl::Status error;  // if not OK, the sample is answered with this error, not prepared
+};
+
+struct CheckedRequest {
+  std::shared_ptr<const PipelineOptions> pipeline;  // shared by the message's samples
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  std::vector<CheckedSample> samples;
+};
+
+// A request refused as a whole: the stream ends with `status`.
+struct RequestRejection {
+  absl::Status status;
+  Limit limit = Limit::kInvalidRequest;
+};
+
+// Parses one encoded FetchRequest. INVALID_ARGUMENT if the bytes are not a
+// FetchRequest; RESOURCE_EXHAUSTED over max_request_bytes.
+absl::Status ParseFetchRequest(const std::string& bytes, const ServiceOptions& options,
+                               v1::FetchRequest* request, Limit* limit);
+
+// Checks a whole message: augmentation parameters, crop size, number of ids.
+// Problems of one sample (an id outside the manifest, an unknown stage, a
+// sample larger than a stream may hold) do not refuse the message: the
+// sample carries its error and the others are served.
+absl::StatusOr<CheckedRequest> CheckFetchRequest(const v1::FetchRequest& request,
+                                                 const SampleSource& source,
+                                                 const ServiceOptions& options, Limit* limit);
+
+// Output bytes of sample `entry` at `stage` for crop size `crop_size`: the
+// file size for RAW, the payload size otherwise.
+int64_t SampleOutputBytes(Stage stage, int crop_size, const ManifestEntry& entry);
+
+}  // namespace sophon
+
+#endif  // SOPHON_SERVER_FETCH_REQUEST_H_

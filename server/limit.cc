@@ -1,0 +1,19 @@
+#include "server/limit.h"
+
+namespace sophon {
+
+const char* LimitName(Limit limit) {
+  switch (limit) {
+    case Limit::kInvalidRequest: return "invalid_request";
+    case Limit::kMaxRequestBytes: return "max_request_bytes";
+    case Limit::kMaxIdsPerRequest: return "max_ids_per_request";
+    case Limit::kMaxCropSize: return "max_crop_size";
+    case Limit::kMaxStreamInflightBytes: return "max_stream_inflight_bytes";
+    case Limit::kMaxStreams: return "max_streams";
+    case Limit::kMaxStreamsPerPeer: return "max_streams_per_peer";
+    case Limit::kIdleStreamTimeout: return "idle_stream_timeout";
+  }
+  return "unknown";
+}
+
+}  // namespace sophon

@@ -1,0 +1,25 @@
+// The limits a request or a stream can hit, by name.
+#ifndef SOPHON_SERVER_LIMIT_H_
+#define SOPHON_SERVER_LIMIT_H_
+
+namespace sophon {
+
+// Names of the limits a request or a stream can hit; each is the name of its
+// ServiceOptions field (and the flag without dashes), reported to clients,
+// logs and metrics.
+enum class Limit : int {
+  kInvalidRequest = 0,     // not a limit: a malformed request
+  kMaxRequestBytes,
+  kMaxIdsPerRequest,
+  kMaxCropSize,
+  kMaxStreamInflightBytes,
+  kMaxStreams,
+  kMaxStreamsPerPeer,
+  kIdleStreamTimeout,
+};
+inline constexpr int kNumLimits = 8;
+const char* LimitName(Limit limit);
+
+}  // namespace sophon
+
+#endif  // SOPHON_SERVER_LIMIT_H_

@@ -1,0 +1,65 @@
+#include "server/service_options.h"
+
+#include "absl/strings/string_view.h"
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+
+namespace sophon {
+namespace {
+
+absl::Status AtLeast(absl::string_view field, int64_t value, int64_t min) {
+  if (value >= min) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("ServiceOptions.", field, " must be at least ", min, ", got ", value));
+}
+
+}  // namespace
+
+absl::Status ServiceOptions::Validate() const {
+  if (prep_workers < 1 || prep_workers > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ServiceOptions.prep_workers must be in [1, 1024], got ", prep_workers));
+  }
+  if (!(cpu_limit >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ServiceOptions.cpu_limit must be >= 0 (0 = detect), got ", cpu_limit));
+  }
+  for (const auto& [field, value, min] : {
+           std::tuple<absl::string_view, int64_t, int64_t>{"max_inflight_per_stream",
+                                                          max_inflight_per_stream, 1},
+           {"max_stream_inflight_bytes", max_stream_inflight_bytes, 1 << 10},
+           {"inflight_budget_bytes", inflight_budget_bytes, 1 << 10},
+           {"max_streams", max_streams, 1},
+           {"max_streams_per_peer", max_streams_per_peer, 1},
+           {"max_ids_per_request", max_ids_per_request, 1},
+           {"max_request_bytes", max_request_bytes, 64},
+           {"max_crop_size", max_crop_size, 1},
+           {"max_samples_per_message", max_samples_per_message, 1},
+           {"max_message_bytes", max_message_bytes, 1},
+           {"limits.max_pixels", limits.max_pixels, 1},
+       }) {
+    if (absl::Status s = AtLeast(field, value, min); !s.ok()) return s;
+  }
+  if (max_stream_inflight_bytes > inflight_budget_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServiceOptions.max_stream_inflight_bytes (", max_stream_inflight_bytes,
+        ") must not exceed ServiceOptions.inflight_budget_bytes (", inflight_budget_bytes, ")"));
+  }
+  if (max_request_bytes > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServiceOptions.max_request_bytes must be at most 1 GiB, got ", max_request_bytes));
+  }
+  if (max_crop_size > 16384) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServiceOptions.max_crop_size must be at most 16384, got ", max_crop_size));
+  }
+  if (idle_stream_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServiceOptions.idle_stream_timeout must be positive, got ",
+        absl::FormatDuration(idle_stream_timeout)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sophon

@@ -1,0 +1,61 @@
+// What a storage node's service may spend on its clients: prep threads, and
+// the limits that keep one client (or a thousand) from exhausting the node.
+// Every limit is in bytes, counts or time an operator can reason about, and
+// is enforced before the memory it guards is allocated.
+#ifndef SOPHON_SERVER_SERVICE_OPTIONS_H_
+#define SOPHON_SERVER_SERVICE_OPTIONS_H_
+
+#include <cstdint>
+#include <functional>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "sophon/image/jpeg_codec.h"
+
+namespace sophon {
+
+struct ServiceOptions {
+  int prep_workers = 4;  // threads that decode/transform; >= 1
+  // CPUs of time this server may use, as reported to clients for planning;
+  // 0 = detected (CPU affinity capped by a cgroup quota).
+  double cpu_limit = 0;
+
+  // --- Per stream.
+  int max_inflight_per_stream = 128;  // samples accepted but not yet written
+  // Bytes of samples one stream may have accepted but not yet written (its
+  // output size is reserved when a sample is admitted). A single sample larger
+  // than this is refused with RESOURCE_EXHAUSTED.
+  int64_t max_stream_inflight_bytes = int64_t{256} << 20;
+  // A stream that neither sends a request nor takes a response for this long,
+  // with no sample of its own being prepared, is ended (RESOURCE_EXHAUSTED).
+  absl::Duration idle_stream_timeout = absl::Minutes(5);
+
+  // --- All streams together.
+  // Bytes of samples admitted and not yet written, across all streams; a
+  // stream over it waits (stops reading requests) until bytes are released.
+  int64_t inflight_budget_bytes = int64_t{1} << 30;
+  int max_streams = 4096;           // open Fetch streams; more are refused
+  int max_streams_per_peer = 256;   // open Fetch streams from one client address
+
+  // --- Per request message.
+  int max_ids_per_request = 4096;                 // samples named in one FetchRequest
+  int64_t max_request_bytes = int64_t{1} << 20;   // encoded size of one request message
+  int max_crop_size = 1024;                       // AugmentConfig.crop_size accepted
+
+  // --- Responses.
+  int max_samples_per_message = 16;     // samples batched into one FetchResponse
+  int64_t max_message_bytes = 4 << 20;  // payload bytes per FetchResponse (>= 1 sample)
+
+  DecodeLimits limits;
+  // For tests: runs on the prep worker before each sample (may block, e.g.
+  // to hold samples back while the server is shut down). Empty in production.
+  std::function<void(uint64_t id)> before_prep;
+
+  // InvalidArgument naming the first field out of range
+  // ("ServiceOptions.max_streams must be ...").
+  absl::Status Validate() const;
+};
+
+}  // namespace sophon
+
+#endif  // SOPHON_SERVER_SERVICE_OPTIONS_H_

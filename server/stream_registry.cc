@@ -1,0 +1,89 @@
+#include "server/stream_registry.h"
+
+#include <pthread.h>
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace sophon {
+
+StreamRegistry::StreamRegistry(int max_streams, int max_per_peer, absl::Duration check_period)
+    : max_streams_(max_streams), max_per_peer_(max_per_peer) {
+  reaper_ = std::thread([this, check_period] { ReaperLoop(check_period); });
+  pthread_setname_np(reaper_.native_handle(), "sophon-reaper");
+}
+
+StreamRegistry::~StreamRegistry() {
+  stop_.Notify();
+  reaper_.join();
+}
+
+absl::Status StreamRegistry::Register(const std::string& peer, Member* member, Limit* limit) {
+  absl::MutexLock lock(&mu_);
+  if (static_cast<int>(members_.size()) >= max_streams_) {
+    if (limit != nullptr) *limit = Limit::kMaxStreams;
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the server has ", members_.size(),
+                     " open streams, its limit (ServiceOptions.max_streams = ", max_streams_,
+                     "); try again later"));
+  }
+  int& n = per_peer_[peer];
+  if (n >= max_per_peer_) {
+    if (limit != nullptr) *limit = Limit::kMaxStreamsPerPeer;
+    return absl::ResourceExhaustedError(
+        absl::StrCat("client ", peer, " has ", n,
+                     " open streams, the limit per client (ServiceOptions.max_streams_per_peer = ",
+                     max_per_peer_, ")"));
+  }
+  ++n;
+  members_.insert(member);
+  ++opened_;
+  return absl::OkStatus();
+}
+
+void StreamRegistry::Unregister(const std::string& peer, Member* member) {
+  absl::MutexLock lock(&mu_);
+  if (members_.erase(member) == 0) return;
+  auto it = per_peer_.find(peer);
+  if (it != per_peer_.end() && --it->second <= 0) per_peer_.erase(it);
+}
+
+int StreamRegistry::open_streams() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(members_.size());
+}
+
+uint64_t StreamRegistry::streams_opened() const {
+  absl::MutexLock lock(&mu_);
+  return opened_;
+}
+
+void StreamRegistry::ReaperLoop(absl::Duration period) {
+  while (!stop_.WaitForNotificationWithTimeout(period)) {
+    std::vector<Member*> members;
+    {
+      absl::MutexLock lock(&mu_);
+      members.reserve(members_.size());
+      for (Member* m : members_) {
+        m->Ref();  // keeps it alive after it unregisters
+        members.push_back(m);
+      }
+    }
+    const absl::Time now = absl::Now();
+    for (Member* m : members) {
+      m->CheckIdle(now);
+      m->Unref();
+    }
+  }
+}
+
+std::string PeerAddress(const std::string& peer) {
+  const size_t colon = peer.rfind(':');
+  const size_t first = peer.find(':');
+  if (colon == std::string::npos || colon == first) return peer;  // no port
+  if (peer.compare(0, 5, "ipv6:") == 0 && peer.find(']') == std::string::npos) return peer;
+  return peer.substr(0, colon);
+}
+
+}  // namespace sophon
