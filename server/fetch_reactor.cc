@@ -188,8 +188,10 @@ void FetchReactor::Pump() {
   }
   if (start_write) {
     bool own = false;
-    if (!grpc::SerializationTraits<v1::FetchResponse>::Serialize(response, &write_buf_, &own)
-             .ok()) {
+    grpc::ByteBuffer encoded;
+    if (grpc::SerializationTraits<v1::FetchResponse>::Serialize(response, &encoded, &own).ok()) {
+      write_buf_.Swap(&encoded);  // only this thread touches it while writing_
+    } else {
       // Cannot happen for a well-formed message; end the stream rather than
       // send something the client cannot read.
       absl::MutexLock lock(&mu_);
@@ -267,8 +269,8 @@ void FetchReactor::OnWriteDone(bool ok) {
     }
     write_bytes_ = 0;
     write_samples_ = 0;
+    write_buf_.Clear();
   }
-  write_buf_.Clear();
   if (released > 0) service_->budget().Release(released);
   Pump();
 }
@@ -296,7 +298,11 @@ void FetchReactor::CheckIdle(absl::Time now) {
   absl::Status status;
   {
     absl::MutexLock lock(&mu_);
-    if (finished_ || !error_.ok() || jobs_running_ > 0 || budget_waits_ > 0) return;
+    if (finished_ || !error_.ok()) return;
+    // A stream waiting for the server (samples being prepared, or bytes of
+    // the budget) is not idle; one whose response the client does not take
+    // is, whatever else it waits for.
+    if (!writing_ && (jobs_running_ > 0 || budget_waits_ > 0)) return;
     if (now - last_activity_ < timeout) return;
     status = absl::ResourceExhaustedError(absl::StrCat(
         "the stream was idle for ", absl::FormatDuration(now - last_activity_),

@@ -26,8 +26,10 @@ struct ServiceOptions {
   // output size is reserved when a sample is admitted). A single sample larger
   // than this is refused with RESOURCE_EXHAUSTED.
   int64_t max_stream_inflight_bytes = int64_t{256} << 20;
-  // A stream that neither sends a request nor takes a response for this long,
-  // with no sample of its own being prepared, is ended (RESOURCE_EXHAUSTED).
+  // A stream that neither sends a request nor takes a response for this long
+  // is ended (RESOURCE_EXHAUSTED); time spent waiting for the server itself
+  // (samples being prepared, bytes of the budget) with nothing to send does
+  // not count.
   absl::Duration idle_stream_timeout = absl::Minutes(5);
 
   // --- All streams together.
