@@ -79,11 +79,21 @@ void StreamRegistry::ReaperLoop(absl::Duration period) {
 }
 
 std::string PeerAddress(const std::string& peer) {
+  if (peer.compare(0, 5, "ipv6:") == 0) {
+    // "ipv6:[::1]:5000", or with the brackets URI-escaped: "ipv6:%5B::1%5D:5000".
+    size_t end = peer.rfind(']');
+    size_t len = 1;
+    const size_t escaped = peer.rfind("%5D");
+    if (escaped != std::string::npos && (end == std::string::npos || escaped > end)) {
+      end = escaped;
+      len = 3;
+    }
+    if (end == std::string::npos) return peer;
+    return peer.substr(0, end + len);
+  }
+  if (peer.compare(0, 5, "ipv4:") != 0) return peer;
   const size_t colon = peer.rfind(':');
-  const size_t first = peer.find(':');
-  if (colon == std::string::npos || colon == first) return peer;  // no port
-  if (peer.compare(0, 5, "ipv6:") == 0 && peer.find(']') == std::string::npos) return peer;
-  return peer.substr(0, colon);
+  return colon > 4 ? peer.substr(0, colon) : peer;
 }
 
 }  // namespace sophon
