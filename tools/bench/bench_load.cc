@@ -26,6 +26,9 @@ ABSL_FLAG(int, epochs, 1, "Epochs per trainer (one stream each). Default 1.");
 ABSL_FLAG(std::string, stage, "cropped", "Stage the trainers request. Default cropped.");
 ABSL_FLAG(int, crop_size, 224, "The trainers' crop size. Default 224.");
 ABSL_FLAG(int, ids_per_request, 32, "Sample ids per request message. Default 32.");
+ABSL_FLAG(int, window, 128,
+          "Samples a trainer has requested and not yet received, at most (a loader's prefetch "
+          "window); 0 = request the whole shard at once. Default 128.");
 ABSL_FLAG(uint64_t, seed, 1, "Augmentation seed and shard order. Default 1.");
 ABSL_FLAG(int, idle, 1000, "Idle streams (send nothing, open for the whole run). Default 1000.");
 ABSL_FLAG(int, idle_channels, 10,
@@ -56,6 +59,7 @@ const sophon::FlagNames kFlagNames = {
     {"LoadOptions.stage", "--stage"},
     {"LoadOptions.crop_size", "--crop-size"},
     {"LoadOptions.ids_per_request", "--ids-per-request"},
+    {"LoadOptions.window", "--window"},
     {"LoadOptions.idle_channels", "--idle-channels"},
     {"LoadOptions.idle_settle", "--idle-settle"},
     {"LoadOptions.idle", "--idle"},
@@ -93,6 +97,7 @@ int main(int argc, char** argv) {
   o.epochs = absl::GetFlag(FLAGS_epochs);
   o.crop_size = absl::GetFlag(FLAGS_crop_size);
   o.ids_per_request = absl::GetFlag(FLAGS_ids_per_request);
+  o.window = absl::GetFlag(FLAGS_window);
   o.seed = absl::GetFlag(FLAGS_seed);
   o.idle = absl::GetFlag(FLAGS_idle);
   o.idle_channels = absl::GetFlag(FLAGS_idle_channels);

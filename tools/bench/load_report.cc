@@ -81,9 +81,10 @@ std::string LoadSummary(const LoadResult& r) {
   absl::StrAppendFormat(&s, "== sophon-bench-load %s: %s at %s, %d prep workers, %d samples\n",
                         o.label, r.dataset, o.address, r.server_prep_workers, r.num_samples);
   absl::StrAppendFormat(&s,
-                        "   %d trainers x %d epochs (%s, crop %d), %d idle streams on %d channels, "
-                        "%d hostile (%s, crop %d, %d ids each)\n",
-                        o.trainers, o.epochs, StageName(o.stage), o.crop_size, o.idle,
+                        "   %d trainers x %d epochs (%s, crop %d, window %d, %d ids per message), "
+                        "%d idle streams on %d channels, %d hostile (%s, crop %d, %d ids each)\n",
+                        o.trainers, o.epochs, StageName(o.stage), o.crop_size, o.window,
+                        o.ids_per_request, o.idle,
                         o.idle_channels, o.hostile, StageName(o.hostile_stage), o.hostile_crop,
                         o.hostile_samples);
   absl::StrAppendFormat(&s, "throughput: %.1f samples/s aggregate (%.1f MiB/s) over %.1f s%s\n",
@@ -91,6 +92,9 @@ std::string LoadSummary(const LoadResult& r) {
                         r.timed_out ? " (TIMED OUT: trainers cancelled)" : "");
   std::vector<std::string> per;
   for (double x : f.rates) per.push_back(absl::StrFormat("%.1f", x));
+  absl::StrAppendFormat(&s, "client CPU: %.1f s (%.2f ms per sample)\n", r.client_cpu_seconds,
+                        f.samples > 0 ? 1e3 * r.client_cpu_seconds / static_cast<double>(f.samples)
+                                      : 0.0);
   absl::StrAppend(&s, "per trainer samples/s: ", absl::StrJoin(per, " "), "\n");
   absl::StrAppendFormat(&s,
                         "fairness: min/max %.3f, Jain %.4f; samples when the first trainer "
@@ -155,12 +159,14 @@ std::string LoadJson(const LoadResult& r) {
   w.Key("num_samples").Uint(r.num_samples).Key("prep_workers").Uint(r.server_prep_workers);
   w.Key("trainers").Int(o.trainers).Key("epochs").Int(o.epochs);
   w.Key("stage").String(StageName(o.stage)).Key("crop_size").Int(o.crop_size);
+  w.Key("window").Int(o.window).Key("ids_per_request").Int(o.ids_per_request);
   w.Key("idle").Int(o.idle).Key("idle_channels").Int(o.idle_channels);
   w.Key("hostile").Int(o.hostile).Key("hostile_crop").Int(o.hostile_crop);
   w.Key("hostile_stage").String(StageName(o.hostile_stage));
   w.Key("seconds").Fixed(r.seconds, 3).Key("timed_out").Bool(r.timed_out);
   w.Key("samples").Uint(f.samples).Key("samples_per_s").Fixed(f.rate, 2);
   w.Key("mib_per_s").Fixed(r.seconds > 0 ? MiB(f.bytes) / r.seconds : 0.0, 2);
+  w.Key("client_cpu_s").Fixed(r.client_cpu_seconds, 2);
   w.Key("trainer_samples_per_s").BeginArray();
   for (double x : f.rates) w.Fixed(x, 2);
   w.EndArray();

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "client/loader/sample_client.h"
 #include "grpcpp/grpcpp.h"
+#include "sophon/base/cpu_time.h"
 #include "sophon/net/credentials.h"
 #include "sophon/net/grpc_util.h"
 
@@ -28,6 +29,7 @@ absl::Status LoadOptions::Validate() const {
   if (epochs < 1) return bad("epochs", ">= 1", epochs);
   if (crop_size < 1) return bad("crop_size", ">= 1", crop_size);
   if (ids_per_request < 1) return bad("ids_per_request", ">= 1", ids_per_request);
+  if (window < 0) return bad("window", ">= 0", window);
   if (idle < 0) return bad("idle", ">= 0", idle);
   if (idle_channels < 1) return bad("idle_channels", ">= 1", idle_channels);
   if (idle_settle < absl::ZeroDuration()) {
@@ -190,6 +192,7 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
     p.augment.crop_size = options.crop_size;
     p.stage = options.stage;
     p.ids_per_request = options.ids_per_request;
+    p.window = options.window;
     streams[t].push_back(std::make_unique<EpochStream>(
         trainer_conns[t].stub.get(), std::move(ids), p, counters[t].get(), &ledger, [&mu, &finished, t] {
           absl::MutexLock lock(&mu);
@@ -198,6 +201,7 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
     streams[t].back()->Start();
   };
   r.server_start = sample_server();
+  const double client_cpu_start = ProcessCpuSeconds();
   const absl::Time t0 = absl::Now();
   const absl::Time deadline = t0 + options.max_time;
   r.trainers.resize(T);
@@ -240,6 +244,7 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
   }
   r.server_end = sample_server();
   r.seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+  r.client_cpu_seconds = ProcessCpuSeconds() - client_cpu_start;
 
   // The server's own account, if it still answers.
   {
@@ -263,6 +268,10 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
   for (const auto& s : idle) r.idle_messages += s->messages();
   if (watch) sampler.Stop();
   r.server = sampler.Summary();
+  for (const ProcSample* p : {&r.server_before, &r.server_idle, &r.server_start, &r.server_end}) {
+    r.server.peak_rss_bytes = std::max(r.server.peak_rss_bytes, p->rss_bytes);
+    r.server.peak_threads = std::max(r.server.peak_threads, p->threads);
+  }
 
   for (int t = 0; t < T; ++t) {
     for (auto& s : streams[t]) {

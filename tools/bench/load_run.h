@@ -29,6 +29,7 @@ struct LoadOptions {
   Stage stage = Stage::kCropped;
   int crop_size = 224;
   int ids_per_request = 32;     // ids per request message
+  int window = 128;             // a trainer's samples requested, not yet received; 0: all
   uint64_t seed = 1;
   int idle = 1000;              // streams that send nothing, open for the whole run
   int idle_channels = 10;       // connections the idle streams are spread over
@@ -64,6 +65,7 @@ struct LoadResult {
   std::vector<TrainerResult> trainers;
   double seconds = 0;                   // trainers' start to the last trainer's end
   double first_finish_seconds = 0;
+  double client_cpu_seconds = 0;        // this process, over `seconds` (it shares the machine)
   bool timed_out = false;               // max_time passed; trainers were cancelled
   ReceiptLedger::Check exactly_once;
   std::map<std::string, uint64_t> sample_errors;   // by code name

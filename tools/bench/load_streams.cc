@@ -1,5 +1,6 @@
 #include "tools/bench/load_streams.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -100,31 +101,57 @@ void EpochStream::Start() {
   MarkStart();
   stub_->async()->Fetch(&context_, this);
   StartRead(&response_);
-  WriteNext();
+  MaybeWrite();
   StartCall();
 }
 
-void EpochStream::WriteNext() {
-  if (next_ >= ids_.size()) {
+void EpochStream::MaybeWrite() {
+  bool write = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (writing_ || writes_over_) return;
+    if (next_ >= ids_.size()) {
+      writes_over_ = true;
+    } else {
+      const size_t n = std::min(ids_.size() - next_, static_cast<size_t>(params_.ids_per_request));
+      const uint64_t outstanding = next_ - received_;
+      if (params_.window > 0 && outstanding > 0 &&
+          outstanding + n > static_cast<uint64_t>(params_.window)) {
+        return;  // a read makes room
+      }
+      FetchRequestBuilder builder(params_.epoch, params_.seed, params_.augment);
+      for (size_t k = 0; k < n; ++k) builder.Add(ids_[next_++], params_.stage);
+      request_ = builder.Take();
+      writing_ = true;
+      write = true;
+    }
+  }
+  // Outside the lock: a reactor's operations may run callbacks inline.
+  if (write) {
+    StartWrite(&request_);
+  } else {
     StartWritesDone();
-    return;
   }
-  FetchRequestBuilder builder(params_.epoch, params_.seed, params_.augment);
-  while (next_ < ids_.size() && builder.size() < params_.ids_per_request) {
-    builder.Add(ids_[next_++], params_.stage);
-  }
-  request_ = builder.Take();
-  StartWrite(&request_);
 }
 
 void EpochStream::OnWriteDone(bool ok) {
-  if (ok) WriteNext();  // otherwise the stream broke: OnDone tells how
+  {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) writes_over_ = true;  // the stream broke: OnDone tells how
+  }
+  MaybeWrite();
 }
 
 void EpochStream::OnReadDone(bool ok) {
   if (!ok) return;
   for (v1::Sample& sample : *response_.mutable_samples()) Consume(&sample);
+  {
+    absl::MutexLock lock(&mu_);
+    received_ += static_cast<uint64_t>(response_.samples_size());
+  }
   response_.Clear();
+  MaybeWrite();
   StartRead(&response_);
 }
 

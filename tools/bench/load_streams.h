@@ -80,6 +80,9 @@ struct FetchParams {
   AugmentOptions augment;
   Stage stage = Stage::kCropped;
   int ids_per_request = 32;
+  // Samples requested and not yet received, at most (as a loader's prefetch
+  // window); 0 = request everything at once.
+  int window = 128;
 };
 
 // Shared parts: the context, the end record and waiting for it.
@@ -120,7 +123,9 @@ class EpochStream final : public StreamBase,
   void OnDone(const grpc::Status& status) override;
 
  private:
-  void WriteNext();
+  // Starts the next write, or WritesDone, if none is in flight and the
+  // window has room.
+  void MaybeWrite();
   void Consume(v1::Sample* sample);
 
   v1::SampleService::Stub* const stub_;
@@ -131,7 +136,11 @@ class EpochStream final : public StreamBase,
   ReceiptLedger* const ledger_;
   const std::function<void()> on_done_;
   std::vector<bool> requested_;  // by id: whether this stream asked for it
-  size_t next_ = 0;              // next id of ids_ to request
+  absl::Mutex mu_;               // the write side: OnReadDone and OnWriteDone may overlap
+  size_t next_ ABSL_GUARDED_BY(mu_) = 0;       // next id of ids_ to request
+  uint64_t received_ ABSL_GUARDED_BY(mu_) = 0;  // samples answered
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool writes_over_ ABSL_GUARDED_BY(mu_) = false;  // WritesDone started or a write failed
   v1::FetchRequest request_;
   v1::FetchResponse response_;
 };
