@@ -17,6 +17,8 @@
 #include "tools/bench/load_run.h"
 
 ABSL_FLAG(std::string, server, "", "HOST:PORT of a running sophon-server. Required.");
+ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(30),
+          "How long to retry reaching the server at the start. Default 30s.");
 ABSL_FLAG(std::string, label, "server", "Name of this run in the report. Default server.");
 ABSL_FLAG(int, server_pid, 0,
           "The server's process id, to sample its RSS, threads and CPU from /proc; 0 = none. "
@@ -54,6 +56,7 @@ namespace {
 const sophon::FlagNames kFlagNames = {
     {"LoadOptions.address", "--server"},
     {"LoadOptions.server_pid", "--server-pid"},
+    {"LoadOptions.connect_timeout", "--connect-timeout"},
     {"LoadOptions.trainers", "--trainers"},
     {"LoadOptions.epochs", "--epochs"},
     {"LoadOptions.stage", "--stage"},
@@ -91,6 +94,7 @@ int main(int argc, char** argv) {
 
   sophon::LoadOptions o;
   o.address = absl::GetFlag(FLAGS_server);
+  o.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   o.label = absl::GetFlag(FLAGS_label);
   o.server_pid = absl::GetFlag(FLAGS_server_pid);
   o.trainers = absl::GetFlag(FLAGS_trainers);

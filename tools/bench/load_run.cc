@@ -25,6 +25,9 @@ absl::Status LoadOptions::Validate() const {
   if (address.empty() || address.find(':') == std::string::npos) {
     return bad("address", "HOST:PORT", absl::StrCat("'", address, "'"));
   }
+  if (connect_timeout <= absl::ZeroDuration()) {
+    return bad("connect_timeout", "> 0", absl::FormatDuration(connect_timeout));
+  }
   if (trainers < 1) return bad("trainers", ">= 1", trainers);
   if (epochs < 1) return bad("epochs", ">= 1", epochs);
   if (crop_size < 1) return bad("crop_size", ">= 1", crop_size);
@@ -104,6 +107,7 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
 
   ClientOptions copts;
   copts.address = options.address;
+  copts.connect_timeout = options.connect_timeout;
   absl::StatusOr<std::unique_ptr<SampleClient>> client = SampleClient::Connect(copts);
   if (!client.ok()) return client.status();
   const v1::Manifest& manifest = (*client)->manifest();

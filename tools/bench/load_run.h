@@ -22,6 +22,7 @@ namespace sophon {
 
 struct LoadOptions {
   std::string address;          // HOST:PORT of the server
+  absl::Duration connect_timeout = absl::Seconds(30);  // to reach it at the start
   std::string label;            // names the run in the report ("base", "main", ...)
   pid_t server_pid = 0;         // 0: no /proc sampling
   int trainers = 16;            // Fetch streams reading their shard as fast as they can
