@@ -203,6 +203,7 @@ std::string LoadJson(const LoadResult& r) {
   w.Key("stats_ok").Bool(r.stats_ok);
   if (r.stats_ok) {
     w.Key("stats_streams_opened").Uint(r.stats_streams_opened);
+    w.Key("stats_active_streams").Uint(r.stats_active_streams);
     w.Key("stats_requests_rejected").Uint(r.stats_requests_rejected);
     JsonCounts(w, "stats_rejections_by_limit", r.stats_rejections_by_limit);
   }

@@ -266,6 +266,9 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
     }
   }
 
+  // A server that died: give the streams a moment to see it, so that they
+  // are not counted as open at the end.
+  if (watch && sampler.Summary().exited) absl::SleepFor(absl::Seconds(1));
   CloseAll(hostile, &r.hostile_ends, nullptr, nullptr, &r.hostile_messages);
   for (const auto& h : hostile) r.hostile_ids_written += h->ids_written();
   CloseAll(idle, &r.idle_ends, &r.idle_first_end_s, &r.idle_last_end_s, nullptr);
