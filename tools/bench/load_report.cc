@@ -135,7 +135,7 @@ std::string LoadSummary(const LoadResult& r) {
     }
     if (p.exited) {
       absl::StrAppendFormat(&s, "SERVER EXITED %.1f s after the start%s\n", p.exited_after_s,
-                            p.killed_by_cap ? " (killed by --kill-server-above-rss)" : "");
+                            p.killed_by_cap ? " (killed by --kill-server-above-rss-mib)" : "");
     }
   }
   if (r.stats_ok) {
