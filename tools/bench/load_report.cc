@@ -29,7 +29,7 @@ struct Figures {
   uint64_t samples = 0;
   uint64_t bytes = 0;
   uint64_t errors = 0, foreign = 0, bad_payload = 0;
-  double rate = 0;             // all trainers' samples / the run's seconds
+  double rate = 0;  // all trainers' samples / the run's seconds
   double min_rate = 0, max_rate = 0;
   double cpu_ms_per_sample = -1;  // server CPU between the trainers' start and end
 };
@@ -51,8 +51,8 @@ Figures Compute(const LoadResult& r) {
     f.max_rate = *std::max_element(f.rates.begin(), f.rates.end());
   }
   if (r.server_end.alive && r.server_start.alive && f.samples > 0) {
-    f.cpu_ms_per_sample =
-        1e3 * (r.server_end.cpu_seconds - r.server_start.cpu_seconds) / static_cast<double>(f.samples);
+    f.cpu_ms_per_sample = 1e3 * (r.server_end.cpu_seconds - r.server_start.cpu_seconds) /
+                          static_cast<double>(f.samples);
   }
   return f;
 }
@@ -84,17 +84,16 @@ std::string LoadSummary(const LoadResult& r) {
                         "   %d trainers x %d epochs (%s, crop %d, window %d, %d ids per message), "
                         "%d idle streams on %d channels, %d hostile (%s, crop %d, %d ids each)\n",
                         o.trainers, o.epochs, StageName(o.stage), o.crop_size, o.window,
-                        o.ids_per_request, o.idle,
-                        o.idle_channels, o.hostile, StageName(o.hostile_stage), o.hostile_crop,
-                        o.hostile_samples);
+                        o.ids_per_request, o.idle, o.idle_channels, o.hostile,
+                        StageName(o.hostile_stage), o.hostile_crop, o.hostile_samples);
   absl::StrAppendFormat(&s, "throughput: %.1f samples/s aggregate (%.1f MiB/s) over %.1f s%s\n",
                         f.rate, r.seconds > 0 ? MiB(f.bytes) / r.seconds : 0.0, r.seconds,
                         r.timed_out ? " (TIMED OUT: trainers cancelled)" : "");
   std::vector<std::string> per;
   for (double x : f.rates) per.push_back(absl::StrFormat("%.1f", x));
-  absl::StrAppendFormat(&s, "client CPU: %.1f s (%.2f ms per sample)\n", r.client_cpu_seconds,
-                        f.samples > 0 ? 1e3 * r.client_cpu_seconds / static_cast<double>(f.samples)
-                                      : 0.0);
+  absl::StrAppendFormat(
+      &s, "client CPU: %.1f s (%.2f ms per sample)\n", r.client_cpu_seconds,
+      f.samples > 0 ? 1e3 * r.client_cpu_seconds / static_cast<double>(f.samples) : 0.0);
   absl::StrAppend(&s, "per trainer samples/s: ", absl::StrJoin(per, " "), "\n");
   absl::StrAppendFormat(&s,
                         "fairness: min/max %.3f, Jain %.4f; samples when the first trainer "
@@ -117,19 +116,19 @@ std::string LoadSummary(const LoadResult& r) {
   }
   absl::StrAppend(&s, "\n");
   if (o.hostile > 0) {
-    absl::StrAppendFormat(&s, "hostile streams ended: %s; %u ids written\n",
-                          Counts(r.hostile_ends), r.hostile_ids_written);
+    absl::StrAppendFormat(&s, "hostile streams ended: %s; %u ids written\n", Counts(r.hostile_ends),
+                          r.hostile_ids_written);
     for (const std::string& m : r.hostile_messages) absl::StrAppend(&s, "  ", m, "\n");
   }
   if (o.server_pid > 0) {
     const ProcSummary& p = r.server;
-    absl::StrAppendFormat(&s,
-                          "server RSS MiB: before %.0f, idle streams open %.0f, trainers' end %.0f, "
-                          "peak %.0f, last %.0f; threads: before %d, idle %d, peak %d\n",
-                          MiB(r.server_before.rss_bytes), MiB(r.server_idle.rss_bytes),
-                          MiB(r.server_end.rss_bytes), MiB(p.peak_rss_bytes),
-                          MiB(p.last.rss_bytes), r.server_before.threads, r.server_idle.threads,
-                          p.peak_threads);
+    absl::StrAppendFormat(
+        &s,
+        "server RSS MiB: before %.0f, idle streams open %.0f, trainers' end %.0f, "
+        "peak %.0f, last %.0f; threads: before %d, idle %d, peak %d\n",
+        MiB(r.server_before.rss_bytes), MiB(r.server_idle.rss_bytes), MiB(r.server_end.rss_bytes),
+        MiB(p.peak_rss_bytes), MiB(p.last.rss_bytes), r.server_before.threads,
+        r.server_idle.threads, p.peak_threads);
     if (f.cpu_ms_per_sample >= 0) {
       absl::StrAppendFormat(&s, "server CPU: %.2f ms per trainer sample\n", f.cpu_ms_per_sample);
     }
@@ -142,8 +141,8 @@ std::string LoadSummary(const LoadResult& r) {
     absl::StrAppendFormat(&s,
                           "server stats: %u streams opened, %u active, %u requests rejected; "
                           "rejections by limit: %s\n",
-                          r.stats_streams_opened, r.stats_active_streams,
-                          r.stats_requests_rejected, Counts(r.stats_rejections_by_limit));
+                          r.stats_streams_opened, r.stats_active_streams, r.stats_requests_rejected,
+                          Counts(r.stats_rejections_by_limit));
   } else {
     absl::StrAppend(&s, "server stats: no answer at the end\n");
   }

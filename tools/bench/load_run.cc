@@ -41,7 +41,8 @@ absl::Status LoadOptions::Validate() const {
   if (hostile < 0) return bad("hostile", ">= 0", hostile);
   if (hostile_crop < 1) return bad("hostile_crop", ">= 1", hostile_crop);
   if (hostile_samples < 1) return bad("hostile_samples", ">= 1", hostile_samples);
-  if (max_time <= absl::ZeroDuration()) return bad("max_time", "> 0", absl::FormatDuration(max_time));
+  if (max_time <= absl::ZeroDuration())
+    return bad("max_time", "> 0", absl::FormatDuration(max_time));
   if (sample_interval <= absl::ZeroDuration()) {
     return bad("sample_interval", "> 0", absl::FormatDuration(sample_interval));
   }
@@ -167,8 +168,8 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
     for (int k = 0; k < options.hostile_samples; ++k) {
       ids[k] = (static_cast<uint64_t>(h) * options.hostile_samples + k) % r.num_samples;
     }
-    hostile.push_back(std::make_unique<HostileStream>(hostile_conns.back().stub.get(),
-                                                      std::move(ids), p));
+    hostile.push_back(
+        std::make_unique<HostileStream>(hostile_conns.back().stub.get(), std::move(ids), p));
     hostile.back()->Start();
   }
 
@@ -197,11 +198,12 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
     p.stage = options.stage;
     p.ids_per_request = options.ids_per_request;
     p.window = options.window;
-    streams[t].push_back(std::make_unique<EpochStream>(
-        trainer_conns[t].stub.get(), std::move(ids), p, counters[t].get(), &ledger, [&mu, &finished, t] {
-          absl::MutexLock lock(&mu);
-          finished.push_back(t);
-        }));
+    streams[t].push_back(std::make_unique<EpochStream>(trainer_conns[t].stub.get(), std::move(ids),
+                                                       p, counters[t].get(), &ledger,
+                                                       [&mu, &finished, t] {
+                                                         absl::MutexLock lock(&mu);
+                                                         finished.push_back(t);
+                                                       }));
     streams[t].back()->Start();
   };
   r.server_start = sample_server();
@@ -243,7 +245,8 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
     if (!first_done) {
       first_done = true;
       r.first_finish_seconds = tr.seconds;
-      for (int u = 0; u < T; ++u) r.trainers[u].samples_at_first_finish = counters[u]->samples.load();
+      for (int u = 0; u < T; ++u)
+        r.trainers[u].samples_at_first_finish = counters[u]->samples.load();
     }
   }
   r.server_end = sample_server();

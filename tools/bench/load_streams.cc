@@ -24,8 +24,7 @@ void ReceiptLedger::Record(int epoch, uint64_t id) {
     out_of_range_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  counts_[static_cast<uint64_t>(epoch) * num_samples_ + id].fetch_add(1,
-                                                                     std::memory_order_relaxed);
+  counts_[static_cast<uint64_t>(epoch) * num_samples_ + id].fetch_add(1, std::memory_order_relaxed);
 }
 
 ReceiptLedger::Check ReceiptLedger::Verify() const {
@@ -72,7 +71,8 @@ void StreamBase::RecordEnd(const grpc::Status& status) {
   absl::MutexLock lock(&mu_);
   end_.code = status.error_code();
   end_.message = status.error_message();
-  end_.cancelled_by_client = cancel_requested_ && status.error_code() == grpc::StatusCode::CANCELLED;
+  end_.cancelled_by_client =
+      cancel_requested_ && status.error_code() == grpc::StatusCode::CANCELLED;
   end_.seconds = absl::ToDoubleSeconds(absl::Now() - start_);
   end_.done = true;
 }

@@ -135,9 +135,9 @@ class EpochStream final : public StreamBase,
   TrainerCounters* const counters_;
   ReceiptLedger* const ledger_;
   const std::function<void()> on_done_;
-  std::vector<bool> requested_;  // by id: whether this stream asked for it
-  absl::Mutex mu_;               // the write side: OnReadDone and OnWriteDone may overlap
-  size_t next_ ABSL_GUARDED_BY(mu_) = 0;       // next id of ids_ to request
+  std::vector<bool> requested_;           // by id: whether this stream asked for it
+  absl::Mutex mu_;                        // the write side: OnReadDone and OnWriteDone may overlap
+  size_t next_ ABSL_GUARDED_BY(mu_) = 0;  // next id of ids_ to request
   uint64_t received_ ABSL_GUARDED_BY(mu_) = 0;  // samples answered
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool writes_over_ ABSL_GUARDED_BY(mu_) = false;  // WritesDone started or a write failed

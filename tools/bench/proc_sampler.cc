@@ -31,8 +31,7 @@ ProcSample ReadProcSample(pid_t pid) {
       if (!v.empty() && (v[0] == 'Z' || v[0] == 'X')) return s;  // exited, not reaped
     } else if (absl::ConsumePrefix(&v, "VmRSS:")) {
       int64_t kib = 0;
-      const std::vector<absl::string_view> parts =
-          absl::StrSplit(v, ' ', absl::SkipWhitespace());
+      const std::vector<absl::string_view> parts = absl::StrSplit(v, ' ', absl::SkipWhitespace());
       if (!parts.empty() && absl::SimpleAtoi(parts[0], &kib)) {
         s.rss_bytes = kib * 1024;
         have_rss = true;
@@ -53,7 +52,8 @@ ProcSample ReadProcSample(pid_t pid) {
     // f[0] is field 3 (state), so field N is f[N - 3].
     int64_t utime = 0, stime = 0;
     if (f.size() > 12 && absl::SimpleAtoi(f[11], &utime) && absl::SimpleAtoi(f[12], &stime)) {
-      s.cpu_seconds = static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+      s.cpu_seconds =
+          static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
     }
   }
   s.alive = true;

@@ -31,11 +31,11 @@ struct ProcSample {
 struct ProcSummary {
   int samples = 0;
   ProcSample first;
-  ProcSample last;         // the last sample taken while the process was alive
+  ProcSample last;  // the last sample taken while the process was alive
   int64_t peak_rss_bytes = 0;
   int peak_threads = 0;
-  bool exited = false;     // it went away while being watched
-  double exited_after_s = 0;  // seconds after Start()
+  bool exited = false;         // it went away while being watched
+  double exited_after_s = 0;   // seconds after Start()
   bool killed_by_cap = false;  // this sampler killed it (kill_above_rss_bytes)
 };
 

@@ -82,7 +82,7 @@ TEST(LoadRunTest, TrainersGetEverySampleOnceBesideIdleAndHostileStreams) {
   o.epochs = 2;
   o.crop_size = 32;
   o.ids_per_request = 2;
-  o.window = 3;             // smaller than a shard: the window must refill
+  o.window = 3;  // smaller than a shard: the window must refill
   o.idle = 20;
   o.idle_channels = 3;
   o.idle_settle = absl::Milliseconds(100);
@@ -94,8 +94,8 @@ TEST(LoadRunTest, TrainersGetEverySampleOnceBesideIdleAndHostileStreams) {
 
   EXPECT_EQ(r->num_samples, 15u);
   EXPECT_FALSE(r->timed_out);
-  EXPECT_TRUE(r->exactly_once.ok()) << r->exactly_once.missing << " missing, "
-                                    << r->exactly_once.duplicated << " duplicated";
+  EXPECT_TRUE(r->exactly_once.ok())
+      << r->exactly_once.missing << " missing, " << r->exactly_once.duplicated << " duplicated";
   EXPECT_EQ(r->exactly_once.expected, 30u);
   uint64_t samples = 0;
   for (const TrainerResult& t : r->trainers) {
