@@ -34,6 +34,12 @@ ABSL_FLAG(absl::Duration, stats_interval, absl::Seconds(10),
 ABSL_FLAG(bool, evict_cache, false,
           "Drop the dataset's files from the page cache before serving, so that an experiment "
           "starts cold (posix_fadvise DONTNEED; sophon-cache reports residency). Default false.");
+ABSL_FLAG(int, metrics_port, -1,
+          "Port of the Prometheus endpoint (http://HOST:PORT/metrics); -1 = off, 0 picks a free "
+          "one. Default -1.");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "Address of the Prometheus endpoint: plain HTTP without authentication. Default "
+          "127.0.0.1 (this machine only).");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error. Default info.");
 
 namespace {
@@ -46,6 +52,8 @@ const sophon::FlagNames kFlagNames = {
     {"ServiceOptions.max_inflight_per_stream", "--max-inflight-per-stream"},
     {"ServiceOptions.cpu_limit", "--cpu-limit"},
     {"ServiceOptions.limits.max_pixels", "--max-pixels"},
+    {"MetricsOptions.port", "--metrics-port"},
+    {"MetricsOptions.host", "--metrics-host"},
 };
 
 sigset_t BlockTerminationSignals() {
@@ -79,6 +87,8 @@ int main(int argc, char** argv) {
   options.service.cpu_limit = absl::GetFlag(FLAGS_cpu_limit);
   options.service.limits.max_pixels = absl::GetFlag(FLAGS_max_pixels);
   options.stats_interval = absl::GetFlag(FLAGS_stats_interval);
+  options.metrics.port = absl::GetFlag(FLAGS_metrics_port);
+  options.metrics.host = absl::GetFlag(FLAGS_metrics_host);
 
   absl::StatusOr<std::unique_ptr<sophon::StorageServer>> server =
       sophon::StorageServer::Start(options);
@@ -96,6 +106,9 @@ int main(int argc, char** argv) {
   }
   // Print the port for scripts that start us with --port=0.
   std::printf("listening on %s\n", (*server)->address().c_str());
+  if ((*server)->metrics_port() > 0) {
+    std::printf("metrics on %s:%d\n", options.metrics.host.c_str(), (*server)->metrics_port());
+  }
   std::fflush(stdout);
   int sig = 0;
   sigwait(&signals, &sig);

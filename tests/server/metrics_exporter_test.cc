@@ -13,50 +13,15 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sophon/ops/stage.h"
+#include "tests/server/scrape.h"
 
 namespace sophon {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-// GET http://127.0.0.1:PORT/PATH over a plain socket (HTTP/1.0: the server
-// closes the connection after the response). Returns the whole response.
-absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError("socket");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("connect to port ", port));
-  }
-  const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
-    close(fd);
-    return absl::InternalError("write");
-  }
-  std::string response;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) response.append(buf, n);
-  close(fd);
-  return response;
-}
-
-// The body of a 200 response, or an error with the whole response.
-absl::StatusOr<std::string> Scrape(int port) {
-  absl::StatusOr<std::string> response = HttpGet(port, "/metrics");
-  if (!response.ok()) return response.status();
-  if (!absl::StartsWith(*response, "HTTP/1.1 200") && !absl::StartsWith(*response, "HTTP/1.0 200")) {
-    return absl::InternalError(*response);
-  }
-  const size_t body = response->find("\r\n\r\n");
-  if (body == std::string::npos) return absl::InternalError(*response);
-  return response->substr(body + 4);
-}
+using ::sophon::testing::ScrapeMetrics;
+using ::sophon::testing::SeriesValue;
 
 v1::ServerStats FakeStats() {
   v1::ServerStats s;
@@ -101,7 +66,7 @@ TEST(MetricsExporterTest, ServesEveryStatWithNamesLabelsAndValues) {
   ASSERT_NE(exporter, nullptr);
   EXPECT_GT(exporter->port(), 0);
   EXPECT_EQ(exporter->address(), absl::StrCat("127.0.0.1:", exporter->port()));
-  absl::StatusOr<std::string> body = Scrape(exporter->port());
+  absl::StatusOr<std::string> body = ScrapeMetrics(exporter->port());
   ASSERT_TRUE(body.ok()) << body.status();
 
   EXPECT_THAT(*body, HasSubstr("# TYPE sophon_server_samples_total counter\n"));
@@ -145,6 +110,12 @@ TEST(MetricsExporterTest, ServesEveryStatWithNamesLabelsAndValues) {
   EXPECT_THAT(*body, HasSubstr("# TYPE process_resident_memory_bytes gauge\n"));
   EXPECT_THAT(*body, HasSubstr("# TYPE process_threads gauge\n"));
   EXPECT_THAT(*body, HasSubstr("# TYPE process_open_fds gauge\n"));
+  absl::StatusOr<double> threads = SeriesValue(*body, "process_threads");
+  ASSERT_TRUE(threads.ok()) << threads.status();
+  EXPECT_GE(*threads, 3);  // main + the exporter's HTTP threads
+  absl::StatusOr<double> rss = SeriesValue(*body, "process_resident_memory_bytes");
+  ASSERT_TRUE(rss.ok()) << rss.status();
+  EXPECT_GT(*rss, 1 << 20);
 }
 
 TEST(MetricsExporterTest, TakesAFreshSnapshotAtEveryScrape) {
@@ -157,9 +128,9 @@ TEST(MetricsExporterTest, TakesAFreshSnapshotAtEveryScrape) {
   ASSERT_NE(exporter, nullptr);
   const std::string first = absl::StrCat("sophon_server_samples_total{stage=\"",
                                          StageName(AllStages()[0]), "\"} ");
-  absl::StatusOr<std::string> a = Scrape(exporter->port());
+  absl::StatusOr<std::string> a = ScrapeMetrics(exporter->port());
   ASSERT_TRUE(a.ok()) << a.status();
-  absl::StatusOr<std::string> b = Scrape(exporter->port());
+  absl::StatusOr<std::string> b = ScrapeMetrics(exporter->port());
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(calls.load(), 2);
   EXPECT_THAT(*a, HasSubstr(first + "1\n"));
@@ -173,7 +144,7 @@ TEST(MetricsExporterTest, AFailedSnapshotLeavesTheServerSeriesOutButServesThePro
   std::unique_ptr<MetricsExporter> exporter = StartExporter(
       []() -> absl::StatusOr<v1::ServerStats> { return absl::UnavailableError("shutting down"); });
   ASSERT_NE(exporter, nullptr);
-  absl::StatusOr<std::string> body = Scrape(exporter->port());
+  absl::StatusOr<std::string> body = ScrapeMetrics(exporter->port());
   ASSERT_TRUE(body.ok()) << body.status();
   EXPECT_THAT(*body, Not(HasSubstr("sophon_server_")));
   EXPECT_THAT(*body, HasSubstr("process_threads "));
