@@ -9,4 +9,6 @@ void ConfigureAllocatorForLargeBuffers() {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
+bool ReleaseFreeMemory() { return malloc_trim(0) != 0; }
+
 }  // namespace sophon
