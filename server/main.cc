@@ -68,7 +68,7 @@ sigset_t BlockTerminationSignals() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  sophon::ConfigureAllocatorForLargeBuffers();
+  sophon::ConfigureAllocatorForLargeBuffers(sophon::kServerMaxArenas);
   sophon::InitUsage(
       "Sophon storage node.\nUsage: sophon-server --data=DIR [--port=50051] "
       "[--prep-workers=N]");

@@ -111,10 +111,10 @@ TEST(MemoryReleaserTest, ItsThreadReleasesWhenIdleAndStopsCleanly) {
 }
 
 // A bounded burst (256 MB over 4 threads, freed by another thread, as the
-// server does) with the programs' allocator settings: ReleaseFreeMemory()
+// server does) with the server's allocator settings: ReleaseFreeMemory()
 // brings the resident set back near where it started.
 TEST(ReleaseFreeMemoryTest, ReturnsMostOfABurstAfterItIsFreed) {
-  ConfigureAllocatorForLargeBuffers();
+  ConfigureAllocatorForLargeBuffers(kServerMaxArenas);
   constexpr int kThreads = 4;
   constexpr size_t kBuffer = 3 * 224 * 224 * 4;
   constexpr size_t kPerThread = (size_t{64} << 20) / kBuffer;

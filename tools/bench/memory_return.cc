@@ -12,6 +12,8 @@
 //
 // mallopt settings are process-wide, so one setting per process:
 // tools/bench/memory_return.sh runs them all in one go.
+#include <malloc.h>
+
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -23,6 +25,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -33,6 +36,12 @@
 ABSL_FLAG(std::string, allocator, "large-buffers",
           "glibc (its defaults) or large-buffers (ConfigureAllocatorForLargeBuffers(), as the "
           "programs do). Default large-buffers.");
+ABSL_FLAG(int, max_arenas, 0,
+          "With large-buffers: the cap on malloc arenas (sophon-server uses "
+          "kServerMaxArenas = 4); 0 = glibc's default (8 per core). Default 0.");
+ABSL_FLAG(int64_t, trim_threshold_mb, 0,
+          "With large-buffers: overrides its 1 GB trim threshold (an experiment: allocator.h "
+          "says why it stays); 0 = keep it. Default 0.");
 ABSL_FLAG(int, threads, 8, "Threads that allocate and fill buffers. Default 8.");
 ABSL_FLAG(int64_t, burst_mb, 2048, "MB held at the peak of the burst. Default 2048.");
 ABSL_FLAG(int64_t, buffer_bytes, 3 * 224 * 224 * 4,
@@ -131,7 +140,10 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(args.argc(), args.argv());
   const std::string allocator = absl::GetFlag(FLAGS_allocator);
   if (allocator == "large-buffers") {
-    sophon::ConfigureAllocatorForLargeBuffers();
+    sophon::ConfigureAllocatorForLargeBuffers(absl::GetFlag(FLAGS_max_arenas));
+    if (const int64_t mb = absl::GetFlag(FLAGS_trim_threshold_mb); mb > 0) {
+      mallopt(M_TRIM_THRESHOLD, static_cast<int>(mb << 20));
+    }
   } else if (allocator != "glibc") {
     std::fprintf(stderr, "sophon-bench-memory: --allocator must be glibc or large-buffers\n");
     return 2;
@@ -170,11 +182,17 @@ int main(int argc, char** argv) {
   const Cpu stream = Steady(threads, total, window, /*drain_all=*/false, floats);
   const Cpu bursts = Steady(threads, total, window, /*drain_all=*/true, floats);
 
+  const std::string setting =
+      allocator == "glibc" ? allocator
+                           : absl::StrCat(allocator, " arenas=", absl::GetFlag(FLAGS_max_arenas),
+                                          absl::GetFlag(FLAGS_trim_threshold_mb) > 0
+                                              ? absl::StrCat(" trim=", absl::GetFlag(FLAGS_trim_threshold_mb), "MB")
+                                              : "");
   std::printf(
-      "%-13s RSS MB: before %5.0f  peak %5.0f  after free %5.0f  after release %5.0f "
+      "%-33s RSS MB: before %5.0f  peak %5.0f  after free %5.0f  after release %5.0f "
       "(release %4.0f ms) | us per buffer, CPU (system): stream %5.1f (%5.1f)  bursts %5.1f "
       "(%5.1f)\n",
-      allocator.c_str(), Mb(rss_before), Mb(rss_peak), Mb(rss_freed), Mb(rss_released),
+      setting.c_str(), Mb(rss_before), Mb(rss_peak), Mb(rss_freed), Mb(rss_released),
       release_ms, 1e6 * stream.total, 1e6 * stream.system, 1e6 * bursts.total,
       1e6 * bursts.system);
   return 0;
