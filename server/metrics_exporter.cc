@@ -93,6 +93,11 @@ absl::Status MetricsOptions::Validate() const {
   if (enabled() && host.empty()) {
     return absl::InvalidArgumentError("MetricsOptions.host is required when metrics are on");
   }
+  // civetweb reads a comma as a second listening address.
+  if (host.find_first_of(", \t\n") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MetricsOptions.host must be one address, got '", host, "'"));
+  }
   return absl::OkStatus();
 }
 

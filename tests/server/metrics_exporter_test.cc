@@ -188,6 +188,8 @@ TEST(MetricsExporterTest, OptionsAreValidatedAndNamed) {
   options.port = 0;
   options.host = "";
   EXPECT_THAT(options.Validate().message(), HasSubstr("MetricsOptions.host"));
+  options.host = "127.0.0.1:80,0.0.0.0";  // civetweb would listen on both
+  EXPECT_THAT(options.Validate().message(), HasSubstr("MetricsOptions.host must be one address"));
   options.host = "not-an-address";
   absl::StatusOr<std::unique_ptr<MetricsExporter>> bad =
       MetricsExporter::Start(options, [] { return FakeStats(); });
