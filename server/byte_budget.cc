@@ -10,7 +10,7 @@ bool ByteBudget::TryAcquireOrWait(int64_t bytes, Waiter* waiter, bool* registere
   // An empty budget admits anything, so that one sample larger than the
   // capacity cannot wait forever (the service refuses such samples earlier).
   if (used_ == 0 || used_ + bytes <= capacity_) {
-    used_ += bytes;
+    AddLocked(bytes);
     return true;
   }
   if (waiter != nullptr && std::find(waiters_.begin(), waiters_.end(), waiter) == waiters_.end()) {
@@ -22,15 +22,21 @@ bool ByteBudget::TryAcquireOrWait(int64_t bytes, Waiter* waiter, bool* registere
 
 void ByteBudget::ForceAcquire(int64_t bytes) {
   absl::MutexLock lock(&mu_);
+  AddLocked(bytes);
+}
+
+void ByteBudget::AddLocked(int64_t bytes) {
+  const bool was_idle = used_ == 0;
   used_ += bytes;
+  if (used_ < 0) used_ = 0;
+  if (on_transition_ && was_idle != (used_ == 0)) on_transition_(/*busy=*/was_idle);
 }
 
 void ByteBudget::Release(int64_t bytes) {
   std::vector<Waiter*> woken;
   {
     absl::MutexLock lock(&mu_);
-    used_ -= bytes;
-    if (used_ < 0) used_ = 0;
+    AddLocked(-bytes);
     woken.swap(waiters_);
   }
   for (Waiter* w : woken) w->OnBytesReleased();

@@ -6,6 +6,8 @@
 #define SOPHON_SERVER_BYTE_BUDGET_H_
 
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -23,8 +25,14 @@ class ByteBudget {
     virtual void OnBytesReleased() = 0;
   };
 
+  // Told when the bytes in use go from 0 to more (true) and back to 0
+  // (false), under the budget's lock: it must be quick and must not call
+  // back into the budget.
+  using TransitionFn = std::function<void(bool busy)>;
+
   // REQUIRES: capacity >= 1.
-  explicit ByteBudget(int64_t capacity) : capacity_(capacity) {}
+  explicit ByteBudget(int64_t capacity, TransitionFn on_transition = nullptr)
+      : capacity_(capacity), on_transition_(std::move(on_transition)) {}
 
   // Reserves `bytes` if they fit, else registers `waiter` (if not null) to be
   // woken by the next Release and returns false; *registered (if not null)
@@ -46,7 +54,10 @@ class ByteBudget {
   int waiters() const;
 
  private:
+  void AddLocked(int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const int64_t capacity_;
+  const TransitionFn on_transition_;
   mutable absl::Mutex mu_;
   int64_t used_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Waiter*> waiters_ ABSL_GUARDED_BY(mu_);

@@ -42,6 +42,9 @@ ABSL_FLAG(int64_t, max_request_bytes, int64_t{1} << 20,
           "Encoded size of one request message. Default 1048576 (1 MiB).");
 ABSL_FLAG(int, max_crop_size, 1024,
           "Largest crop size (output side in pixels) a client may ask for. Default 1024.");
+ABSL_FLAG(absl::Duration, memory_release_delay, absl::Seconds(1),
+          "Give freed sample memory back to the system once no sample has been in flight for "
+          "this long (at most once per 10s); inf = never. Default 1s.");
 ABSL_FLAG(double, cpu_limit, 0,
           "CPUs of time this server may use (prep workers, reads and sends together), as "
           "reported to smartoff clients; 0 = detect from the CPU affinity and a cgroup CPU "
@@ -53,6 +56,12 @@ ABSL_FLAG(absl::Duration, stats_interval, absl::Seconds(10),
 ABSL_FLAG(bool, evict_cache, false,
           "Drop the dataset's files from the page cache before serving, so that an experiment "
           "starts cold (posix_fadvise DONTNEED; sophon-cache reports residency). Default false.");
+ABSL_FLAG(int, metrics_port, -1,
+          "Port of the Prometheus endpoint (http://HOST:PORT/metrics); -1 = off, 0 picks a free "
+          "one. Default -1.");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "Address of the Prometheus endpoint: plain HTTP without authentication. Default "
+          "127.0.0.1 (this machine only).");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error. Default info.");
 
 namespace {
@@ -72,8 +81,11 @@ const sophon::FlagNames kFlagNames = {
     {"ServiceOptions.max_ids_per_request", "--max-ids-per-request"},
     {"ServiceOptions.max_request_bytes", "--max-request-bytes"},
     {"ServiceOptions.max_crop_size", "--max-crop-size"},
+    {"ServiceOptions.memory_release.idle_delay", "--memory-release-delay"},
     {"StorageServerOptions.host", "--host"},
     {"ServiceOptions.limits.max_pixels", "--max-pixels"},
+    {"MetricsOptions.port", "--metrics-port"},
+    {"MetricsOptions.host", "--metrics-host"},
 };
 
 sigset_t BlockTerminationSignals() {
@@ -88,7 +100,7 @@ sigset_t BlockTerminationSignals() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  sophon::ConfigureAllocatorForLargeBuffers();
+  sophon::ConfigureAllocatorForLargeBuffers(sophon::kServerMaxArenas);
   sophon::InitUsage(
       "Sophon storage node.\nUsage: sophon-server --data=DIR [--port=50051] "
       "[--prep-workers=N]");
@@ -113,8 +125,11 @@ int main(int argc, char** argv) {
   options.service.max_ids_per_request = absl::GetFlag(FLAGS_max_ids_per_request);
   options.service.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   options.service.max_crop_size = absl::GetFlag(FLAGS_max_crop_size);
+  options.service.memory_release.idle_delay = absl::GetFlag(FLAGS_memory_release_delay);
   options.service.limits.max_pixels = absl::GetFlag(FLAGS_max_pixels);
   options.stats_interval = absl::GetFlag(FLAGS_stats_interval);
+  options.metrics.port = absl::GetFlag(FLAGS_metrics_port);
+  options.metrics.host = absl::GetFlag(FLAGS_metrics_host);
 
   absl::StatusOr<std::unique_ptr<sophon::StorageServer>> server =
       sophon::StorageServer::Start(options);
@@ -132,6 +147,9 @@ int main(int argc, char** argv) {
   }
   // Print the port for scripts that start us with --port=0.
   std::printf("listening on %s\n", (*server)->address().c_str());
+  if ((*server)->metrics_port() > 0) {
+    std::printf("metrics on %s:%d\n", options.metrics.host.c_str(), (*server)->metrics_port());
+  }
   std::fflush(stdout);
   int sig = 0;
   sigwait(&signals, &sig);

@@ -23,7 +23,15 @@ absl::Duration ReaperPeriod(absl::Duration idle_timeout) {
 SampleServiceImpl::SampleServiceImpl(const SampleSource* source, const ServiceOptions& options)
     : source_(source),
       options_(options),
-      budget_(options.inflight_budget_bytes),
+      memory_releaser_(options.memory_release),
+      budget_(options.inflight_budget_bytes,
+              [this](bool busy) {
+                if (busy) {
+                  memory_releaser_.OnBusy();
+                } else {
+                  memory_releaser_.OnIdle();
+                }
+              }),
       registry_(options.max_streams, options.max_streams_per_peer,
                 ReaperPeriod(options.idle_stream_timeout)),
       pool_(options.prep_workers, /*queue_capacity=*/options.prep_workers * 4) {}

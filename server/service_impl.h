@@ -16,6 +16,7 @@
 #include "server/server_stats.h"
 #include "server/service_options.h"
 #include "server/stream_registry.h"
+#include "sophon/base/memory_releaser.h"
 #include "sophon/base/rate_limiter.h"
 #include "sophon/data/sample_source.h"
 #include "sophon/ops/pipeline.h"
@@ -53,6 +54,7 @@ class SampleServiceImpl {
   const SampleSource* const source_;
   const ServiceOptions options_;
   ServerStats stats_;
+  MemoryReleaser memory_releaser_;  // told by budget_ when in-flight bytes drain
   ByteBudget budget_;
   RateLimiter rejection_log_{10, absl::Seconds(10)};
   absl::once_flag manifest_once_;

@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 
 namespace sophon {
 namespace {
@@ -58,6 +59,10 @@ absl::Status ServiceOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "ServiceOptions.idle_stream_timeout must be positive, got ",
         absl::FormatDuration(idle_stream_timeout)));
+  }
+  if (absl::Status s = memory_release.Validate(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrReplaceAll(s.message(), {{"MemoryReleaseOptions.",
+                                                                     "ServiceOptions.memory_release."}}));
   }
   return absl::OkStatus();
 }

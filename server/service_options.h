@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "sophon/base/memory_releaser.h"
 #include "sophon/image/jpeg_codec.h"
 
 namespace sophon {
@@ -49,6 +50,9 @@ struct ServiceOptions {
   int64_t max_message_bytes = 4 << 20;  // payload bytes per FetchResponse (>= 1 sample)
 
   DecodeLimits limits;
+  // When freed sample memory goes back to the system: once the server has
+  // had no bytes in flight for memory_release.idle_delay.
+  MemoryReleaseOptions memory_release;
   // For tests: runs on the prep worker before each sample (may block, e.g.
   // to hold samples back while the server is shut down). Empty in production.
   std::function<void(uint64_t id)> before_prep;

@@ -21,6 +21,7 @@ absl::Status StorageServerOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("StorageServerOptions.port must be in [0, 65535], got ", port));
   }
+  if (absl::Status s = metrics.Validate(); !s.ok()) return s;
   return service.Validate();
 }
 
@@ -61,6 +62,17 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
         ": the port is in use by another process or the address is not one of this machine's "
         "(StorageServerOptions.host, StorageServerOptions.port)"));
   }
+  if (options.metrics.enabled()) {
+    absl::StatusOr<std::unique_ptr<MetricsExporter>> metrics = MetricsExporter::Start(
+        options.metrics, [impl = server->impl_.get()]() -> absl::StatusOr<v1::ServerStats> {
+          v1::ServerStats stats;
+          if (absl::Status s = impl->GetStats({}, &stats); !s.ok()) return s;
+          return stats;
+        });
+    if (!metrics.ok()) return metrics.status();  // the destructor stops the gRPC server
+    server->metrics_ = *std::move(metrics);
+    spdlog::info("metrics on http://{}/metrics", server->metrics_->address());
+  }
   spdlog::info("serving {} samples in {} classes from {} on {}:{} with {} prep workers",
                server->source_->size(), server->source_->class_names().size(),
                options.data_dir, options.host, server->port_, options.service.prep_workers);
@@ -76,6 +88,7 @@ void StorageServer::Wait() { shutdown_.WaitForNotification(); }
 
 void StorageServer::Shutdown(absl::Duration grace) {
   if (!shutdown_.HasBeenNotified()) shutdown_.Notify();
+  metrics_.reset();  // no scrape reads the service after this
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() +
                       absl::ToChronoMilliseconds(grace));

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "server/metrics_exporter.h"
 #include "server/service_impl.h"
 #include "sophon/net/credentials.h"
 
@@ -27,6 +28,7 @@ struct StorageServerOptions {
   CredentialsOptions credentials;     // transport security; default insecure
   ServiceOptions service;
   absl::Duration stats_interval = absl::Seconds(10);  // log line period under load; 0 = off
+  MetricsOptions metrics;             // Prometheus /metrics endpoint; off unless metrics.port >= 0
 
   absl::Status Validate() const;
 };
@@ -40,6 +42,8 @@ class StorageServer {
   ~StorageServer();
 
   int port() const { return port_; }
+  // The /metrics port (the chosen one when options.metrics.port was 0); 0 when off.
+  int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   std::string address() const;
   SampleServiceImpl* service() { return impl_.get(); }
   const SampleSource& source() const { return *source_; }
@@ -57,6 +61,7 @@ class StorageServer {
   std::unique_ptr<SampleServiceImpl> impl_;
   std::unique_ptr<GrpcSampleService> grpc_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<MetricsExporter> metrics_;  // reads impl_: stopped before it goes
   int port_ = 0;
   absl::Notification shutdown_;
   std::thread stats_thread_;

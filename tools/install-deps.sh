@@ -7,7 +7,7 @@ packages=(
   cmake g++ make pkg-config
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   libjpeg62-turbo-dev libturbojpeg0-dev libabsl-dev libspdlog-dev libgtest-dev libgmock-dev
-  libtorch-dev libopenblas0-pthread
+  libtorch-dev libopenblas0-pthread prometheus-cpp-dev
   python3 python3-pil python3-numpy python3-matplotlib
 )
 if [[ "${1:-}" == "--bench" ]]; then

@@ -1,0 +1,255 @@
+#include "server/metrics_exporter.h"
+
+#include <CivetServer.h>
+
+#include <exception>
+#include <map>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "prometheus/client_metric.h"
+#include "prometheus/collectable.h"
+#include "prometheus/exposer.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/metric_type.h"
+#include "sophon/base/process_status.h"
+#include "sophon/ops/stage.h"
+#include "spdlog/spdlog.h"
+
+namespace sophon {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+MetricFamily Family(std::string name, std::string help, MetricType type) {
+  MetricFamily family;
+  family.name = std::move(name);
+  family.help = std::move(help);
+  family.type = type;
+  return family;
+}
+
+void Add(MetricFamily* family, double value, std::vector<ClientMetric::Label> labels = {}) {
+  ClientMetric metric;
+  metric.label = std::move(labels);
+  if (family->type == MetricType::Counter) {
+    metric.counter.value = value;
+  } else {
+    metric.gauge.value = value;
+  }
+  family->metric.push_back(std::move(metric));
+}
+
+MetricFamily Single(std::string name, std::string help, MetricType type, double value) {
+  MetricFamily family = Family(std::move(name), std::move(help), type);
+  Add(&family, value);
+  return family;
+}
+
+// One series per map entry, sorted by label; `total` (the proto's overall
+// count) above the entries' sum shows as label value "unknown", so the series
+// always add up to the total.
+MetricFamily ByLabel(std::string name, std::string help, const std::string& label,
+                     const google::protobuf::Map<std::string, uint64_t>& counts,
+                     uint64_t total) {
+  std::map<std::string, uint64_t> sorted(counts.begin(), counts.end());
+  uint64_t sum = 0;
+  for (const auto& [key, n] : sorted) sum += n;
+  if (total > sum) sorted["unknown"] += total - sum;
+  MetricFamily family = Family(std::move(name), std::move(help), MetricType::Counter);
+  for (const auto& [key, n] : sorted) Add(&family, static_cast<double>(n), {{label, key}});
+  return family;
+}
+
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+// civetweb reports why it cannot start (e.g. "cannot bind to 127.0.0.1:9: 98
+// (Address already in use)") through log_message; Start() keeps the message of
+// its own thread for the error, everything else goes to the log.
+thread_local std::string* start_errors = nullptr;
+
+int LogCivetMessage(const mg_connection*, const char* message) {
+  if (start_errors != nullptr) {
+    absl::StrAppend(start_errors, start_errors->empty() ? "" : "; ", message);
+  } else {
+    spdlog::warn("metrics http: {}", message);
+  }
+  return 1;  // handled: civetweb prints nothing itself
+}
+
+}  // namespace
+
+absl::Status MetricsOptions::Validate() const {
+  if (port < -1 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MetricsOptions.port must be -1 (off), 0 (a free port) or in [1, 65535], got ", port));
+  }
+  if (enabled() && host.empty()) {
+    return absl::InvalidArgumentError("MetricsOptions.host is required when metrics are on");
+  }
+  // civetweb reads a comma as a second listening address.
+  if (host.find_first_of(", \t\n") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MetricsOptions.host must be one address, got '", host, "'"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<MetricFamily> ServerStatsToMetrics(const v1::ServerStats& stats) {
+  std::vector<MetricFamily> out;
+  MetricFamily samples = Family("sophon_server_samples_total",
+                                "Samples sent, by the stage they were sent at.",
+                                MetricType::Counter);
+  MetricFamily bytes = Family("sophon_server_bytes_total",
+                              "Payload bytes sent, by the stage they were sent at.",
+                              MetricType::Counter);
+  for (Stage stage : AllStages()) {
+    const int i = StageIndex(stage);
+    const std::vector<ClientMetric::Label> labels = {{"stage", StageName(stage)}};
+    Add(&samples, i < stats.samples_by_stage_size() ? stats.samples_by_stage(i) : 0, labels);
+    Add(&bytes, i < stats.bytes_by_stage_size() ? stats.bytes_by_stage(i) : 0, labels);
+  }
+  out.push_back(std::move(samples));
+  out.push_back(std::move(bytes));
+  out.push_back(ByLabel("sophon_server_sample_failures_total",
+                        "Samples that failed (read, decode or prep), by reason.", "reason",
+                        stats.failures_by_reason(), stats.samples_failed()));
+  out.push_back(ByLabel("sophon_server_rejections_total",
+                        "Requests or streams refused for a server limit, by limit.", "limit",
+                        stats.rejections_by_limit(), 0));
+  out.push_back(Single("sophon_server_requests_rejected_total",
+                       "Fetch streams ended for a bad request.", MetricType::Counter,
+                       stats.requests_rejected()));
+  out.push_back(Single("sophon_server_streams_opened_total", "Fetch streams accepted.",
+                       MetricType::Counter, stats.streams_opened()));
+  out.push_back(Single("sophon_server_prep_busy_seconds_total",
+                       "Seconds prep workers spent preparing samples, summed over workers.",
+                       MetricType::Counter, stats.prep_busy_seconds()));
+  out.push_back(Single("sophon_server_prep_workers", "Prep worker threads.", MetricType::Gauge,
+                       stats.prep_workers()));
+  out.push_back(Single("sophon_server_queue_depth", "Prep jobs waiting for a worker.",
+                       MetricType::Gauge, stats.queue_depth()));
+  out.push_back(Single("sophon_server_active_streams", "Fetch streams open now.",
+                       MetricType::Gauge, stats.active_streams()));
+  out.push_back(Single("sophon_server_inflight_samples",
+                       "Samples accepted and not yet written, all streams.", MetricType::Gauge,
+                       stats.inflight_samples()));
+  out.push_back(Single("sophon_server_inflight_bytes",
+                       "Bytes reserved for samples accepted and not yet written, all streams.",
+                       MetricType::Gauge, stats.inflight_bytes()));
+  out.push_back(Single("sophon_server_inflight_budget_bytes",
+                       "The server's bound on sophon_server_inflight_bytes.", MetricType::Gauge,
+                       stats.inflight_budget_bytes()));
+  out.push_back(Single("sophon_server_stream_inflight_peak_samples",
+                       "The most samples any one stream has held in flight at once.",
+                       MetricType::Gauge, stats.peak_stream_inflight()));
+  out.push_back(Single("sophon_server_stream_inflight_limit_samples",
+                       "The server's bound on samples in flight per stream.", MetricType::Gauge,
+                       stats.max_inflight_per_stream()));
+  out.push_back(Single("sophon_server_uptime_seconds", "Seconds since the server started.",
+                       MetricType::Gauge, stats.uptime_seconds()));
+  MetricFamily dataset = Family("sophon_server_dataset_info",
+                                "The dataset served: its manifest fingerprint (hex) as a label.",
+                                MetricType::Gauge);
+  Add(&dataset, 1, {{"fingerprint", absl::StrFormat("%016x", stats.dataset_fingerprint())}});
+  out.push_back(std::move(dataset));
+  out.push_back(Single("process_cpu_seconds_total",
+                       "CPU seconds of the server process, all threads, user and system.",
+                       MetricType::Counter, stats.process_cpu_seconds()));
+  return out;
+}
+
+std::vector<MetricFamily> ProcessMetrics() {
+  std::vector<MetricFamily> out;
+  absl::StatusOr<ProcessStatus> status = ReadProcessStatus();
+  if (status.ok()) {
+    out.push_back(Single("process_resident_memory_bytes", "Resident memory in bytes (VmRSS).",
+                         MetricType::Gauge, static_cast<double>(status->rss_bytes)));
+    out.push_back(Single("process_threads", "Threads of the server process.",
+                         MetricType::Gauge, status->threads));
+  }
+  if (const int fds = OpenFileDescriptors(); fds >= 0) {
+    out.push_back(Single("process_open_fds", "Open file descriptors (files and sockets).",
+                         MetricType::Gauge, fds));
+  }
+  return out;
+}
+
+class MetricsExporter::Collector : public prometheus::Collectable {
+ public:
+  explicit Collector(StatsSnapshotFn snapshot) : snapshot_(std::move(snapshot)) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    std::vector<MetricFamily> out;
+    absl::StatusOr<v1::ServerStats> stats = snapshot_();
+    if (stats.ok()) {
+      out = ServerStatsToMetrics(*stats);
+    } else {
+      // Without a snapshot, leave the server's series out rather than report zeros.
+      spdlog::warn("metrics: no stats snapshot: {}", stats.status().ToString());
+    }
+    for (MetricFamily& family : ProcessMetrics()) out.push_back(std::move(family));
+    return out;
+  }
+
+ private:
+  const StatsSnapshotFn snapshot_;
+};
+
+absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
+    const MetricsOptions& options, StatsSnapshotFn snapshot) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  if (!options.enabled()) {
+    return absl::InvalidArgumentError("MetricsOptions.port is -1: metrics are off");
+  }
+  if (!snapshot) return absl::InvalidArgumentError("MetricsExporter needs a stats snapshot");
+  const std::string address = absl::StrCat(
+      options.host.find(':') != std::string::npos ? absl::StrCat("[", options.host, "]")
+                                                   : options.host,
+      ":", options.port);
+  std::unique_ptr<MetricsExporter> exporter(new MetricsExporter());
+  exporter->host_ = options.host;
+  exporter->collector_ = std::make_shared<Collector>(std::move(snapshot));
+
+  CivetCallbacks callbacks;
+  callbacks.log_message = &LogCivetMessage;
+  std::string errors;
+  start_errors = &errors;
+  try {
+    // Two HTTP threads: scrapes are rare and small; a stalled one times out.
+    exporter->exposer_ = std::make_unique<prometheus::Exposer>(
+        std::vector<std::string>{"listening_ports", address, "num_threads", "2",
+                                 "request_timeout_ms", "10000"},
+        &callbacks);
+  } catch (const std::exception& e) {
+    start_errors = nullptr;
+    return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", address, ": ",
+                                               errors.empty() ? e.what() : errors));
+  }
+  start_errors = nullptr;
+  const std::vector<int> ports = exporter->exposer_->GetListeningPorts();
+  if (ports.empty() || ports[0] <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics: cannot listen on ", address, ": no port bound"));
+  }
+  exporter->port_ = ports[0];
+  exporter->exposer_->RegisterCollectable(exporter->collector_);
+  if (!IsLoopback(options.host)) {
+    spdlog::warn("metrics on {}: plain HTTP without authentication, readable by anyone who "
+                 "can reach this address",
+                 exporter->address());
+  }
+  return exporter;
+}
+
+MetricsExporter::~MetricsExporter() = default;
+
+std::string MetricsExporter::address() const { return absl::StrCat(host_, ":", port_); }
+
+}  // namespace sophon
