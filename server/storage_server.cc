@@ -50,6 +50,8 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", address, " (address in use or not local?)"));
   }
+  spdlog::info("transport: {}",
+               DescribeCredentials(options.credentials, CredentialsSide::kServer));
   spdlog::info("serving {} samples in {} classes from {} on {}:{} with {} prep workers",
                server->source_->size(), server->source_->class_names().size(),
                options.data_dir, options.host, server->port_, options.service.prep_workers);

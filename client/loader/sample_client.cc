@@ -16,6 +16,25 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
   context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
 }
 
+// What to check when the server could not be reached: gRPC reports a TLS
+// mismatch (plaintext against TLS, a refused certificate) as UNAVAILABLE
+// like a server that is down, with a message that rarely says which.
+absl::Status WithConnectHint(const absl::Status& status, const ClientOptions& options) {
+  if (status.code() != absl::StatusCode::kUnavailable) return status;
+  const bool tls = options.credentials.kind != "insecure";
+  return absl::Status(
+      status.code(),
+      absl::StrCat(status.message(), ". Check that a storage server runs at ", options.address,
+                   " and that both sides use the same transport: this client uses ",
+                   DescribeCredentials(options.credentials, CredentialsSide::kChannel),
+                   tls ? "; a TLS handshake fails when the server is plaintext, when its "
+                         "certificate is not signed by the CA this client trusts or does not "
+                         "name the host, or when the server requires a client certificate "
+                         "(mutual TLS) and this client has none or one from another CA"
+                       : "; a TLS server refuses plaintext clients (give the client the "
+                         "server's CA: CredentialsOptions.tls_ca)"));
+}
+
 }  // namespace
 
 FetchCall::FetchCall(v1::SampleService::Stub* stub) : stream_(stub->Fetch(&context_)) {}
@@ -33,9 +52,6 @@ absl::StatusOr<std::unique_ptr<SampleClient>> SampleClient::Connect(const Client
     return absl::InvalidArgumentError(
         absl::StrCat("ClientOptions.address must be HOST:PORT, got '", options.address, "'"));
   }
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      CreateChannelCredentials(options.credentials);
-  if (!credentials.ok()) return credentials.status();
   std::unique_ptr<SampleClient> client(new SampleClient());
   client->options_ = options;
   grpc::ChannelArguments args;
@@ -46,7 +62,10 @@ absl::StatusOr<std::unique_ptr<SampleClient>> SampleClient::Connect(const Client
   // (The minimum, which is also the connect timeout, keeps its default.)
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  client->channel_ = grpc::CreateCustomChannel(options.address, *credentials, args);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      CreateChannel(options.address, options.credentials, args);
+  if (!channel.ok()) return channel.status();
+  client->channel_ = *std::move(channel);
   client->stub_ = v1::SampleService::NewStub(client->channel_);
   const std::string what = absl::StrCat("GetManifest from storage server ", options.address);
   absl::Status status = Retry(
@@ -58,7 +77,7 @@ absl::StatusOr<std::unique_ptr<SampleClient>> SampleClient::Connect(const Client
       },
       absl::StrCat("connect to storage server ", options.address),
       absl::Now() + options.connect_timeout);
-  if (!status.ok()) return status;
+  if (!status.ok()) return WithConnectHint(status, options);
   const v1::Manifest& m = client->manifest_;
   if (static_cast<uint32_t>(m.labels_size()) != m.num_samples() ||
       static_cast<uint32_t>(m.raw_sizes_size()) != m.num_samples()) {
