@@ -21,18 +21,30 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
 // like a server that is down, with a message that rarely says which.
 absl::Status WithConnectHint(const absl::Status& status, const ClientOptions& options) {
   if (status.code() != absl::StatusCode::kUnavailable) return status;
-  const bool tls = options.credentials.kind != "insecure";
+  const CredentialsOptions& c = options.credentials;
+  std::string causes;
+  if (c.kind == "insecure") {
+    causes = "; a TLS server refuses plaintext clients (give the client the server's CA: "
+             "CredentialsOptions.tls_ca)";
+  } else if (c.kind == "tls") {
+    causes = absl::StrCat(
+        "; the TLS handshake fails when the server is plaintext, when its certificate is not "
+        "signed by ",
+        c.tls_ca.empty() ? std::string("a CA in the system's roots") : c.tls_ca,
+        " or does not name ",
+        c.tls_server_name.empty() ? std::string("the host of the address") : c.tls_server_name,
+        c.tls_cert.empty()
+            ? ", or when the server requires a client certificate (mutual TLS) and this client "
+              "has none"
+            : absl::StrCat(", or when the server requires client certificates signed by a CA "
+                           "that did not sign ",
+                           c.tls_cert));
+  }
   return absl::Status(
       status.code(),
       absl::StrCat(status.message(), ". Check that a storage server runs at ", options.address,
                    " and that both sides use the same transport: this client uses ",
-                   DescribeCredentials(options.credentials, CredentialsSide::kChannel),
-                   tls ? "; a TLS handshake fails when the server is plaintext, when its "
-                         "certificate is not signed by the CA this client trusts or does not "
-                         "name the host, or when the server requires a client certificate "
-                         "(mutual TLS) and this client has none or one from another CA"
-                       : "; a TLS server refuses plaintext clients (give the client the "
-                         "server's CA: CredentialsOptions.tls_ca)"));
+                   DescribeCredentials(c, CredentialsSide::kChannel), causes));
 }
 
 }  // namespace

@@ -95,7 +95,7 @@ absl::StatusOr<std::string> ReadBearerToken(absl::string_view option, const std:
   in.read(bytes.data(), kMaxTokenFileBytes + 1);
   if (in.bad()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(option, ": cannot read token file '", path, "'"));
+        absl::StrCat(option, ": cannot read token file '", path, "': ", std::strerror(errno)));
   }
   bytes.resize(in.gcount());
   if (static_cast<std::streamsize>(bytes.size()) > kMaxTokenFileBytes) {
