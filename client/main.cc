@@ -296,6 +296,14 @@ int main(int argc, char** argv) {
                          : absl::GetFlag(FLAGS_credentials);
   spdlog::info("transport to {}: {}", client_options.address,
                sophon::DescribeCredentials(credentials, sophon::CredentialsSide::kChannel));
+  if (credentials.kind == "insecure" &&
+      !sophon::IsLoopbackHost(
+          client_options.address.substr(0, client_options.address.rfind(':')))) {
+    spdlog::warn("connecting to {} in plaintext: samples cross the network unencrypted and "
+                 "unauthenticated; if the server has TLS, give --tls-ca (and --tls-cert, "
+                 "--tls-key, --auth-token-file as it requires)",
+                 client_options.address);
+  }
   absl::StatusOr<std::unique_ptr<sophon::SampleClient>> client =
       sophon::SampleClient::Connect(client_options);
   if (!client.ok()) return Fail(client.status());

@@ -24,8 +24,9 @@ absl::Status WithConnectHint(const absl::Status& status, const ClientOptions& op
   const CredentialsOptions& c = options.credentials;
   std::string causes;
   if (c.kind == "insecure") {
-    causes = "; a TLS server refuses plaintext clients (give the client the server's CA: "
-             "CredentialsOptions.tls_ca)";
+    // Names no option: most often the server is simply not running.
+    causes = "; a TLS server refuses plaintext clients (to use TLS, give this client the CA "
+             "certificate that signed the server's)";
   } else if (c.kind == "tls") {
     causes = absl::StrCat(
         "; the TLS handshake fails when the server is plaintext, when its certificate is not "
