@@ -102,6 +102,23 @@ ABSL_FLAG(double, replan_threshold, 0.25,
           "more than this fraction from the assumed one. Default 0.25.");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(30),
           "How long to retry reaching the storage server. Default 30s.");
+ABSL_FLAG(std::string, credentials, "auto",
+          "Transport security: insecure (plaintext), tls, or auto (tls when any --tls-* flag is "
+          "given, else insecure). --credentials=tls alone checks the server against the "
+          "system's CA roots. Default auto.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificate(s) the server's certificate must be signed by; implies TLS. "
+          "Default none (the system's roots when TLS is on).");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate for a server that requires one (mutual TLS); with --tls-key. "
+          "Default none.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert (unencrypted). Default none.");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "Name to check in the server's certificate instead of the host of --server (e.g. when "
+          "connecting by IP address to a certificate that names a host). Default: the host.");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File holding the bearer token the server requires (its --auth-token-file); sent on "
+          "every call, over TLS only. Default none.");
 ABSL_FLAG(bool, progress, true, "Show a progress line while training. Default true.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error. Default info.");
 
@@ -124,6 +141,12 @@ const sophon::FlagNames kFlagNames = {
     {"EmulatedTrainerOptions.gpu_count", "--gpu-count"},
     {"TrainerOptions.device", "--device"},
     {"ClientOptions.address", "--server"},
+    {"CredentialsOptions.kind", "--credentials"},
+    {"CredentialsOptions.tls_ca", "--tls-ca"},
+    {"CredentialsOptions.tls_cert", "--tls-cert"},
+    {"CredentialsOptions.tls_key", "--tls-key"},
+    {"CredentialsOptions.tls_server_name", "--tls-server-name"},
+    {"CredentialsOptions.auth_token_file", "--auth-token-file"},
     {"SmartoffOptions.profile_folder", "--profile-folder"},
     {"SyntheticRunOptions.samples", "--synthetic-samples"},
 };
@@ -262,6 +285,25 @@ int main(int argc, char** argv) {
   sophon::ClientOptions client_options;
   client_options.address = absl::GetFlag(FLAGS_server);
   client_options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
+  sophon::CredentialsOptions& credentials = client_options.credentials;
+  credentials.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  credentials.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  credentials.tls_key = absl::GetFlag(FLAGS_tls_key);
+  credentials.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  credentials.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  credentials.kind = absl::GetFlag(FLAGS_credentials) == "auto"
+                         ? sophon::DefaultCredentialsKind(credentials)
+                         : absl::GetFlag(FLAGS_credentials);
+  spdlog::info("transport to {}: {}", client_options.address,
+               sophon::DescribeCredentials(credentials, sophon::CredentialsSide::kChannel));
+  if (credentials.kind == "insecure" &&
+      !sophon::IsLoopbackHost(
+          client_options.address.substr(0, client_options.address.rfind(':')))) {
+    spdlog::warn("connecting to {} in plaintext: samples cross the network unencrypted and "
+                 "unauthenticated; if the server has TLS, give --tls-ca (and --tls-cert, "
+                 "--tls-key, --auth-token-file as it requires)",
+                 client_options.address);
+  }
   absl::StatusOr<std::unique_ptr<sophon::SampleClient>> client =
       sophon::SampleClient::Connect(client_options);
   if (!client.ok()) return Fail(client.status());

@@ -62,6 +62,19 @@ ABSL_FLAG(int, metrics_port, -1,
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
           "Address of the Prometheus endpoint: plain HTTP without authentication. Default "
           "127.0.0.1 (this machine only).");
+ABSL_FLAG(std::string, credentials, "auto",
+          "Transport security: insecure (plaintext, no authentication), tls, or auto (tls when "
+          "--tls-cert, --tls-key or --tls-client-ca is given, else insecure). Default auto.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate (chain) this server presents; with --tls-key, serves over TLS. "
+          "Default none (plaintext).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert (unencrypted). Default none.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA certificate(s): when given, every client must present a certificate signed by "
+          "one of them (mutual TLS). Needs --tls-cert. Default none (no client certificates).");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File holding a bearer token that every call must carry (clients give the same file to "
+          "their --auth-token-file). Needs TLS. Default none.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error. Default info.");
 
 namespace {
@@ -86,6 +99,11 @@ const sophon::FlagNames kFlagNames = {
     {"ServiceOptions.limits.max_pixels", "--max-pixels"},
     {"MetricsOptions.port", "--metrics-port"},
     {"MetricsOptions.host", "--metrics-host"},
+    {"CredentialsOptions.kind", "--credentials"},
+    {"CredentialsOptions.tls_cert", "--tls-cert"},
+    {"CredentialsOptions.tls_key", "--tls-key"},
+    {"CredentialsOptions.tls_client_ca", "--tls-client-ca"},
+    {"CredentialsOptions.auth_token_file", "--auth-token-file"},
 };
 
 sigset_t BlockTerminationSignals() {
@@ -130,10 +148,34 @@ int main(int argc, char** argv) {
   options.stats_interval = absl::GetFlag(FLAGS_stats_interval);
   options.metrics.port = absl::GetFlag(FLAGS_metrics_port);
   options.metrics.host = absl::GetFlag(FLAGS_metrics_host);
+  sophon::CredentialsOptions& credentials = options.credentials;
+  credentials.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  credentials.tls_key = absl::GetFlag(FLAGS_tls_key);
+  credentials.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  credentials.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  credentials.kind = absl::GetFlag(FLAGS_credentials) == "auto"
+                         ? sophon::DefaultCredentialsKind(credentials)
+                         : absl::GetFlag(FLAGS_credentials);
 
   absl::StatusOr<std::unique_ptr<sophon::StorageServer>> server =
       sophon::StorageServer::Start(options);
   if (!server.ok()) return sophon::FailProgram("sophon-server", server.status(), kFlagNames);
+  if (!sophon::IsLoopbackHost(options.host)) {
+    if (credentials.kind == "insecure") {
+      spdlog::warn(
+          "listening on {} without TLS: traffic and data are unauthenticated and unencrypted; "
+          "anyone who can reach this port can read the dataset. Give --tls-cert and --tls-key "
+          "(and --tls-client-ca or --auth-token-file to admit only your clients), or listen on "
+          "--host=127.0.0.1",
+          options.host);
+    } else if (credentials.kind == "tls" && credentials.tls_client_ca.empty() &&
+               credentials.auth_token_file.empty()) {
+      spdlog::warn(
+          "listening on {} with TLS but no client authentication: anyone who can reach this "
+          "port can read the dataset. Give --tls-client-ca or --auth-token-file",
+          options.host);
+    }
+  }
   if (absl::GetFlag(FLAGS_evict_cache)) {
     absl::StatusOr<sophon::CacheResidency> residency =
         sophon::EvictFromPageCache(sophon::DatasetFilePaths((*server)->source()));

@@ -73,6 +73,8 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
     server->metrics_ = *std::move(metrics);
     spdlog::info("metrics on http://{}/metrics", server->metrics_->address());
   }
+  spdlog::info("transport: {}",
+               DescribeCredentials(options.credentials, CredentialsSide::kServer));
   spdlog::info("serving {} samples in {} classes from {} on {}:{} with {} prep workers",
                server->source_->size(), server->source_->class_names().size(),
                options.data_dir, options.host, server->port_, options.service.prep_workers);

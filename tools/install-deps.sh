@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   cmake g++ make pkg-config
-  libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
+  libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libssl-dev openssl
   libjpeg62-turbo-dev libturbojpeg0-dev libabsl-dev libspdlog-dev libgtest-dev libgmock-dev
   libtorch-dev libopenblas0-pthread prometheus-cpp-dev
   python3 python3-pil python3-numpy python3-matplotlib

@@ -16,6 +16,38 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
   context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
 }
 
+// What to check when the server could not be reached: gRPC reports a TLS
+// mismatch (plaintext against TLS, a refused certificate) as UNAVAILABLE
+// like a server that is down, with a message that rarely says which.
+absl::Status WithConnectHint(const absl::Status& status, const ClientOptions& options) {
+  if (status.code() != absl::StatusCode::kUnavailable) return status;
+  const CredentialsOptions& c = options.credentials;
+  std::string causes;
+  if (c.kind == "insecure") {
+    // Names no option: most often the server is simply not running.
+    causes = "; a TLS server refuses plaintext clients (to use TLS, give this client the CA "
+             "certificate that signed the server's)";
+  } else if (c.kind == "tls") {
+    causes = absl::StrCat(
+        "; the TLS handshake fails when the server is plaintext, when its certificate is not "
+        "signed by ",
+        c.tls_ca.empty() ? std::string("a CA in the system's roots") : c.tls_ca,
+        " or does not name ",
+        c.tls_server_name.empty() ? std::string("the host of the address") : c.tls_server_name,
+        c.tls_cert.empty()
+            ? ", or when the server requires a client certificate (mutual TLS) and this client "
+              "has none"
+            : absl::StrCat(", or when the server requires client certificates signed by a CA "
+                           "that did not sign ",
+                           c.tls_cert));
+  }
+  return absl::Status(
+      status.code(),
+      absl::StrCat(status.message(), ". Check that a storage server runs at ", options.address,
+                   " and that both sides use the same transport: this client uses ",
+                   DescribeCredentials(c, CredentialsSide::kChannel), causes));
+}
+
 }  // namespace
 
 FetchCall::FetchCall(v1::SampleService::Stub* stub) : stream_(stub->Fetch(&context_)) {}
@@ -33,9 +65,6 @@ absl::StatusOr<std::unique_ptr<SampleClient>> SampleClient::Connect(const Client
     return absl::InvalidArgumentError(
         absl::StrCat("ClientOptions.address must be HOST:PORT, got '", options.address, "'"));
   }
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      CreateChannelCredentials(options.credentials);
-  if (!credentials.ok()) return credentials.status();
   std::unique_ptr<SampleClient> client(new SampleClient());
   client->options_ = options;
   grpc::ChannelArguments args;
@@ -46,7 +75,10 @@ absl::StatusOr<std::unique_ptr<SampleClient>> SampleClient::Connect(const Client
   // (The minimum, which is also the connect timeout, keeps its default.)
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  client->channel_ = grpc::CreateCustomChannel(options.address, *credentials, args);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      CreateChannel(options.address, options.credentials, args);
+  if (!channel.ok()) return channel.status();
+  client->channel_ = *std::move(channel);
   client->stub_ = v1::SampleService::NewStub(client->channel_);
   const std::string what = absl::StrCat("GetManifest from storage server ", options.address);
   absl::Status status = Retry(
@@ -58,7 +90,7 @@ absl::StatusOr<std::unique_ptr<SampleClient>> SampleClient::Connect(const Client
       },
       absl::StrCat("connect to storage server ", options.address),
       absl::Now() + options.connect_timeout);
-  if (!status.ok()) return status;
+  if (!status.ok()) return WithConnectHint(status, options);
   const v1::Manifest& m = client->manifest_;
   if (static_cast<uint32_t>(m.labels_size()) != m.num_samples() ||
       static_cast<uint32_t>(m.raw_sizes_size()) != m.num_samples()) {
