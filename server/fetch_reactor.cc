@@ -179,7 +179,7 @@ void FetchReactor::Pump() {
   if (waiting_new) Ref();  // held by the budget until OnBytesReleased or OnDone
   for (CheckedSample& s : jobs) {
     Ref();  // held by the job
-    service_->pool().Post([this, s = std::move(s), m = job_message] {
+    service_->pool().Post(stream_id_, [this, s = std::move(s), m = job_message] {
       v1::Sample sample;
       service_->ProcessSample(s.stage, SampleKey{m.seed, m.epoch, s.id}, *m.pipeline, &sample);
       OnSampleDone(std::move(sample), s.bytes);

@@ -30,20 +30,27 @@ void PrepPool::Submit(std::function<void()> job) {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](PrepPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
-        return static_cast<int>(p->queue_.size()) < p->capacity_;
+        return static_cast<int>(p->queued_) < p->capacity_;
       },
       this));
-  queue_.push_back(std::move(job));
+  PushLocked(0, std::move(job));
 }
 
-void PrepPool::Post(std::function<void()> job) {
+void PrepPool::Post(uint64_t key, std::function<void()> job) {
   absl::MutexLock lock(&mu_);
-  queue_.push_back(std::move(job));
+  PushLocked(key, std::move(job));
+}
+
+void PrepPool::PushLocked(uint64_t key, std::function<void()> job) {
+  std::deque<std::function<void()>>& q = queues_[key];
+  if (q.empty()) turns_.push_back(key);
+  q.push_back(std::move(job));
+  ++queued_;
 }
 
 int PrepPool::queue_depth() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int>(queue_.size());
+  return static_cast<int>(queued_);
 }
 
 double PrepPool::busy_seconds() const { return busy_nanos_.load() * 1e-9; }
@@ -55,12 +62,21 @@ void PrepPool::WorkerLoop() {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
           +[](PrepPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
-            return p->stopping_ || !p->queue_.empty();
+            return p->stopping_ || p->queued_ > 0;
           },
           this));
-      if (queue_.empty()) return;  // stopping and drained
-      job = std::move(queue_.front());
-      queue_.pop_front();
+      if (queued_ == 0) return;  // stopping and drained
+      const uint64_t key = turns_.front();
+      turns_.pop_front();
+      auto it = queues_.find(key);
+      job = std::move(it->second.front());
+      it->second.pop_front();
+      --queued_;
+      if (it->second.empty()) {
+        queues_.erase(it);
+      } else {
+        turns_.push_back(key);  // its next job waits for the others' turns
+      }
     }
     const double t0 = ThreadCpuSeconds();
     job();

@@ -4,9 +4,11 @@
 #define SOPHON_SERVER_PREP_POOL_H_
 
 #include <atomic>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -25,10 +27,12 @@ class PrepPool {
 
   // Queues a job; blocks while the queue is full. Thread-safe.
   void Submit(std::function<void()> job);
-  // Queues a job without blocking, even past the capacity: for callers that
-  // bound their work themselves (the Fetch streams admit by bytes) and must
-  // not block (gRPC callbacks). Thread-safe.
-  void Post(std::function<void()> job);
+  // Queues a job of queue `key` without blocking, even past the capacity: for
+  // callers that bound their work themselves (the Fetch streams admit by
+  // bytes) and must not block (gRPC callbacks). Workers take one job from
+  // each non-empty queue in turn, so a stream that posts a whole epoch at
+  // once does not delay the others (Submit's jobs are queue 0). Thread-safe.
+  void Post(uint64_t key, std::function<void()> job);
 
   int workers() const { return static_cast<int>(threads_.size()); }
   // Jobs waiting (not yet started).
@@ -43,7 +47,11 @@ class PrepPool {
   std::vector<std::thread> threads_;
 
   mutable absl::Mutex mu_;
-  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  void PushLocked(uint64_t key, std::function<void()> job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::unordered_map<uint64_t, std::deque<std::function<void()>>> queues_ ABSL_GUARDED_BY(mu_);
+  std::deque<uint64_t> turns_ ABSL_GUARDED_BY(mu_);  // keys with jobs, in serving order
+  size_t queued_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int64_t> busy_nanos_{0};
 };

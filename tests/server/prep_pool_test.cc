@@ -6,6 +6,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include <vector>
+
 #include "gtest/gtest.h"
 #include "sophon/base/cpu_time.h"
 #include "sophon/ops/pipeline.h"
@@ -108,6 +110,41 @@ TEST(PrepPoolTest, MeasuresBusyTime) {
   EXPECT_LT(busy, 1.0);
   absl::MutexLock lock(&mu);
   release = true;  // the pool's destructor then joins the barrier jobs
+}
+
+TEST(PrepPoolTest, PostedQueuesTakeTurns) {
+  PrepPool pool(1, 1);
+  absl::Mutex mu;
+  bool release = false;
+  std::vector<uint64_t> order;
+  absl::Notification started;
+  // Hold the only worker so that everything below queues up.
+  pool.Post(99, [&] {
+    started.Notify();
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&release));
+  });
+  started.WaitForNotification();
+  for (int i = 0; i < 3; ++i) {
+    pool.Post(1, [&] {
+      absl::MutexLock lock(&mu);
+      order.push_back(1);
+    });
+  }
+  for (int i = 0; i < 2; ++i) {
+    pool.Post(2, [&] {
+      absl::MutexLock lock(&mu);
+      order.push_back(2);
+    });
+  }
+  EXPECT_EQ(pool.queue_depth(), 5);
+  {
+    absl::MutexLock lock(&mu);
+    release = true;
+    mu.Await(absl::Condition(+[](std::vector<uint64_t>* o) { return o->size() == 5; }, &order));
+  }
+  // Stream 1 posted all of its jobs first, yet stream 2 is served in turn.
+  EXPECT_EQ(order, (std::vector<uint64_t>{1, 2, 1, 2, 1}));
 }
 
 }  // namespace
