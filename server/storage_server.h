@@ -10,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "server/service_impl.h"
+#include "sophon/data/image_folder.h"
 #include "sophon/net/credentials.h"
 
 namespace grpc {
@@ -22,6 +23,7 @@ class GrpcSampleService;
 
 struct StorageServerOptions {
   std::string data_dir;               // ImageFolder root
+  ImageFolderOptions source;          // how far the dataset's files are trusted
   std::string host = "127.0.0.1";     // address to listen on; 0.0.0.0 for all interfaces
   int port = 50051;                   // 0 picks a free port
   CredentialsOptions credentials;     // transport security; default insecure

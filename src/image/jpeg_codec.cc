@@ -68,7 +68,9 @@ void EmitMessage(j_common_ptr cinfo, int msg_level) {
   (*cinfo->err->format_message)(cinfo, text);
   err->code = absl::StatusCode::kDataLoss;
   std::snprintf(err->message, sizeof(err->message),
-                "corrupt JPEG data: %s (strict decoding; DecodeLimits.lenient accepts it)", text);
+                "corrupt JPEG data (libjpeg: %s; strict decoding, DecodeLimits.lenient "
+                "accepts it)",
+                text);
   longjmp(err->jump, 1);
 }
 
