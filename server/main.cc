@@ -36,6 +36,10 @@ ABSL_FLAG(int64_t, max_decoder_memory_bytes, int64_t{256} << 20,
 ABSL_FLAG(int, max_progressive_scans, 256,
           "Scans a progressive JPEG may have (encoders write about 10; each scan is a pass "
           "over the whole image). Default 256.");
+ABSL_FLAG(int64_t, max_scan_samples, 2'500'000'000,
+          "Work one JPEG decode may do over all its scans, in samples (64 per 8x8 block of each "
+          "component in each scan); bounds the CPU time of a progressive file with many scans. "
+          "A usual progressive image of P pixels needs about 8 P. Default 2500000000.");
 ABSL_FLAG(bool, lenient_jpeg, false,
           "Accept JPEGs that libjpeg decodes with corrupt-data warnings (premature end of data "
           "segment, extraneous bytes, bad Huffman code); by default such a sample fails. A "
@@ -67,6 +71,7 @@ const sophon::FlagNames kFlagNames = {
     {"DecodeLimits.max_pixels", "--max-pixels"},
     {"DecodeLimits.max_memory_bytes", "--max-decoder-memory-bytes"},
     {"DecodeLimits.max_scans", "--max-progressive-scans"},
+    {"DecodeLimits.max_scan_samples", "--max-scan-samples"},
     {"DecodeLimits.lenient", "--lenient-jpeg"},
     {"ImageFolderOptions.max_file_bytes", "--max-file-bytes"},
     {"ImageFolderOptions.follow_symlinks", "--follow-symlinks"},
@@ -104,6 +109,7 @@ int main(int argc, char** argv) {
   options.service.limits.max_pixels = absl::GetFlag(FLAGS_max_pixels);
   options.service.limits.max_memory_bytes = absl::GetFlag(FLAGS_max_decoder_memory_bytes);
   options.service.limits.max_scans = absl::GetFlag(FLAGS_max_progressive_scans);
+  options.service.limits.max_scan_samples = absl::GetFlag(FLAGS_max_scan_samples);
   options.service.limits.lenient = absl::GetFlag(FLAGS_lenient_jpeg);
   options.source.max_file_bytes = absl::GetFlag(FLAGS_max_file_bytes);
   absl::StatusOr<sophon::FollowSymlinks> follow =

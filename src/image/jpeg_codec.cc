@@ -74,23 +74,44 @@ void EmitMessage(j_common_ptr cinfo, int msg_level) {
   longjmp(err->jump, 1);
 }
 
-// Counts the scans of a multi-scan image as libjpeg reaches them (the
-// monitor runs before each scan's data is consumed) and stops at the limit.
+// Counts the scans of an image as libjpeg reaches them, and the samples
+// (64 per 8x8 block of each component in the scan) that each scan decodes;
+// stops at either limit. libjpeg runs the monitor before each scan's data is
+// consumed (and per row), so a refused scan costs nothing.
 struct ScanMonitor {
   jpeg_progress_mgr pub;
   int max_scans;
+  int64_t max_scan_samples;
+  int counted_scan;     // the last scan whose samples are counted
+  int64_t scan_samples;  // summed over the scans so far
 };
 
 void MonitorScans(j_common_ptr cinfo) {
   if (!cinfo->is_decompressor) return;
   auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
-  const int max_scans = reinterpret_cast<ScanMonitor*>(cinfo->progress)->max_scans;
-  if (d->input_scan_number <= max_scans) return;
+  auto* monitor = reinterpret_cast<ScanMonitor*>(cinfo->progress);
+  if (d->input_scan_number == monitor->counted_scan) return;
   auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
-  err->code = absl::StatusCode::kResourceExhausted;
-  std::snprintf(err->message, sizeof(err->message),
-                "the image has more than DecodeLimits.max_scans (%d) scans", max_scans);
-  longjmp(err->jump, 1);
+  if (d->input_scan_number > monitor->max_scans) {
+    err->code = absl::StatusCode::kResourceExhausted;
+    std::snprintf(err->message, sizeof(err->message),
+                  "the image has more than DecodeLimits.max_scans (%d) scans", monitor->max_scans);
+    longjmp(err->jump, 1);
+  }
+  monitor->counted_scan = d->input_scan_number;
+  for (int i = 0; i < d->comps_in_scan && i < MAX_COMPS_IN_SCAN; ++i) {
+    const jpeg_component_info* c = d->cur_comp_info[i];
+    if (c == nullptr) continue;
+    monitor->scan_samples += static_cast<int64_t>(c->width_in_blocks) * c->height_in_blocks * DCTSIZE2;
+  }
+  if (monitor->scan_samples > monitor->max_scan_samples) {
+    err->code = absl::StatusCode::kResourceExhausted;
+    std::snprintf(err->message, sizeof(err->message),
+                  "the image's first %d scans decode more than DecodeLimits.max_scan_samples "
+                  "(%lld) samples",
+                  d->input_scan_number, static_cast<long long>(monitor->max_scan_samples));
+    longjmp(err->jump, 1);
+  }
 }
 
 // Bytes of the whole-image coefficient arrays that libjpeg allocates for a
@@ -196,6 +217,9 @@ absl::Status Decode(absl::string_view bytes, const DecodeLimits& limits,
   ScanMonitor monitor;
   monitor.pub.progress_monitor = MonitorScans;
   monitor.max_scans = limits.max_scans;
+  monitor.max_scan_samples = limits.max_scan_samples;
+  monitor.counted_scan = 0;
+  monitor.scan_samples = 0;
   if (setjmp(err.jump)) {
     jpeg_destroy_decompress(&cinfo);
     return absl::Status(err.code, err.message);
@@ -348,6 +372,10 @@ absl::Status DecodeLimits::Validate() const {
   if (max_memory_bytes < (int64_t{1} << 20) || max_memory_bytes > (int64_t{1} << 40)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "DecodeLimits.max_memory_bytes must be in [1 MiB, 1 TiB], got ", max_memory_bytes));
+  }
+  if (max_scan_samples < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DecodeLimits.max_scan_samples must be >= 1, got ", max_scan_samples));
   }
   if (max_scans < 1) {
     return absl::InvalidArgumentError(

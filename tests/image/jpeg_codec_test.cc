@@ -229,6 +229,9 @@ TEST(DecodeLimitsTest, ValidateNamesTheLimit) {
   limits.max_memory_bytes = 1000;
   EXPECT_NE(limits.Validate().message().find("DecodeLimits.max_memory_bytes"), std::string::npos);
   limits = DecodeLimits();
+  limits.max_scan_samples = 0;
+  EXPECT_NE(limits.Validate().message().find("DecodeLimits.max_scan_samples"), std::string::npos);
+  limits = DecodeLimits();
   limits.max_pixels = 0;
   EXPECT_NE(limits.Validate().message().find("DecodeLimits.max_pixels"), std::string::npos);
 }
@@ -304,6 +307,29 @@ TEST(JpegCodecTest, ManyScansHitTheScanCap) {
   EXPECT_EQ(decoded->width, 64);
   more.max_scans = 379;
   EXPECT_EQ(DecodeJpeg(jpeg, more).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// Class 4: the work of the scans together is capped too, so that scans few
+// enough for max_scans over a large image cannot take seconds. A 64x64 gray
+// image of 128 scans decodes 128 * 4096 samples in all.
+TEST(JpegCodecTest, ScanWorkIsCapped) {
+  const std::string jpeg = EncodeJpeg(MakeTestImage(64, 64, 26),
+                                      {.color = JpegColor::kGray, .scan_per_coefficient = true});
+  DecodeLimits limits;
+  limits.max_scan_samples = 128 * 4096;
+  EXPECT_TRUE(DecodeJpeg(jpeg, limits).ok());
+  limits.max_scan_samples = 128 * 4096 - 1;
+  absl::Status status = DecodeJpeg(jpeg, limits).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_NE(status.message().find("DecodeLimits.max_scan_samples (524287)"), std::string::npos)
+      << status;
+  EXPECT_NE(status.message().find("first 128 scans"), std::string::npos) << status;
+  // A baseline image counts its one scan: 1.5 samples per pixel in 4:2:0.
+  const std::string baseline = EncodeJpeg(MakeTestImage(64, 64, 27));
+  limits.max_scan_samples = 64 * 64 * 3 / 2;
+  EXPECT_TRUE(DecodeJpeg(baseline, limits).ok());
+  limits.max_scan_samples -= 1;
+  EXPECT_EQ(DecodeJpeg(baseline, limits).status().code(), absl::StatusCode::kResourceExhausted);
 }
 
 TEST(JpegCodecTest, RejectsAbsurdDimensionsBeforeAllocating) {

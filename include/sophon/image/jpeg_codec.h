@@ -30,6 +30,13 @@ struct DecodeLimits {
   // Scans of a progressive image (libjpeg-turbo's own fuzzers stop at 500;
   // encoders write about 10). Default 256.
   int max_scans = 256;
+  // The work of all scans together, which bounds the decode's CPU time: the
+  // samples each scan decodes (64 per 8x8 block of each of its components),
+  // summed over the scans. A usual progressive image of P pixels (4:2:0, 10
+  // scans) needs about 8 P, a baseline one 1.5 P. Default 2.5e9: 25 times
+  // the default max_pixels (about 0.7 s of CPU, where 256 scans of an image
+  // within max_memory_bytes could take 3 s).
+  int64_t max_scan_samples = 2'500'000'000;
   // false (strict): any corrupt-data warning from libjpeg (premature end of
   // data segment, extraneous bytes, bad Huffman code, ...) fails the decode
   // with DataLoss, instead of returning an image padded or patched by libjpeg.
@@ -65,7 +72,7 @@ struct DecodedRegion {
 
 // Errors of every function below: InvalidArgument for anything that is not a
 // well-formed JPEG or is larger than max_pixels, ResourceExhausted naming the
-// limit (DecodeLimits.max_memory_bytes, DecodeLimits.max_scans) for a decode
+// limit (DecodeLimits.max_memory_bytes, max_scans, max_scan_samples) for a decode
 // that would need more, DataLoss naming libjpeg's warning for corrupt data
 // under strict decoding.
 
