@@ -198,7 +198,7 @@ absl::StatusOr<std::unique_ptr<ImageFolderSource>> ImageFolderSource::Open(
 std::string ImageFolderSource::name() const {
   fs::path p = fs::path(root_).lexically_normal();
   if (p.filename().empty()) p = p.parent_path();
-  return p.filename().string();
+  return EscapeName(p.filename().string());  // goes into the manifest
 }
 
 absl::StatusOr<std::string> ImageFolderSource::Read(uint64_t id) const {

@@ -9,6 +9,7 @@
 #include <future>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
@@ -247,6 +248,11 @@ TEST(ImageFolderSourceTest, ServesOddNamesAndEscapesThemInTheManifest) {
   on_disk[2].relative_path = "c/\xff\xfe.jpg";
   on_disk[3].relative_path = "caf\xe9/x.jpg";
   EXPECT_EQ(ds->fingerprint(), ManifestFingerprint(on_disk));
+  // The dataset's name (the root's last component) goes into the manifest too.
+  const std::string odd_root = testing::MakeTempDir("dataset_\xff");
+  testing::WriteFile(odd_root + "/c/a.jpg", "a");
+  EXPECT_EQ((*ImageFolderSource::Open(odd_root))->name(),
+            absl::StrCat("sophon_dataset_\\xff_", ::getpid()));
   std::filesystem::remove(root + "/c/\xff\xfe.jpg");
   absl::Status gone = ds->Read(2).status();
   EXPECT_TRUE(Contains(gone, "sample 2 (c/\\xff\\xfe.jpg)")) << gone;

@@ -60,7 +60,7 @@ class ImageFolderSource final : public SampleSource {
   const std::string& root() const { return root_; }
   const ImageFolderOptions& options() const { return options_; }
 
-  // Last path component of root.
+  // Last path component of root (escaped).
   std::string name() const override;
   const std::vector<ManifestEntry>& entries() const override { return entries_; }
   const std::vector<std::string>& class_names() const override { return class_names_; }
