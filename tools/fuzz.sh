@@ -16,11 +16,12 @@ build=build-fuzz
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ is required (apt-get install clang)" >&2; exit 1; }
 [ -d "fuzz/corpus/$target" ] || { echo "fuzz.sh: no seed corpus fuzz/corpus/$target" >&2; exit 1; }
 
+mkdir -p "$build"
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake -S . -B "$build" -DSOPHON_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" >"$build.configure.log" 2>&1 ||
-  { cat "$build.configure.log" >&2; exit 1; }
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" >"$build/configure.log" 2>&1 ||
+  { cat "$build/configure.log" >&2; exit 1; }
 cmake --build "$build" --target "sophon-fuzz-$target" -j "${JOBS:-2}"
 
 work="$(mktemp -d)"
