@@ -6,11 +6,14 @@
 
 #include <filesystem>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "client/loader/sample_client.h"
 #include "server/storage_server.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "tests/test_util.h"
 
 namespace sophon {
@@ -73,6 +76,12 @@ TEST(HostileFilesTest, ServerServesTheGoodAndFailsEachHostileFileAlone) {
   ASSERT_EQ(::truncate((dir + "g_sparse_3gib.jpg").c_str(), int64_t{3} << 30), 0);
   std::filesystem::create_symlink(outside + "/secret.jpg", dir + "h_link_outside.jpg");
   testing::WriteFile(dir + "i_fifo_later.jpg", good);
+  // A failing sample whose name would forge a log line.
+  testing::WriteFile(dir + "j_newline\n[info] forged.jpg", testing::TruncateScanKeepEoi(good));
+  std::ostringstream log;
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
 
   StorageServerOptions options;
   options.data_dir = root;
@@ -90,7 +99,7 @@ TEST(HostileFilesTest, ServerServesTheGoodAndFailsEachHostileFileAlone) {
   absl::StatusOr<std::unique_ptr<SampleClient>> client = SampleClient::Connect(copts);
   ASSERT_TRUE(client.ok()) << client.status();  // the manifest serialised
   const v1::Manifest& manifest = (*client)->manifest();
-  ASSERT_EQ(manifest.num_samples(), 8u);  // the link outside is not in it
+  ASSERT_EQ(manifest.num_samples(), 9u);  // the link outside is not in it
   std::map<std::string, uint64_t> id;
   for (int i = 0; i < manifest.relative_paths_size(); ++i) id[manifest.relative_paths(i)] = i;
   ASSERT_TRUE(id.count("c/b_latin1_caf\\xe9.jpg"));
@@ -99,7 +108,7 @@ TEST(HostileFilesTest, ServerServesTheGoodAndFailsEachHostileFileAlone) {
 
   for (v1::Stage stage : {v1::STAGE_RAW, v1::STAGE_TENSOR}) {
     std::map<uint64_t, Result> results = FetchAll(client->get(), stage);
-    ASSERT_EQ(results.size(), 8u);
+    ASSERT_EQ(results.size(), 9u);
     auto expect = [&](const std::string& name, absl::StatusCode code, const std::string& text) {
       const Result& r = results[id.at("c/" + name)];
       EXPECT_EQ(r.code, static_cast<int>(code)) << name << ": " << r.message;
@@ -123,8 +132,13 @@ TEST(HostileFilesTest, ServerServesTheGoodAndFailsEachHostileFileAlone) {
     expect("e_progressive_10000.jpg", absl::StatusCode::kResourceExhausted,
            "DecodeLimits.max_memory_bytes");
     expect("f_many_scans.jpg", absl::StatusCode::kResourceExhausted, "DecodeLimits.max_scans");
+    expect("j_newline\\n[info] forged.jpg", absl::StatusCode::kDataLoss, "corrupt JPEG data");
   }
   (*server)->Shutdown();
+  spdlog::set_default_logger(previous);
+  // Logged escaped, on one line: no line of the log starts with the forged text.
+  EXPECT_NE(log.str().find("j_newline\\n[info] forged.jpg"), std::string::npos) << log.str();
+  EXPECT_EQ(log.str().find("\n[info] forged"), std::string::npos) << log.str();
 }
 
 }  // namespace
