@@ -51,6 +51,28 @@ ABSL_FLAG(double, cpu_limit, 0,
           "quota. Default 0.");
 ABSL_FLAG(int64_t, max_pixels, 100'000'000,
           "Images whose header claims more pixels are rejected. Default 100000000.");
+ABSL_FLAG(int64_t, max_decoder_memory_bytes, int64_t{256} << 20,
+          "Memory one JPEG decode may use (libjpeg's working memory; a progressive image needs "
+          "about 3 to 6 bytes per pixel). A larger decode fails its sample. Default 268435456 "
+          "(256 MiB).");
+ABSL_FLAG(int, max_progressive_scans, 256,
+          "Scans a progressive JPEG may have (encoders write about 10; each scan is a pass "
+          "over the whole image). Default 256.");
+ABSL_FLAG(int64_t, max_scan_samples, 2'500'000'000,
+          "Work one JPEG decode may do over all its scans, in samples (64 per 8x8 block of each "
+          "component in each scan); bounds the CPU time of a progressive file with many scans. "
+          "A usual progressive image of P pixels needs about 8 P. Default 2500000000.");
+ABSL_FLAG(bool, lenient_jpeg, false,
+          "Accept JPEGs that libjpeg decodes with corrupt-data warnings (premature end of data "
+          "segment, extraneous bytes, bad Huffman code); by default such a sample fails. A "
+          "premature end of file fails either way. Default false.");
+ABSL_FLAG(int64_t, max_file_bytes, int64_t{64} << 20,
+          "Largest sample file read; a larger one fails its sample before it is read. At most "
+          "1 GiB. Default 67108864 (64 MiB).");
+ABSL_FLAG(std::string, follow_symlinks, "inside",
+          "Which symbolic links in the dataset are followed: 'inside' (only those whose target "
+          "lies inside the dataset root; others are skipped and refused) or 'all'. Default "
+          "inside.");
 ABSL_FLAG(absl::Duration, stats_interval, absl::Seconds(10),
           "Period of the throughput log line while serving; 0 disables it. Default 10s.");
 ABSL_FLAG(bool, evict_cache, false,
@@ -104,6 +126,13 @@ const sophon::FlagNames kFlagNames = {
     {"CredentialsOptions.tls_key", "--tls-key"},
     {"CredentialsOptions.tls_client_ca", "--tls-client-ca"},
     {"CredentialsOptions.auth_token_file", "--auth-token-file"},
+    {"DecodeLimits.max_pixels", "--max-pixels"},
+    {"DecodeLimits.max_memory_bytes", "--max-decoder-memory-bytes"},
+    {"DecodeLimits.max_scans", "--max-progressive-scans"},
+    {"DecodeLimits.max_scan_samples", "--max-scan-samples"},
+    {"DecodeLimits.lenient", "--lenient-jpeg"},
+    {"ImageFolderOptions.max_file_bytes", "--max-file-bytes"},
+    {"ImageFolderOptions.follow_symlinks", "--follow-symlinks"},
 };
 
 sigset_t BlockTerminationSignals() {
@@ -145,6 +174,15 @@ int main(int argc, char** argv) {
   options.service.max_crop_size = absl::GetFlag(FLAGS_max_crop_size);
   options.service.memory_release.idle_delay = absl::GetFlag(FLAGS_memory_release_delay);
   options.service.limits.max_pixels = absl::GetFlag(FLAGS_max_pixels);
+  options.service.limits.max_memory_bytes = absl::GetFlag(FLAGS_max_decoder_memory_bytes);
+  options.service.limits.max_scans = absl::GetFlag(FLAGS_max_progressive_scans);
+  options.service.limits.max_scan_samples = absl::GetFlag(FLAGS_max_scan_samples);
+  options.service.limits.lenient = absl::GetFlag(FLAGS_lenient_jpeg);
+  options.source.max_file_bytes = absl::GetFlag(FLAGS_max_file_bytes);
+  absl::StatusOr<sophon::FollowSymlinks> follow =
+      sophon::ParseFollowSymlinks(absl::GetFlag(FLAGS_follow_symlinks));
+  if (!follow.ok()) return sophon::FailProgram("sophon-server", follow.status(), kFlagNames);
+  options.source.follow_symlinks = *follow;
   options.stats_interval = absl::GetFlag(FLAGS_stats_interval);
   options.metrics.port = absl::GetFlag(FLAGS_metrics_port);
   options.metrics.host = absl::GetFlag(FLAGS_metrics_host);

@@ -22,6 +22,8 @@ absl::Status StorageServerOptions::Validate() const {
         absl::StrCat("StorageServerOptions.port must be in [0, 65535], got ", port));
   }
   if (absl::Status s = metrics.Validate(); !s.ok()) return s;
+  if (absl::Status s = source.Validate(); !s.ok()) return s;
+  if (absl::Status s = service.limits.Validate(); !s.ok()) return s;
   return service.Validate();
 }
 
@@ -31,7 +33,7 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
   std::unique_ptr<StorageServer> server(new StorageServer());
   server->options_ = options;
   absl::StatusOr<std::unique_ptr<ImageFolderSource>> source =
-      ImageFolderSource::Open(options.data_dir);
+      ImageFolderSource::Open(options.data_dir, options.source);
   if (!source.ok()) return source.status();
   server->source_ = *std::move(source);
   server->impl_ = std::make_unique<SampleServiceImpl>(server->source_.get(), options.service);

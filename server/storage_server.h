@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "server/metrics_exporter.h"
 #include "server/service_impl.h"
+#include "sophon/data/image_folder.h"
 #include "sophon/net/credentials.h"
 
 namespace grpc {
@@ -23,6 +24,7 @@ class GrpcSampleService;
 
 struct StorageServerOptions {
   std::string data_dir;               // ImageFolder root
+  ImageFolderOptions source;          // how far the dataset's files are trusted
   std::string host = "127.0.0.1";     // address to listen on; 0.0.0.0 for all interfaces
   int port = 50051;                   // 0 picks a free port
   CredentialsOptions credentials;     // transport security; default insecure

@@ -79,6 +79,36 @@ std::string EncodeJpeg(const Image8& image, const EncodeOptions& options) {
   if (options.color == JpegColor::kCmyk) jpeg_set_colorspace(&cinfo, JCS_YCCK);
   jpeg_set_quality(&cinfo, options.quality, TRUE);
   if (options.progressive) jpeg_simple_progression(&cinfo);
+  std::vector<jpeg_scan_info> scans;
+  if (options.scan_per_coefficient) {
+    // DC first and refined (all components), then each AC coefficient of each
+    // component alone, its first pass (Al 1) and then its refinement (Ah 1).
+    jpeg_scan_info dc{};
+    dc.comps_in_scan = cinfo.num_components;
+    for (int c = 0; c < cinfo.num_components; ++c) dc.component_index[c] = c;
+    dc.Al = 1;
+    scans.push_back(dc);
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int c = 0; c < cinfo.num_components; ++c) {
+        for (int k = 1; k < 64; ++k) {
+          jpeg_scan_info ac{};
+          ac.comps_in_scan = 1;
+          ac.component_index[0] = c;
+          ac.Ss = ac.Se = k;
+          ac.Ah = pass;
+          ac.Al = 1 - pass;
+          scans.push_back(ac);
+        }
+      }
+      if (pass == 0) {
+        dc.Ah = 1;
+        dc.Al = 0;
+        scans.push_back(dc);
+      }
+    }
+    cinfo.scan_info = scans.data();
+    cinfo.num_scans = static_cast<int>(scans.size());
+  }
   if (options.restart_interval > 0) cinfo.restart_in_rows = options.restart_interval;
   jpeg_start_compress(&cinfo, TRUE);
   std::vector<uint8_t> row(static_cast<size_t>(image.width) * comps);
@@ -108,6 +138,26 @@ std::string EncodeJpeg(const Image8& image, const EncodeOptions& options) {
   std::string out(reinterpret_cast<char*>(buffer), size);
   jpeg_destroy_compress(&cinfo);
   free(buffer);
+  return out;
+}
+
+std::string TruncateScanKeepEoi(const std::string& jpeg) {
+  const size_t sos = jpeg.find("\xff\xda");
+  const size_t eoi = jpeg.rfind("\xff\xd9");
+  if (sos == std::string::npos || eoi == std::string::npos || eoi < sos) return jpeg;
+  return jpeg.substr(0, sos + (eoi - sos) / 2) + "\xff\xd9";
+}
+
+std::string PatchDimensions(const std::string& jpeg, int height, int width) {
+  std::string out = jpeg;
+  size_t sof = out.find("\xff\xc0");
+  if (sof == std::string::npos) sof = out.find("\xff\xc2");
+  if (sof == std::string::npos) return out;
+  // FF Cn, length(2), precision(1), height(2), width(2).
+  out[sof + 5] = static_cast<char>(height >> 8);
+  out[sof + 6] = static_cast<char>(height & 0xff);
+  out[sof + 7] = static_cast<char>(width >> 8);
+  out[sof + 8] = static_cast<char>(width & 0xff);
   return out;
 }
 

@@ -19,6 +19,9 @@ struct EncodeOptions {
   bool progressive = false;
   JpegColor color = JpegColor::kRgb;
   int restart_interval = 0;  // in MCU rows; 0 = none
+  // Progressive with one scan per component, AC coefficient and bit: a valid
+  // file of 2 + 126 * components scans (380 in colour). Implies progressive.
+  bool scan_per_coefficient = false;
 };
 
 // A smooth, photo-like RGB test image (gradients, a few shapes, mild noise).
@@ -26,6 +29,13 @@ Image8 MakeTestImage(int height, int width, uint64_t seed);
 
 // Encodes RGB pixels as a JPEG (converted to gray or CMYK if asked).
 std::string EncodeJpeg(const Image8& image, const EncodeOptions& options = {});
+
+// Hostile files (issue 11), made from a valid JPEG by editing its bytes.
+// The scan data cut in the middle, followed by an EOI marker: libjpeg warns
+// "premature end of data segment" and pads the rest grey.
+std::string TruncateScanKeepEoi(const std::string& jpeg);
+// The frame header (SOF0/SOF2) patched to claim height x width.
+std::string PatchDimensions(const std::string& jpeg, int height, int width);
 
 // A fresh empty directory under the test temp dir.
 std::string MakeTempDir(const std::string& name);

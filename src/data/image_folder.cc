@@ -1,20 +1,29 @@
 #include "sophon/data/image_folder.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "sophon/base/escape.h"
+#include "spdlog/spdlog.h"
 
 namespace sophon {
 namespace {
 
 namespace fs = std::filesystem;
+
+constexpr int64_t kMaxFileBytesLimit = int64_t{1} << 30;
+// Links refused at manifest time that are logged one by one; the rest are counted.
+constexpr int kLoggedSkips = 10;
 
 bool IsJpegName(const std::string& name) {
   if (name.empty() || name[0] == '.') return false;
@@ -26,35 +35,128 @@ bool IsJpegName(const std::string& name) {
   return ends_with(".jpg") || ends_with(".jpeg");
 }
 
+// The path with every link resolved, or empty if it cannot be resolved.
+std::string RealPath(const std::string& path) {
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf) == nullptr) return "";
+  return buf;
+}
+
+// Whether the resolved path `real` lies strictly under the resolved root.
+bool IsUnder(const std::string& real, const std::string& real_root) {
+  if (real_root == "/") return real.size() > 1 && real[0] == '/';
+  return real.size() > real_root.size() + 1 && real.compare(0, real_root.size(), real_root) == 0 &&
+         real[real_root.size()] == '/';
+}
+
+bool IsSymlink(const fs::path& path) {
+  std::error_code ec;
+  return fs::is_symlink(fs::symlink_status(path, ec));
+}
+
+// Closes a file descriptor on scope exit.
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  ~FdCloser() { ::close(fd_); }
+  FdCloser(const FdCloser&) = delete;
+  FdCloser& operator=(const FdCloser&) = delete;
+
+ private:
+  int fd_;
+};
+
+const char* FileKind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
 }  // namespace
 
+absl::StatusOr<FollowSymlinks> ParseFollowSymlinks(absl::string_view text) {
+  if (text == "inside") return FollowSymlinks::kInside;
+  if (text == "all") return FollowSymlinks::kAll;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "ImageFolderOptions.follow_symlinks must be inside or all, got '", EscapeName(text), "'"));
+}
+
+absl::Status ImageFolderOptions::Validate() const {
+  if (max_file_bytes < 1 || max_file_bytes > kMaxFileBytesLimit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ImageFolderOptions.max_file_bytes must be in [1, ", kMaxFileBytesLimit,
+                     "] (a sample travels in one message), got ", max_file_bytes));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<ImageFolderSource>> ImageFolderSource::Open(
-    const std::string& root) {
+    const std::string& root, const ImageFolderOptions& options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
   std::error_code ec;
   if (!fs::is_directory(root, ec)) {
-    return absl::NotFoundError(absl::StrCat("dataset directory '", root, "' does not exist"));
+    return absl::NotFoundError(
+        absl::StrCat("dataset directory '", EscapeName(root), "' does not exist"));
   }
   std::unique_ptr<ImageFolderSource> ds(new ImageFolderSource());
   ds->root_ = root;
-  for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
-    const std::string name = e.path().filename().string();
-    if (!name.empty() && name[0] != '.' && e.is_directory()) ds->class_names_.push_back(name);
+  ds->options_ = options;
+  ds->real_root_ = RealPath(root);
+  if (ds->real_root_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot resolve dataset directory '", EscapeName(root), "': ", std::strerror(errno)));
+  }
+  const bool inside_only = options.follow_symlinks == FollowSymlinks::kInside;
+  int skipped_links = 0;
+  // Under kInside, whether the entry at `path` (a link, or in a linked class
+  // directory) resolves inside the root; logs the first refusals.
+  auto allowed = [&](const fs::path& path, bool in_linked_dir, const std::string& shown) {
+    if (!inside_only || (!in_linked_dir && !IsSymlink(path))) return true;
+    const std::string real = RealPath(path.string());
+    if (real.empty()) return false;  // a dangling link: nothing to serve
+    if (IsUnder(real, ds->real_root_)) return true;
+    if (skipped_links++ < kLoggedSkips) {
+      spdlog::warn("dataset {}: skipping '{}': a link to '{}', outside the dataset root "
+                   "(ImageFolderOptions.follow_symlinks is inside)",
+                   EscapeName(root), shown, EscapeName(real));
+    }
+    return false;
+  };
+
+  std::vector<std::string> class_dirs;  // as on disk
+  fs::directory_iterator it(root, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code type_ec;
+    if (name.empty() || name[0] == '.' || !it->is_directory(type_ec)) continue;
+    if (allowed(it->path(), false, EscapeName(name))) class_dirs.push_back(name);
   }
   if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot list dataset directory '", root, "': ", ec.message()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot list dataset directory '", EscapeName(root), "': ", ec.message()));
   }
-  std::sort(ds->class_names_.begin(), ds->class_names_.end());
-  for (uint32_t label = 0; label < ds->class_names_.size(); ++label) {
-    const std::string& cls = ds->class_names_[label];
+  std::sort(class_dirs.begin(), class_dirs.end());
+  std::vector<ManifestEntry> disk_entries;  // relative paths as on disk
+  for (uint32_t label = 0; label < class_dirs.size(); ++label) {
+    const std::string& cls = class_dirs[label];
+    const fs::path dir = fs::path(root) / cls;
+    const bool linked_dir = inside_only && IsSymlink(dir);
     std::vector<std::pair<std::string, uint64_t>> files;
-    for (const fs::directory_entry& e : fs::directory_iterator(fs::path(root) / cls, ec)) {
-      const std::string name = e.path().filename().string();
-      if (IsJpegName(name) && e.is_regular_file()) files.emplace_back(name, e.file_size());
+    for (fs::directory_iterator f(dir, ec); !ec && f != end; f.increment(ec)) {
+      const std::string name = f->path().filename().string();
+      std::error_code type_ec, size_ec;
+      if (!IsJpegName(name) || !f->is_regular_file(type_ec)) continue;
+      if (!allowed(f->path(), linked_dir, EscapeName(cls + "/" + name))) continue;
+      const uintmax_t size = f->file_size(size_ec);
+      files.emplace_back(name, size_ec ? 0 : size);
     }
     if (ec) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot list class directory '", cls, "' in '", root, "': ", ec.message()));
+      return absl::FailedPreconditionError(absl::StrCat("cannot list class directory '",
+                                                        EscapeName(cls), "' in '",
+                                                        EscapeName(root), "': ", ec.message()));
     }
     std::sort(files.begin(), files.end());
     for (auto& [name, size] : files) {
@@ -62,22 +164,41 @@ absl::StatusOr<std::unique_ptr<ImageFolderSource>> ImageFolderSource::Open(
       entry.relative_path = absl::StrCat(cls, "/", name);
       entry.label = label;
       entry.raw_size = size;
-      ds->entries_.push_back(std::move(entry));
+      disk_entries.push_back(std::move(entry));
     }
   }
-  if (ds->entries_.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "dataset directory '", root,
-        "' holds no samples (expected ImageFolder layout: ROOT/CLASS/*.jpg)"));
+  if (skipped_links > kLoggedSkips) {
+    spdlog::warn("dataset {}: skipped {} links to outside the dataset root in all",
+                 EscapeName(root), skipped_links);
   }
-  ds->fingerprint_ = ManifestFingerprint(ds->entries_);
+  if (disk_entries.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "dataset directory '", EscapeName(root),
+        "' holds no samples (expected ImageFolder layout: ROOT/CLASS/*.jpg)",
+        skipped_links == 0
+            ? ""
+            : absl::StrCat("; ", skipped_links,
+                           " links to outside the root were skipped "
+                           "(ImageFolderOptions.follow_symlinks is inside)")));
+  }
+  // The fingerprint hashes the names as on disk: escaping them for the
+  // manifest changes no dataset's fingerprint.
+  ds->fingerprint_ = ManifestFingerprint(disk_entries);
+  ds->class_names_.reserve(class_dirs.size());
+  for (const std::string& cls : class_dirs) ds->class_names_.push_back(EscapeName(cls));
+  ds->entries_ = disk_entries;
+  ds->disk_paths_.reserve(disk_entries.size());
+  for (size_t i = 0; i < disk_entries.size(); ++i) {
+    ds->entries_[i].relative_path = EscapeName(disk_entries[i].relative_path);
+    ds->disk_paths_.push_back(std::move(disk_entries[i].relative_path));
+  }
   return ds;
 }
 
 std::string ImageFolderSource::name() const {
   fs::path p = fs::path(root_).lexically_normal();
   if (p.filename().empty()) p = p.parent_path();
-  return p.filename().string();
+  return EscapeName(p.filename().string());  // goes into the manifest
 }
 
 absl::StatusOr<std::string> ImageFolderSource::Read(uint64_t id) const {
@@ -85,36 +206,81 @@ absl::StatusOr<std::string> ImageFolderSource::Read(uint64_t id) const {
     return absl::OutOfRangeError(
         absl::StrCat("sample ", id, " is outside the manifest of ", entries_.size(), " samples"));
   }
-  const std::string path = (fs::path(root_) / entries_[id].relative_path).string();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  auto error = [&](absl::StatusCode code, absl::string_view what) {
+    return absl::Status(code, absl::StrCat("sample ", id, " (", entries_[id].relative_path,
+                                           "): ", what));
+  };
+  const std::string path = (fs::path(root_) / disk_paths_[id]).string();
+  // O_NONBLOCK: opening a FIFO swapped in for the file must not wait for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) {
-    return absl::NotFoundError(
-        absl::StrCat("sample ", id, " (", entries_[id].relative_path, "): cannot open: ",
-                     std::strerror(errno)));
+    const int saved = errno;
+    return error(saved == ENOENT || saved == ENOTDIR ? absl::StatusCode::kNotFound
+                                                     : absl::StatusCode::kFailedPrecondition,
+                 absl::StrCat("cannot open: ", std::strerror(saved)));
   }
-  std::string bytes;
-  char buf[1 << 16];
+  FdCloser closer(fd);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    return error(absl::StatusCode::kDataLoss, absl::StrCat("fstat failed: ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return error(absl::StatusCode::kFailedPrecondition,
+                 absl::StrCat("is ", FileKind(st.st_mode), ", not a regular file"));
+  }
+  if (options_.follow_symlinks == FollowSymlinks::kInside) {
+    // What was opened must be the file that the path resolves to inside the
+    // root: a link swapped in between the check and the open changes the
+    // device or inode.
+    const std::string real = RealPath(path);
+    struct stat resolved;
+    if (real.empty() || !IsUnder(real, real_root_) || ::stat(real.c_str(), &resolved) != 0 ||
+        resolved.st_dev != st.st_dev || resolved.st_ino != st.st_ino) {
+      return error(absl::StatusCode::kPermissionDenied,
+                   absl::StrCat("resolves to '", real.empty() ? "?" : EscapeName(real),
+                                "', outside the dataset root (ImageFolderOptions.follow_symlinks "
+                                "is inside)"));
+    }
+  }
+  const int64_t cap = options_.max_file_bytes;
+  if (st.st_size > cap) {
+    return error(absl::StatusCode::kResourceExhausted,
+                 absl::StrCat("file has ", st.st_size,
+                              " bytes, more than ImageFolderOptions.max_file_bytes (", cap, ")"));
+  }
+  // Reads up to cap + 1 bytes, so a file that grew past the cap is caught
+  // without reading the rest (procfs files report size 0).
+  const size_t limit = static_cast<size_t>(cap) + 1;
+  std::string bytes(std::min<size_t>(static_cast<size_t>(st.st_size) + 1, limit), '\0');
+  size_t got = 0;
   while (true) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (got == bytes.size()) {
+      if (got >= limit) break;
+      bytes.resize(std::min(limit, std::max<size_t>(2 * got, 64 << 10)));
+    }
+    const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
     if (n < 0) {
       if (errno == EINTR) continue;
-      const int saved = errno;
-      ::close(fd);
-      return absl::DataLossError(absl::StrCat("sample ", id, " (", entries_[id].relative_path,
-                                              "): read failed: ", std::strerror(saved)));
+      return error(absl::StatusCode::kDataLoss,
+                   absl::StrCat("read failed: ", std::strerror(errno)));
     }
     if (n == 0) break;
-    bytes.append(buf, static_cast<size_t>(n));
+    got += static_cast<size_t>(n);
   }
-  ::close(fd);
+  if (got > static_cast<size_t>(cap)) {
+    return error(absl::StatusCode::kResourceExhausted,
+                 absl::StrCat("file grew past ImageFolderOptions.max_file_bytes (", cap,
+                              ") while it was read"));
+  }
+  bytes.resize(got);
   return bytes;
 }
 
 std::vector<std::string> ImageFolderSource::FilePaths() const {
   std::vector<std::string> paths;
-  paths.reserve(entries_.size());
+  paths.reserve(disk_paths_.size());
   const fs::path root(root_);
-  for (const ManifestEntry& e : entries_) paths.push_back((root / e.relative_path).string());
+  for (const std::string& p : disk_paths_) paths.push_back((root / p).string());
   return paths;
 }
 

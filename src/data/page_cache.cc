@@ -14,6 +14,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "sophon/base/escape.h"
 #include "sophon/base/status_macros.h"
 #include "sophon/data/sample_source.h"
 
@@ -23,7 +24,8 @@ namespace {
 uint64_t PageSize() { return static_cast<uint64_t>(sysconf(_SC_PAGESIZE)); }
 
 absl::Status ErrnoError(const std::string& what, const std::string& path, int err) {
-  const std::string message = absl::StrCat(what, " '", path, "': ", std::strerror(err));
+  const std::string message =
+      absl::StrCat(what, " '", EscapeName(path), "': ", std::strerror(err));
   return err == ENOENT ? absl::NotFoundError(message) : absl::UnavailableError(message);
 }
 
@@ -31,11 +33,16 @@ absl::Status ErrnoError(const std::string& what, const std::string& path, int er
 class File {
  public:
   static absl::StatusOr<File> Open(const std::string& path) {
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO swapped in for a sample must not block the open.
+    const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) return ErrnoError("cannot open", path, errno);
     File f(fd);
     struct stat st;
     if (fstat(fd, &st) != 0) return ErrnoError("cannot stat", path, errno);
+    if (!S_ISREG(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("'", EscapeName(path), "' is not a regular file"));
+    }
     f.size_ = static_cast<uint64_t>(st.st_size);
     return f;
   }

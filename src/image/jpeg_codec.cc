@@ -21,24 +21,112 @@ namespace {
 struct ErrorManager {
   jpeg_error_mgr pub;
   jmp_buf jump;
-  char message[JMSG_LENGTH_MAX];
+  char message[JMSG_LENGTH_MAX + 200];
+  absl::StatusCode code;  // of the error that jumped
   bool premature_eof;
+  bool strict;
+  int64_t max_memory_bytes;
 };
 
+// The message of a failed decode, with the limit it hit where it hit one.
 void ErrorExit(j_common_ptr cinfo) {
   auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
-  (*cinfo->err->format_message)(cinfo, err->message);
+  char text[JMSG_LENGTH_MAX];
+  (*cinfo->err->format_message)(cinfo, text);
+  const int code = cinfo->err->msg_code;
+  if (code == JERR_NO_BACKING_STORE || code == JERR_OUT_OF_MEMORY) {
+    // libjpeg asks for a backing store once its arrays exceed max_memory_to_use.
+    err->code = absl::StatusCode::kResourceExhausted;
+    std::snprintf(err->message, sizeof(err->message),
+                  "the decode needs more than DecodeLimits.max_memory_bytes (%lld) of memory "
+                  "(libjpeg: %s)",
+                  static_cast<long long>(err->max_memory_bytes), text);
+  } else {
+    err->code = absl::StatusCode::kInvalidArgument;
+    std::snprintf(err->message, sizeof(err->message), "invalid JPEG: %s", text);
+  }
   longjmp(err->jump, 1);
 }
 
-// Warnings are silenced, except that a premature end of data is remembered:
-// libjpeg would otherwise hand back a gray-padded image.
+// Warnings that say nothing about the pixels: never fatal.
+bool IsMetadataWarning(int code) {
+  return code == JWRN_ADOBE_XFORM || code == JWRN_JFIF_MAJOR || code == JWRN_BOGUS_ICC;
+}
+
+// A warning (msg_level -1) is corrupt data: under strict decoding it ends the
+// decode at once (DataLoss); lenient decoding ignores it, except that a
+// premature end of file is remembered (libjpeg would hand back a gray-padded
+// image). Trace messages (msg_level >= 0) are dropped.
 void EmitMessage(j_common_ptr cinfo, int msg_level) {
-  if (msg_level < 0) {
-    auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
-    if (cinfo->err->msg_code == JWRN_JPEG_EOF) err->premature_eof = true;
-    cinfo->err->num_warnings++;
+  if (msg_level >= 0) return;
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  cinfo->err->num_warnings++;
+  const int code = cinfo->err->msg_code;
+  if (code == JWRN_JPEG_EOF) err->premature_eof = true;
+  if (!err->strict || IsMetadataWarning(code)) return;
+  char text[JMSG_LENGTH_MAX];
+  (*cinfo->err->format_message)(cinfo, text);
+  err->code = absl::StatusCode::kDataLoss;
+  std::snprintf(err->message, sizeof(err->message),
+                "corrupt JPEG data (libjpeg: %s; strict decoding, DecodeLimits.lenient "
+                "accepts it)",
+                text);
+  longjmp(err->jump, 1);
+}
+
+// Counts the scans of an image as libjpeg reaches them, and the samples
+// (64 per 8x8 block of each component in the scan) that each scan decodes;
+// stops at either limit. libjpeg runs the monitor before each scan's data is
+// consumed (and per row), so a refused scan costs nothing.
+struct ScanMonitor {
+  jpeg_progress_mgr pub;
+  int max_scans;
+  int64_t max_scan_samples;
+  int counted_scan;     // the last scan whose samples are counted
+  int64_t scan_samples;  // summed over the scans so far
+};
+
+void MonitorScans(j_common_ptr cinfo) {
+  if (!cinfo->is_decompressor) return;
+  auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
+  auto* monitor = reinterpret_cast<ScanMonitor*>(cinfo->progress);
+  if (d->input_scan_number == monitor->counted_scan) return;
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  if (d->input_scan_number > monitor->max_scans) {
+    err->code = absl::StatusCode::kResourceExhausted;
+    std::snprintf(err->message, sizeof(err->message),
+                  "the image has more than DecodeLimits.max_scans (%d) scans", monitor->max_scans);
+    longjmp(err->jump, 1);
   }
+  monitor->counted_scan = d->input_scan_number;
+  for (int i = 0; i < d->comps_in_scan && i < MAX_COMPS_IN_SCAN; ++i) {
+    const jpeg_component_info* c = d->cur_comp_info[i];
+    if (c == nullptr) continue;
+    monitor->scan_samples += static_cast<int64_t>(c->width_in_blocks) * c->height_in_blocks * DCTSIZE2;
+  }
+  if (monitor->scan_samples > monitor->max_scan_samples) {
+    err->code = absl::StatusCode::kResourceExhausted;
+    std::snprintf(err->message, sizeof(err->message),
+                  "the image's first %d scans decode more than DecodeLimits.max_scan_samples "
+                  "(%lld) samples",
+                  d->input_scan_number, static_cast<long long>(monitor->max_scan_samples));
+    longjmp(err->jump, 1);
+  }
+}
+
+// Bytes of the whole-image coefficient arrays that libjpeg allocates for a
+// progressive or multi-scan image (JCOEF per coefficient, 64 per block, each
+// component padded to its sampling factors), from the header alone.
+int64_t CoefficientBytes(const jpeg_decompress_struct& cinfo) {
+  int64_t bytes = 0;
+  for (int ci = 0; ci < cinfo.num_components; ++ci) {
+    const jpeg_component_info& c = cinfo.comp_info[ci];
+    const int64_t h = std::max(1, c.h_samp_factor), v = std::max(1, c.v_samp_factor);
+    const int64_t w_blocks = (static_cast<int64_t>(c.width_in_blocks) + h - 1) / h * h;
+    const int64_t h_blocks = (static_cast<int64_t>(c.height_in_blocks) + v - 1) / v * v;
+    bytes += w_blocks * h_blocks * DCTSIZE2 * static_cast<int64_t>(sizeof(JCOEF));
+  }
+  return bytes;
 }
 
 // Cheap checks before libjpeg sees the data: the SOI marker at the start and an
@@ -122,12 +210,23 @@ absl::Status Decode(absl::string_view bytes, const DecodeLimits& limits,
   err.pub.error_exit = ErrorExit;
   err.pub.emit_message = EmitMessage;
   err.premature_eof = false;
+  err.strict = !limits.lenient;
+  err.max_memory_bytes = limits.max_memory_bytes;
+  err.code = absl::StatusCode::kInvalidArgument;
   err.message[0] = '\0';
+  ScanMonitor monitor;
+  monitor.pub.progress_monitor = MonitorScans;
+  monitor.max_scans = limits.max_scans;
+  monitor.max_scan_samples = limits.max_scan_samples;
+  monitor.counted_scan = 0;
+  monitor.scan_samples = 0;
   if (setjmp(err.jump)) {
     jpeg_destroy_decompress(&cinfo);
-    return absl::InvalidArgumentError(absl::StrCat("invalid JPEG: ", err.message));
+    return absl::Status(err.code, err.message);
   }
   jpeg_create_decompress(&cinfo);
+  cinfo.mem->max_memory_to_use = static_cast<long>(limits.max_memory_bytes);
+  cinfo.progress = &monitor.pub;
   jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()),
                static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&cinfo, TRUE);
@@ -145,6 +244,19 @@ absl::Status Decode(absl::string_view bytes, const DecodeLimits& limits,
   if (out == nullptr) {  // header only
     jpeg_destroy_decompress(&cinfo);
     return absl::OkStatus();
+  }
+  // A progressive (or multi-scan) image is decoded whole into coefficient
+  // arrays before the first row comes out: refuse them before they exist.
+  if (cinfo.progressive_mode || cinfo.inputctl->has_multiple_scans) {
+    const int64_t coefficients = CoefficientBytes(cinfo);
+    if (coefficients > limits.max_memory_bytes) {
+      jpeg_destroy_decompress(&cinfo);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "a ", cinfo.progressive_mode ? "progressive" : "multi-scan", " ", info->width, "x",
+          info->height, " image needs ", coefficients,
+          " bytes of DCT coefficients, more than DecodeLimits.max_memory_bytes (",
+          limits.max_memory_bytes, ")"));
+    }
   }
 
   const bool region = request.choose_box != nullptr;
@@ -251,6 +363,26 @@ absl::Status Decode(absl::string_view bytes, const DecodeLimits& limits,
 }
 
 }  // namespace
+
+absl::Status DecodeLimits::Validate() const {
+  if (max_pixels < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DecodeLimits.max_pixels must be >= 1, got ", max_pixels));
+  }
+  if (max_memory_bytes < (int64_t{1} << 20) || max_memory_bytes > (int64_t{1} << 40)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DecodeLimits.max_memory_bytes must be in [1 MiB, 1 TiB], got ", max_memory_bytes));
+  }
+  if (max_scan_samples < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DecodeLimits.max_scan_samples must be >= 1, got ", max_scan_samples));
+  }
+  if (max_scans < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DecodeLimits.max_scans must be >= 1, got ", max_scans));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<ImageInfo> ReadJpegInfo(absl::string_view bytes, const DecodeLimits& limits) {
   ImageInfo info;

@@ -211,10 +211,125 @@ TEST(JpegCodecTest, RejectsBadInputWithClearErrors) {
   std::string garbage = good.substr(0, 200);
   for (int i = 0; i < 3000; ++i) garbage.push_back(static_cast<char>((i * 7919) & 0xff));
   garbage += "\xff\xd9";
-  EXPECT_FALSE(decode(garbage).ok());
-  for (const std::string& bad : {std::string(""), garbage}) {
-    EXPECT_EQ(decode(bad).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(decode("").code(), absl::StatusCode::kInvalidArgument);
+  // Garbage scan data is corrupt data: a strict decode stops at libjpeg's
+  // first warning; a lenient one goes on until libjpeg gives up.
+  EXPECT_EQ(decode(garbage).code(), absl::StatusCode::kDataLoss);
+  DecodeLimits lenient;
+  lenient.lenient = true;
+  EXPECT_EQ(DecodeJpeg(garbage, lenient).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(DecodeLimitsTest, ValidateNamesTheLimit) {
+  EXPECT_TRUE(DecodeLimits().Validate().ok());
+  DecodeLimits limits;
+  limits.max_scans = 0;
+  EXPECT_NE(limits.Validate().message().find("DecodeLimits.max_scans"), std::string::npos);
+  limits = DecodeLimits();
+  limits.max_memory_bytes = 1000;
+  EXPECT_NE(limits.Validate().message().find("DecodeLimits.max_memory_bytes"), std::string::npos);
+  limits = DecodeLimits();
+  limits.max_scan_samples = 0;
+  EXPECT_NE(limits.Validate().message().find("DecodeLimits.max_scan_samples"), std::string::npos);
+  limits = DecodeLimits();
+  limits.max_pixels = 0;
+  EXPECT_NE(limits.Validate().message().find("DecodeLimits.max_pixels"), std::string::npos);
+}
+
+// Class 5: scan data cut short and followed by EOI decodes to grey padding
+// with only a warning from libjpeg. Strict decoding (the default) fails it,
+// on every decode path; lenient decoding accepts it as before.
+TEST(JpegCodecTest, TruncatedScanFailsStrictAndPassesLenient) {
+  const Image8 img = MakeTestImage(256, 256, 21);
+  for (bool progressive : {false, true}) {
+    const std::string cut =
+        testing::TruncateScanKeepEoi(EncodeJpeg(img, {.progressive = progressive}));
+    absl::Status full = DecodeJpeg(cut, DecodeLimits()).status();
+    EXPECT_EQ(full.code(), absl::StatusCode::kDataLoss) << full;
+    EXPECT_NE(full.message().find("premature end of data segment"), std::string::npos) << full;
+    EXPECT_NE(full.message().find("DecodeLimits.lenient"), std::string::npos) << full;
+    absl::Status region =
+        DecodeJpegRegion(cut, CropBox{128, 0, 128, 256}, 224, DecodeLimits()).status();
+    EXPECT_EQ(region.code(), absl::StatusCode::kDataLoss) << region;
+
+    DecodeLimits lenient;
+    lenient.lenient = true;
+    EXPECT_TRUE(DecodeJpeg(cut, lenient).ok());
+    EXPECT_TRUE(DecodeJpegRegion(cut, CropBox{128, 0, 128, 256}, 224, lenient).ok());
   }
+}
+
+// Class 4: a 155-byte-class progressive file whose header claims 10000 x
+// 10000 (libjpeg would allocate its ~600 MB of coefficients before reading
+// a scan) fails on the memory limit before any of it is allocated.
+TEST(JpegCodecTest, ProgressiveHeaderClaimingHugeDimensionsHitsTheMemoryLimit) {
+  const std::string jpeg = testing::PatchDimensions(
+      EncodeJpeg(MakeTestImage(16, 16, 22), {.quality = 50, .progressive = true}), 10000, 10000);
+  ASSERT_LT(jpeg.size(), 2000u);
+  absl::StatusOr<ImageInfo> info = ReadJpegInfo(jpeg, DecodeLimits());
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->width, 10000);
+  EXPECT_TRUE(info->progressive);
+  for (const absl::Status& status :
+       {DecodeJpeg(jpeg, DecodeLimits()).status(),
+        DecodeJpegRegion(jpeg, CropBox{0, 0, 224, 224}, 224, DecodeLimits()).status()}) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+    EXPECT_NE(status.message().find("DecodeLimits.max_memory_bytes (268435456)"),
+              std::string::npos)
+        << status;
+    EXPECT_NE(status.message().find("10000x10000"), std::string::npos) << status;
+  }
+  // The limit is what decides: a smaller image within it decodes, one over
+  // a lowered limit does not.
+  const std::string small = EncodeJpeg(MakeTestImage(512, 512, 23), {.progressive = true});
+  DecodeLimits tight;
+  tight.max_memory_bytes = 1 << 20;  // 512x512 4:2:0 needs 768 KiB of coefficients
+  EXPECT_TRUE(DecodeJpeg(small, tight).ok());
+  const std::string larger = EncodeJpeg(MakeTestImage(1024, 1024, 24), {.progressive = true});
+  EXPECT_EQ(DecodeJpeg(larger, tight).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// Class 4: a valid progressive file of 380 scans (one per coefficient and
+// bit) fails on the scan cap before its scans are decoded; a higher cap
+// decodes it.
+TEST(JpegCodecTest, ManyScansHitTheScanCap) {
+  const Image8 img = MakeTestImage(64, 64, 25);
+  const std::string jpeg = EncodeJpeg(img, {.scan_per_coefficient = true});
+  absl::Status status = DecodeJpeg(jpeg, DecodeLimits()).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_NE(status.message().find("DecodeLimits.max_scans (256)"), std::string::npos) << status;
+  status = DecodeJpegRegion(jpeg, CropBox{0, 0, 32, 32}, 16, DecodeLimits()).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  DecodeLimits more;
+  more.max_scans = 380;
+  absl::StatusOr<Image8> decoded = DecodeJpeg(jpeg, more);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->width, 64);
+  more.max_scans = 379;
+  EXPECT_EQ(DecodeJpeg(jpeg, more).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// Class 4: the work of the scans together is capped too, so that scans few
+// enough for max_scans over a large image cannot take seconds. A 64x64 gray
+// image of 128 scans decodes 128 * 4096 samples in all.
+TEST(JpegCodecTest, ScanWorkIsCapped) {
+  const std::string jpeg = EncodeJpeg(MakeTestImage(64, 64, 26),
+                                      {.color = JpegColor::kGray, .scan_per_coefficient = true});
+  DecodeLimits limits;
+  limits.max_scan_samples = 128 * 4096;
+  EXPECT_TRUE(DecodeJpeg(jpeg, limits).ok());
+  limits.max_scan_samples = 128 * 4096 - 1;
+  absl::Status status = DecodeJpeg(jpeg, limits).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_NE(status.message().find("DecodeLimits.max_scan_samples (524287)"), std::string::npos)
+      << status;
+  EXPECT_NE(status.message().find("first 128 scans"), std::string::npos) << status;
+  // A baseline image counts its one scan: 1.5 samples per pixel in 4:2:0.
+  const std::string baseline = EncodeJpeg(MakeTestImage(64, 64, 27));
+  limits.max_scan_samples = 64 * 64 * 3 / 2;
+  EXPECT_TRUE(DecodeJpeg(baseline, limits).ok());
+  limits.max_scan_samples -= 1;
+  EXPECT_EQ(DecodeJpeg(baseline, limits).status().code(), absl::StatusCode::kResourceExhausted);
 }
 
 TEST(JpegCodecTest, RejectsAbsurdDimensionsBeforeAllocating) {

@@ -1,6 +1,12 @@
 #include "server/fetch_request.h"
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "sophon/data/image_folder.h"
@@ -112,6 +118,90 @@ TEST(ServiceOptionsTest, ValidateNamesTheField) {
   o = ServiceOptions();
   o.idle_stream_timeout = absl::ZeroDuration();
   EXPECT_NE(o.Validate().message().find("ServiceOptions.idle_stream_timeout"), std::string::npos);
+}
+
+// The seed corpus of the request fuzzer (fuzz/corpus/request). A seed's name
+// starts with what CheckFetchRequest makes of it under the default options:
+// ok (accepted; per-sample errors allowed), invalid or exhausted (refused).
+// Regenerate the checked-in corpus with
+//   SOPHON_FUZZ_CORPUS_OUT=fuzz/corpus/request build/fetch_request_test
+struct Seed {
+  std::string name;
+  std::string bytes;
+};
+
+std::vector<Seed> MakeRequestSeeds() {
+  std::vector<Seed> seeds;
+  auto add = [&](const std::string& name, const v1::FetchRequest& r) {
+    seeds.push_back({name, r.SerializeAsString()});
+  };
+  auto request = [](int crop, std::vector<std::pair<uint64_t, v1::Stage>> samples) {
+    v1::FetchRequest r;
+    AugmentOptions aug;
+    aug.crop_size = crop;
+    *r.mutable_augment() = ToProto(aug);
+    r.set_seed(7);
+    r.set_epoch(1);
+    for (auto [id, stage] : samples) {
+      v1::SampleRequest* s = r.add_samples();
+      s->set_id(id);
+      s->set_target_stage(stage);
+    }
+    return r;
+  };
+  add("ok-raw", request(32, {{0, v1::STAGE_RAW}, {1, v1::STAGE_RAW}}));
+  add("ok-every-stage", request(16, {{0, v1::STAGE_RAW}, {1, v1::STAGE_CROPPED},
+                                     {2, v1::STAGE_FLIPPED}, {0, v1::STAGE_TENSOR}}));
+  add("ok-out-of-range-and-bad-stage",
+      request(32, {{1000000, v1::STAGE_TENSOR}, {1, static_cast<v1::Stage>(9)}}));
+  add("invalid-zero-crop", request(0, {{0, v1::STAGE_CROPPED}}));
+  add("invalid-crop-over-limit", request(4096, {{0, v1::STAGE_TENSOR}}));
+  v1::FetchRequest bad_scale = request(32, {{0, v1::STAGE_CROPPED}});
+  bad_scale.mutable_augment()->set_scale_min(2.0);
+  add("invalid-scale", bad_scale);
+  std::vector<std::pair<uint64_t, v1::Stage>> many(5000, {0, v1::STAGE_RAW});
+  add("exhausted-too-many-ids", request(32, many));
+  seeds.push_back({"invalid-garbage", std::string("\x22\xff\xff\xff\x0f", 5)});
+  return seeds;
+}
+
+absl::StatusCode SeedOutcome(const std::string& bytes, const SampleSource& source) {
+  ServiceOptions options;
+  v1::FetchRequest r;
+  Limit limit;
+  absl::Status s = ParseFetchRequest(bytes, options, &r, &limit);
+  if (s.ok()) s = CheckFetchRequest(r, source, options, &limit).status();
+  return s.code();
+}
+
+absl::StatusCode ExpectedOutcome(const std::string& name) {
+  const std::string status = name.substr(0, name.find('-'));
+  if (status == "ok") return absl::StatusCode::kOk;
+  if (status == "exhausted") return absl::StatusCode::kResourceExhausted;
+  return absl::StatusCode::kInvalidArgument;
+}
+
+TEST_F(FetchRequestTest, SeedsAreCheckedAsTheirNamesSay) {
+  const char* out = std::getenv("SOPHON_FUZZ_CORPUS_OUT");
+  for (const Seed& seed : MakeRequestSeeds()) {
+    EXPECT_EQ(SeedOutcome(seed.bytes, *source_), ExpectedOutcome(seed.name)) << seed.name;
+    if (out != nullptr) testing::WriteFile(std::string(out) + "/" + seed.name, seed.bytes);
+  }
+}
+
+TEST_F(FetchRequestTest, CheckedInSeedsAreCheckedAsTheirNamesSay) {
+  const std::filesystem::path dir =
+      std::filesystem::path(SOPHON_SOURCE_DIR) / "fuzz/corpus/request";
+  int seeds = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    const std::string name = entry.path().filename().string();
+    EXPECT_EQ(SeedOutcome(bytes.str(), *source_), ExpectedOutcome(name)) << name;
+    ++seeds;
+  }
+  EXPECT_GE(seeds, 8);
 }
 
 }  // namespace

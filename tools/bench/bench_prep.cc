@@ -13,6 +13,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "sophon/base/cpu_time.h"
+#include "sophon/base/escape.h"
 #include "sophon/cli/cli.h"
 #include "absl/strings/ascii.h"
 #include "absl/time/clock.h"
@@ -73,7 +74,8 @@ int main(int argc, char** argv) {
     absl::Status s = sophon::FinishToTensor(std::move(raw), {0, epoch, i}, options,
                                             tensor.data());
     if (!s.ok()) {
-      if (failures++ < 5) std::fprintf(stderr, "%s: %s\n", paths[i].c_str(), s.ToString().c_str());
+      if (failures++ < 5) std::fprintf(stderr, "%s: %s\n", sophon::EscapeName(paths[i]).c_str(),
+                   s.ToString().c_str());
     }
     if (checksum) {
       const auto* bytes = reinterpret_cast<const unsigned char*>(tensor.data());

@@ -16,7 +16,9 @@ namespace sophon {
 
 // One sample of a manifest. A sample's id is its index in the manifest.
 struct ManifestEntry {
-  std::string relative_path;  // where the sample lives in its source ("class_name/file.jpg")
+  // Where the sample lives in its source ("class_name/file.jpg"), as valid
+  // UTF-8 without control characters (EscapeName) for manifests and logs.
+  std::string relative_path;
   uint32_t label = 0;         // index into class_names()
   uint64_t raw_size = 0;      // bytes of the sample when the manifest was built
 };
@@ -36,8 +38,10 @@ class SampleSource {
   virtual const std::vector<ManifestEntry>& entries() const = 0;
   // Class names, indexed by ManifestEntry::label.
   virtual const std::vector<std::string>& class_names() const = 0;
-  // Identifies the manifest: ManifestFingerprint(entries()) for every source,
-  // so that a profile or a client can tell whether the samples changed.
+  // Identifies the manifest: ManifestFingerprint over the entries for every
+  // source (with the relative paths as the source stores them, before any
+  // escaping for display), so that a profile or a client can tell whether the
+  // samples changed.
   virtual uint64_t fingerprint() const = 0;
 
   // The bytes of sample `id` (for an image dataset: the encoded file).

@@ -13,10 +13,37 @@
 
 namespace sophon {
 
+// What one decode may cost. A hostile file is small and claims much: a
+// 155-byte progressive header can claim 10000 x 10000 (800 MB of DCT
+// coefficients), a 14 KB file can hold 1000 scans (each a pass over every
+// coefficient). Every limit is checked before the work or memory it bounds.
 struct DecodeLimits {
   // Images with more pixels than this are rejected before any allocation
   // (a header can claim 65535 x 65535). Default: 100 megapixels.
   int64_t max_pixels = 100'000'000;
+  // libjpeg's working memory (its max_memory_to_use), which above all holds
+  // the DCT coefficients of a progressive or multi-scan image: about 2 bytes
+  // per sample, width * height * 3 (4:2:0) to * 6 (4:4:4). A decode whose
+  // coefficients would not fit is refused before they are allocated.
+  // Default 256 MiB (a 4:2:0 progressive image up to about 89 megapixels).
+  int64_t max_memory_bytes = int64_t{256} << 20;
+  // Scans of a progressive image (libjpeg-turbo's own fuzzers stop at 500;
+  // encoders write about 10). Default 256.
+  int max_scans = 256;
+  // The work of all scans together, which bounds the decode's CPU time: the
+  // samples each scan decodes (64 per 8x8 block of each of its components),
+  // summed over the scans. A usual progressive image of P pixels (4:2:0, 10
+  // scans) needs about 8 P, a baseline one 1.5 P. Default 2.5e9: 25 times
+  // the default max_pixels (about 0.7 s of CPU, where 256 scans of an image
+  // within max_memory_bytes could take 3 s).
+  int64_t max_scan_samples = 2'500'000'000;
+  // false (strict): any corrupt-data warning from libjpeg (premature end of
+  // data segment, extraneous bytes, bad Huffman code, ...) fails the decode
+  // with DataLoss, instead of returning an image padded or patched by libjpeg.
+  // true: such warnings are ignored, except a premature end of file.
+  bool lenient = false;
+
+  absl::Status Validate() const;
 };
 
 struct ImageInfo {
@@ -42,6 +69,12 @@ struct DecodedRegion {
   double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
   int scale_num = 8;  // decoded at scale_num / 8
 };
+
+// Errors of every function below: InvalidArgument for anything that is not a
+// well-formed JPEG or is larger than max_pixels, ResourceExhausted naming the
+// limit (DecodeLimits.max_memory_bytes, max_scans, max_scan_samples) for a decode
+// that would need more, DataLoss naming libjpeg's warning for corrupt data
+// under strict decoding.
 
 // Reads only the header. InvalidArgument for anything that is not a
 // well-formed JPEG within `limits`.

@@ -1,0 +1,145 @@
+// Issue 11, classes 3 to 7, end to end: a real sophon-server (gRPC on
+// 127.0.0.1, port 0) over a dataset of real hostile files. The manifest must
+// serialise whatever the names, every hostile sample must fail alone with an
+// error naming its file and the limit, and the good samples must arrive.
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "client/loader/sample_client.h"
+#include "server/storage_server.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
+#include "tests/test_util.h"
+
+namespace sophon {
+namespace {
+
+struct Result {
+  int code = 0;
+  std::string message;
+  std::string payload;
+};
+
+// Fetches every id of the manifest at `stage` on one stream.
+std::map<uint64_t, Result> FetchAll(SampleClient* client, v1::Stage stage) {
+  std::unique_ptr<FetchCall> call = client->OpenFetch();
+  v1::FetchRequest request;
+  request.set_seed(3);
+  request.mutable_augment()->set_crop_size(32);
+  request.mutable_augment()->set_scale_min(0.08);
+  request.mutable_augment()->set_scale_max(1.0);
+  request.mutable_augment()->set_ratio_min(0.75);
+  request.mutable_augment()->set_ratio_max(4.0 / 3.0);
+  request.mutable_augment()->set_flip_probability(0.5);
+  for (uint64_t id = 0; id < client->manifest().num_samples(); ++id) {
+    v1::SampleRequest* s = request.add_samples();
+    s->set_id(id);
+    s->set_target_stage(stage);
+  }
+  std::map<uint64_t, Result> results;
+  EXPECT_TRUE(call->Write(request));
+  EXPECT_TRUE(call->WritesDone());
+  v1::FetchResponse response;
+  while (call->Read(&response)) {
+    for (const v1::Sample& s : response.samples()) {
+      results[s.id()] = Result{s.error_code(), s.error_message(), s.payload()};
+    }
+  }
+  EXPECT_TRUE(call->Finish().ok());
+  return results;
+}
+
+TEST(HostileFilesTest, ServerServesTheGoodAndFailsEachHostileFileAlone) {
+  const std::string outside = testing::MakeTempDir("hostile_outside");
+  testing::WriteFile(outside + "/secret.jpg", "SECRET=1");
+  const std::string root = testing::MakeTempDir("hostile_dataset");
+  const std::string good = testing::EncodeJpeg(testing::MakeTestImage(96, 128, 41));
+  const std::string dir = root + "/c/";
+  testing::WriteFile(dir + "a_good.jpg", good);
+  testing::WriteFile(dir + "b_latin1_caf\xe9.jpg", good);
+  testing::WriteFile(dir + "c_newline\n[info] forged.jpg", good);
+  testing::WriteFile(dir + "d_truncated.jpg", testing::TruncateScanKeepEoi(good));
+  testing::WriteFile(
+      dir + "e_progressive_10000.jpg",
+      testing::PatchDimensions(
+          testing::EncodeJpeg(testing::MakeTestImage(16, 16, 42), {.progressive = true}), 10000,
+          10000));
+  testing::WriteFile(dir + "f_many_scans.jpg",
+                     testing::EncodeJpeg(testing::MakeTestImage(32, 32, 43),
+                                         {.scan_per_coefficient = true}));
+  testing::WriteFile(dir + "g_sparse_3gib.jpg", "");
+  ASSERT_EQ(::truncate((dir + "g_sparse_3gib.jpg").c_str(), int64_t{3} << 30), 0);
+  std::filesystem::create_symlink(outside + "/secret.jpg", dir + "h_link_outside.jpg");
+  testing::WriteFile(dir + "i_fifo_later.jpg", good);
+  // A failing sample whose name would forge a log line.
+  testing::WriteFile(dir + "j_newline\n[info] forged.jpg", testing::TruncateScanKeepEoi(good));
+  std::ostringstream log;
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+
+  StorageServerOptions options;
+  options.data_dir = root;
+  options.port = 0;
+  options.service.prep_workers = 2;
+  options.stats_interval = absl::ZeroDuration();
+  absl::StatusOr<std::unique_ptr<StorageServer>> server = StorageServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  // Swapped for a FIFO after start-up: must fail, not block a prep worker.
+  std::filesystem::remove(dir + "i_fifo_later.jpg");
+  ASSERT_EQ(::mkfifo((dir + "i_fifo_later.jpg").c_str(), 0600), 0);
+
+  ClientOptions copts;
+  copts.address = (*server)->address();
+  absl::StatusOr<std::unique_ptr<SampleClient>> client = SampleClient::Connect(copts);
+  ASSERT_TRUE(client.ok()) << client.status();  // the manifest serialised
+  const v1::Manifest& manifest = (*client)->manifest();
+  ASSERT_EQ(manifest.num_samples(), 9u);  // the link outside is not in it
+  std::map<std::string, uint64_t> id;
+  for (int i = 0; i < manifest.relative_paths_size(); ++i) id[manifest.relative_paths(i)] = i;
+  ASSERT_TRUE(id.count("c/b_latin1_caf\\xe9.jpg"));
+  ASSERT_TRUE(id.count("c/c_newline\\n[info] forged.jpg"));
+  EXPECT_FALSE(id.count("c/h_link_outside.jpg"));
+
+  for (v1::Stage stage : {v1::STAGE_RAW, v1::STAGE_TENSOR}) {
+    std::map<uint64_t, Result> results = FetchAll(client->get(), stage);
+    ASSERT_EQ(results.size(), 9u);
+    auto expect = [&](const std::string& name, absl::StatusCode code, const std::string& text) {
+      const Result& r = results[id.at("c/" + name)];
+      EXPECT_EQ(r.code, static_cast<int>(code)) << name << ": " << r.message;
+      EXPECT_NE(r.message.find(text), std::string::npos) << name << ": " << r.message;
+      if (code != absl::StatusCode::kOk) {
+        EXPECT_NE(r.message.find("c/" + name.substr(0, 2)), std::string::npos) << r.message;
+      }
+    };
+    for (const char* name : {"a_good.jpg", "b_latin1_caf\\xe9.jpg", "c_newline\\n[info] forged.jpg"}) {
+      expect(name, absl::StatusCode::kOk, "");
+      EXPECT_FALSE(results[id.at(std::string("c/") + name)].payload.empty());
+    }
+    expect("g_sparse_3gib.jpg", absl::StatusCode::kResourceExhausted,
+           "ImageFolderOptions.max_file_bytes");
+    expect("i_fifo_later.jpg", absl::StatusCode::kFailedPrecondition, "FIFO");
+    if (stage == v1::STAGE_RAW) {
+      EXPECT_EQ(results[id.at("c/a_good.jpg")].payload, good);
+      continue;  // the decoder never sees the rest
+    }
+    expect("d_truncated.jpg", absl::StatusCode::kDataLoss, "premature end of data segment");
+    expect("e_progressive_10000.jpg", absl::StatusCode::kResourceExhausted,
+           "DecodeLimits.max_memory_bytes");
+    expect("f_many_scans.jpg", absl::StatusCode::kResourceExhausted, "DecodeLimits.max_scans");
+    expect("j_newline\\n[info] forged.jpg", absl::StatusCode::kDataLoss, "corrupt JPEG data");
+  }
+  (*server)->Shutdown();
+  spdlog::set_default_logger(previous);
+  // Logged escaped, on one line: no line of the log starts with the forged text.
+  EXPECT_NE(log.str().find("j_newline\\n[info] forged.jpg"), std::string::npos) << log.str();
+  EXPECT_EQ(log.str().find("\n[info] forged"), std::string::npos) << log.str();
+}
+
+}  // namespace
+}  // namespace sophon
