@@ -69,9 +69,15 @@ CropBox SampleCropBox(int height, int width, const AugmentOptions& options,
   for (int attempt = 0; attempt < 10; ++attempt) {
     const double target_area = area * rng.Uniform(options.scale_min, options.scale_max);
     const double aspect_ratio = std::exp(rng.Uniform(log_ratio_min, log_ratio_max));
-    const int w = RoundHalfEven(std::sqrt(target_area * aspect_ratio));
-    const int h = RoundHalfEven(std::sqrt(target_area / aspect_ratio));
-    if (0 < w && w <= width && 0 < h && h <= height) {
+    // Rounded as doubles and range-checked before any conversion: a client's
+    // ratio range may be huge (1e300 is finite), and converting an
+    // out-of-range double to int is undefined behaviour (found by the
+    // request fuzzer).
+    const double wd = std::nearbyint(std::sqrt(target_area * aspect_ratio));
+    const double hd = std::nearbyint(std::sqrt(target_area / aspect_ratio));
+    if (0 < wd && wd <= width && 0 < hd && hd <= height) {
+      const int w = static_cast<int>(wd);
+      const int h = static_cast<int>(hd);
       CropBox box;
       box.top = static_cast<int>(rng.RandInt(0, height - h + 1));
       box.left = static_cast<int>(rng.RandInt(0, width - w + 1));

@@ -89,6 +89,28 @@ TEST(SampleCropBoxTest, FallbackCentreCropForTallImage) {
   EXPECT_EQ(box.width, 100);
 }
 
+TEST(SampleCropBoxTest, HugeRatioRangesFromAClientGiveAValidBox) {
+  // Finite but extreme ratios (a client sends them) once overflowed the
+  // int conversion of the crop side (undefined behaviour; the request fuzzer
+  // found it). Every box must lie inside the image.
+  for (double ratio_max : {1e10, 1e92, 1e300}) {
+    AugmentOptions o;
+    o.ratio_min = 1e-300;
+    o.ratio_max = ratio_max;
+    ASSERT_TRUE(o.Validate().ok());
+    for (uint64_t id = 0; id < 20; ++id) {
+      CounterRng rng(SampleKey{1, 0, id}, 0);
+      const CropBox b = SampleCropBox(300, 200, o, rng);
+      EXPECT_GE(b.top, 0);
+      EXPECT_GE(b.left, 0);
+      EXPECT_GE(b.height, 1);
+      EXPECT_GE(b.width, 1);
+      EXPECT_LE(b.top + b.height, 300);
+      EXPECT_LE(b.left + b.width, 200);
+    }
+  }
+}
+
 TEST(AugmentForTest, PureFunctionOfSeedEpochAndId) {
   AugmentOptions opts;
   const SampleAugment a = AugmentFor({7, 3, 42}, 480, 640, opts);

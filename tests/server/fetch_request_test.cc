@@ -154,6 +154,10 @@ std::vector<Seed> MakeRequestSeeds() {
                                      {2, v1::STAGE_FLIPPED}, {0, v1::STAGE_TENSOR}}));
   add("ok-out-of-range-and-bad-stage",
       request(32, {{1000000, v1::STAGE_TENSOR}, {1, static_cast<v1::Stage>(9)}}));
+  v1::FetchRequest huge_ratio = request(24, {{0, v1::STAGE_TENSOR}, {1, v1::STAGE_CROPPED}});
+  huge_ratio.mutable_augment()->set_ratio_min(1e-300);
+  huge_ratio.mutable_augment()->set_ratio_max(1e92);
+  add("ok-huge-ratio", huge_ratio);
   add("invalid-zero-crop", request(0, {{0, v1::STAGE_CROPPED}}));
   add("invalid-crop-over-limit", request(4096, {{0, v1::STAGE_TENSOR}}));
   v1::FetchRequest bad_scale = request(32, {{0, v1::STAGE_CROPPED}});
