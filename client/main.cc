@@ -119,6 +119,10 @@ ABSL_FLAG(std::string, tls_server_name, "",
 ABSL_FLAG(std::string, auth_token_file, "",
           "File holding the bearer token the server requires (its --auth-token-file); sent on "
           "every call, over TLS only. Default none.");
+ABSL_FLAG(bool, lenient_jpeg, false,
+          "Accept JPEGs that libjpeg decodes with corrupt-data warnings when this node decodes "
+          "(samples fetched at the raw stage); by default such a sample fails, as on a server "
+          "without --lenient-jpeg. Default false.");
 ABSL_FLAG(bool, progress, true, "Show a progress line while training. Default true.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error. Default info.");
 
@@ -262,6 +266,7 @@ int main(int argc, char** argv) {
   loader_options.prefetch_batches = absl::GetFlag(FLAGS_prefetch_batches);
   loader_options.seed = absl::GetFlag(FLAGS_seed);
   loader_options.on_bad_sample = *bad_sample;
+  loader_options.pipeline.limits.lenient = absl::GetFlag(FLAGS_lenient_jpeg);
   sophon::AugmentOptions& augment = loader_options.pipeline.augment;
   augment.crop_size = absl::GetFlag(FLAGS_crop_size);
   if (absl::Status s = sophon::ParseRange("scale", absl::GetFlag(FLAGS_scale), &augment.scale_min,
