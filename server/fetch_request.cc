@@ -1,13 +1,18 @@
 #include "server/fetch_request.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
 #include "sophon/net/wire.h"
 
 namespace sophon {
 
-int64_t SampleOutputBytes(Stage stage, int crop_size, const ManifestEntry& entry) {
+int64_t SampleOutputBytes(Stage stage, int crop_size, const SampleSource& source, uint64_t id) {
   const int64_t bytes = StagePayloadBytes(stage, crop_size);
-  return bytes < 0 ? static_cast<int64_t>(entry.raw_size) : bytes;
+  if (bytes >= 0) return bytes;
+  const uint64_t raw = std::min(source.entry(id).raw_size, source.max_sample_bytes());
+  return static_cast<int64_t>(std::min<uint64_t>(raw, INT64_MAX));
 }
 
 absl::Status ParseFetchRequest(const std::string& bytes, const ServiceOptions& options,
@@ -72,10 +77,10 @@ absl::StatusOr<CheckedRequest> CheckFetchRequest(const v1::FetchRequest& request
       continue;
     }
     s.stage = *stage;
-    s.bytes = SampleOutputBytes(s.stage, pipeline->augment.crop_size, source.entry(sr.id()));
+    s.bytes = SampleOutputBytes(s.stage, pipeline->augment.crop_size, source, sr.id());
     if (s.bytes > options.max_stream_inflight_bytes) {
       s.error = absl::ResourceExhaustedError(absl::StrCat(
-          "sample ", sr.id(), " at stage ", StageName(s.stage), " would take ", s.bytes,
+          "sample ", sr.id(), " (", source.entry(sr.id()).relative_path, ") at stage ", StageName(s.stage), " would take ", s.bytes,
           " bytes, over the server's max_stream_inflight_bytes limit (",
           options.max_stream_inflight_bytes, ")"));
     }

@@ -55,9 +55,11 @@ absl::StatusOr<CheckedRequest> CheckFetchRequest(const v1::FetchRequest& request
                                                  const SampleSource& source,
                                                  const ServiceOptions& options, Limit* limit);
 
-// Output bytes of sample `entry` at `stage` for crop size `crop_size`: the
-// file size for RAW, the payload size otherwise.
-int64_t SampleOutputBytes(Stage stage, int crop_size, const ManifestEntry& entry);
+// Output bytes of sample `id` of `source` at `stage` for crop size
+// `crop_size`: for RAW its manifest size, capped at what the source can
+// return (a larger file fails when read, with the source's own error), the
+// payload size otherwise.
+int64_t SampleOutputBytes(Stage stage, int crop_size, const SampleSource& source, uint64_t id);
 
 }  // namespace sophon
 

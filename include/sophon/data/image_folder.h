@@ -75,6 +75,10 @@ class ImageFolderSource final : public SampleSource {
   absl::StatusOr<std::string> Read(uint64_t id) const override;
   // root/relative_path of every sample as on disk, in manifest order.
   std::vector<std::string> FilePaths() const override;
+  // ImageFolderOptions.max_file_bytes: a larger file fails before it is read.
+  uint64_t max_sample_bytes() const override {
+    return static_cast<uint64_t>(options_.max_file_bytes);
+  }
 
  private:
   ImageFolderSource() = default;

@@ -54,6 +54,10 @@ class SampleSource {
   // per sample lists them in manifest order. Empty if nothing is on disk.
   virtual std::vector<std::string> FilePaths() const = 0;
 
+  // The most bytes Read can return for one sample (a source's size cap);
+  // the server reserves at most this much for a sample before reading it.
+  virtual uint64_t max_sample_bytes() const { return UINT64_MAX; }
+
   size_t size() const { return entries().size(); }
   // REQUIRES: id < size().
   const ManifestEntry& entry(uint64_t id) const { return entries()[id]; }
