@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "sophon/base/small_file.h"
 #include "spdlog/spdlog.h"
 
 namespace sophon {
@@ -22,7 +23,7 @@ namespace {
 
 constexpr absl::string_view kBearerPrefix = "Bearer ";
 // A token file is a line, not a data file: anything larger is a wrong path.
-constexpr std::streamsize kMaxTokenFileBytes = 64 << 10;
+constexpr int64_t kMaxTokenFileBytes = 64 << 10;
 
 class BearerTokenProcessor : public grpc::AuthMetadataProcessor {
  public:
@@ -82,28 +83,10 @@ class BearerTokenProcessor : public grpc::AuthMetadataProcessor {
 }  // namespace
 
 absl::StatusOr<std::string> ReadBearerToken(absl::string_view option, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    const std::string what =
-        absl::StrCat(option, ": cannot read token file '", path, "': ", std::strerror(err));
-    if (err == ENOENT) return absl::NotFoundError(what);
-    if (err == EACCES) return absl::PermissionDeniedError(what);
-    return absl::InvalidArgumentError(what);
-  }
-  std::string bytes(kMaxTokenFileBytes + 1, '\0');
-  in.read(bytes.data(), kMaxTokenFileBytes + 1);
-  if (in.bad()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(option, ": cannot read token file '", path, "': ", std::strerror(errno)));
-  }
-  bytes.resize(in.gcount());
-  if (static_cast<std::streamsize>(bytes.size()) > kMaxTokenFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(option, ": token file '", path,
-                                                   "' is larger than ", kMaxTokenFileBytes,
-                                                   " bytes; it should hold one token"));
-  }
-  const std::string token(absl::StripAsciiWhitespace(bytes));
+  absl::StatusOr<std::string> bytes =
+      ReadSmallFile(option, path, kMaxTokenFileBytes, "a file holding one token");
+  if (!bytes.ok()) return bytes.status();
+  const std::string token(absl::StripAsciiWhitespace(*bytes));
   if (token.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(option, ": token file '", path, "' is empty (it must hold the token)"));
