@@ -79,6 +79,98 @@ absl::Status CheckKeyPair(const CredentialsOptions& options, const std::string& 
 
 absl::StatusOr<std::string> ReadOptional(absl::string_view option, const std::string& path,
                                          absl::string_view pem_type) {
+  if (path.empty()) return std::string();
+  return ReadPemFile(option, path, pem_type);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const CredentialsOptions& options) {
+  if (absl::Status s = options.Validate(CredentialsSide::kServer); !s.ok()) return s;
+  absl::StatusOr<std::string> cert =
+      ReadPemFile("CredentialsOptions.tls_cert", options.tls_cert, "CERTIFICATE");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key =
+      ReadPemFile("CredentialsOptions.tls_key", options.tls_key, "PRIVATE KEY");
+  if (!key.ok()) return key.status();
+  if (absl::Status s = CheckKeyPair(options, *cert, *key); !s.ok()) return s;
+  absl::StatusOr<std::string> client_ca =
+      ReadOptional("CredentialsOptions.tls_client_ca", options.tls_client_ca, "CERTIFICATE");
+  if (!client_ca.ok()) return client_ca.status();
+  if (!client_ca->empty()) {
+    absl::Status s = ParseCertificate("CredentialsOptions.tls_client_ca", options.tls_client_ca,
+                                      *client_ca)
+                         .status();
+    if (!s.ok()) return s;
+  }
+  std::string token;
+  if (!options.auth_token_file.empty()) {
+    absl::StatusOr<std::string> read =
+        ReadBearerToken("CredentialsOptions.auth_token_file", options.auth_token_file);
+    if (!read.ok()) return read.status();
+    token = *std::move(read);
+  }
+
+  grpc::SslServerCredentialsOptions ssl(
+      client_ca->empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                         : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  ssl.pem_root_certs = *client_ca;
+  ssl.pem_key_cert_pairs.push_back({*std::move(key), *std::move(cert)});
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::SslServerCredentials(ssl);
+  if (credentials == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CredentialsOptions.tls_cert: gRPC refused the certificate '", options.tls_cert,
+        "' and key '", options.tls_key, "'"));
+  }
+  // Only on secure credentials: gRPC aborts if a processor is set on insecure ones.
+  if (!token.empty()) credentials->SetAuthMetadataProcessor(MakeBearerTokenProcessor(token));
+  return credentials;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const CredentialsOptions& options) {
+  if (absl::Status s = options.Validate(CredentialsSide::kChannel); !s.ok()) return s;
+  grpc::SslCredentialsOptions ssl;
+  absl::StatusOr<std::string> ca =
+      ReadOptional("CredentialsOptions.tls_ca", options.tls_ca, "CERTIFICATE");
+  if (!ca.ok()) return ca.status();
+  if (!ca->empty()) {
+    absl::Status s = ParseCertificate("CredentialsOptions.tls_ca", options.tls_ca, *ca).status();
+    if (!s.ok()) return s;
+  }
+  ssl.pem_root_certs = *std::move(ca);  // empty: gRPC's default roots
+  absl::StatusOr<std::string> cert =
+      ReadOptional("CredentialsOptions.tls_cert", options.tls_cert, "CERTIFICATE");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key =
+      ReadOptional("CredentialsOptions.tls_key", options.tls_key, "PRIVATE KEY");
+  if (!key.ok()) return key.status();
+  if (!cert->empty()) {
+    if (absl::Status s = CheckKeyPair(options, *cert, *key); !s.ok()) return s;
+  }
+  ssl.pem_cert_chain = *std::move(cert);
+  ssl.pem_private_key = *std::move(key);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::SslCredentials(ssl);
+  if (credentials == nullptr) {
+    return absl::InvalidArgumentError(
+        "CredentialsOptions.tls_ca: gRPC could not make TLS channel credentials");
+  }
+  if (options.auth_token_file.empty()) return credentials;
+  absl::StatusOr<std::string> token =
+      ReadBearerToken("CredentialsOptions.auth_token_file", options.auth_token_file);
+  if (!token.ok()) return token.status();
+  // Sends "authorization: Bearer <token>" on every call; gRPC sends call
+  // credentials only over a secure channel.
+  return grpc::CompositeChannelCredentials(credentials, grpc::AccessTokenCredentials(*token));
+}
+
+void SetChannelArguments(const CredentialsOptions& options, grpc::ChannelArguments* args) {
+  if (!options.tls_server_name.empty()) args->SetSslTargetNameOverride(options.tls_server_name);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadPemFile(absl::string_view option, const std::string& path,
+                                        absl::string_view pem_type) {
   absl::StatusOr<std::string> read = ReadSmallFile(option, path, kMaxPemFileBytes, "a PEM file");
   if (!read.ok()) return read.status();
   const std::string& text = *read;

@@ -243,7 +243,7 @@ TEST(BearerTokenTest, TokenFileIsTrimmedAndChecked) {
   // A directory is not a token file.
   status = ReadBearerToken("Opts.token", dir).status();
   EXPECT_FALSE(status.ok());
-  EXPECT_THAT(status.message(), HasSubstr("Opts.token: cannot read token file"));
+  EXPECT_THAT(status.message(), HasSubstr("Opts.token: cannot read '"));
 }
 
 TEST(BearerTokenTest, TokenEquals) {
