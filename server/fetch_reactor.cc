@@ -1,5 +1,6 @@
 #include "server/fetch_reactor.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -67,8 +68,12 @@ void FetchReactor::Unref() {
 }
 
 void FetchReactor::FailLocked(absl::Status status) {
-  if (error_.ok()) error_ = std::move(status);
+  if (error_.ok()) {
+    error_ = std::move(status);
+    error_at_ = absl::Now();
+  }
   pending_.clear();
+  abandoned_.store(true, std::memory_order_relaxed);
 }
 
 absl::Status FetchReactor::HandleRequestLocked(Limit* limit) {
@@ -97,116 +102,141 @@ absl::Status FetchReactor::HandleRequestLocked(Limit* limit) {
 
 void FetchReactor::Pump() {
   const ServiceOptions& options = service_->options();
-  std::vector<CheckedSample> jobs;
-  Message job_message;
-  v1::FetchResponse response;
-  bool start_write = false, start_read = false, finish = false, waiting_new = false;
-  absl::Status finish_status;
-  {
-    absl::MutexLock lock(&mu_);
-    if (finished_) return;
-    // Admit pending samples while the stream and the server have room.
-    while (error_.ok() && !pending_.empty()) {
-      CheckedSample& s = pending_.front();
-      if (!s.error.ok()) {  // answered with its error, costs nothing
-        Ready r;
-        r.sample.set_id(s.id);
-        if (s.id < service_->source().size()) {
-          r.sample.set_label(service_->source().entry(s.id).label);
-        }
-        r.sample.set_stage(static_cast<v1::Stage>(s.stage));
-        SetSampleStatus(s.error, &r.sample);
-        service_->stats().RecordFailure(s.error.code());
-        ready_.push_back(std::move(r));
-        ++inflight_samples_;
-        service_->stats().AddInflight(1);
-        pending_.pop_front();
-        continue;
-      }
-      if (inflight_samples_ >= options.max_inflight_per_stream) break;
-      if (stream_bytes_ > 0 && stream_bytes_ + s.bytes > options.max_stream_inflight_bytes) break;
-      bool registered = false;
-      if (!service_->budget().TryAcquireOrWait(s.bytes, this, &registered)) {
-        if (registered) {
-          ++budget_waits_;
-          waiting_new = true;
-        }
-        break;
-      }
-      stream_bytes_ += s.bytes;
-      ++inflight_samples_;
-      ++jobs_running_;
-      service_->stats().AddInflight(1);
-      service_->stats().ObserveStreamInflight(static_cast<uint32_t>(inflight_samples_));
-      jobs.push_back(std::move(s));
-      pending_.pop_front();
-    }
-    if (!jobs.empty()) job_message = message_;
-    // Write what is ready, one message at a time.
-    if (error_.ok() && !writing_ && !ready_.empty()) {
-      int64_t payload = 0;
-      while (!ready_.empty() && write_samples_ < options.max_samples_per_message &&
-             (write_samples_ == 0 ||
-              payload + static_cast<int64_t>(ready_.front().sample.payload().size()) <=
-                  options.max_message_bytes)) {
-        Ready& r = ready_.front();
-        payload += static_cast<int64_t>(r.sample.payload().size());
-        write_bytes_ += r.bytes;
-        ++write_samples_;
-        *response.add_samples() = std::move(r.sample);
-        ready_.pop_front();
-      }
-      writing_ = true;
-      start_write = true;
-    }
-    // Read the next request once this one is admitted and there is room.
-    if (error_.ok() && !reading_ && !reads_done_ && pending_.empty() &&
-        inflight_samples_ < options.max_inflight_per_stream &&
-        stream_bytes_ < options.max_stream_inflight_bytes) {
-      reading_ = true;
-      start_read = true;
-    }
-    // Finish: on an error once no write is outstanding (a client that does
-    // not read must not hold the stream open); otherwise once the client has
-    // half-closed and everything it asked for is written.
-    if (!writing_ && (!error_.ok() || (reads_done_ && pending_.empty() && jobs_running_ == 0 &&
-                                       ready_.empty()))) {
-      finished_ = true;
-      finish = true;
-      finish_status = error_;
-    }
-  }
-  if (waiting_new) Ref();  // held by the budget until OnBytesReleased or OnDone
-  for (CheckedSample& s : jobs) {
-    Ref();  // held by the job
-    service_->pool().Post(stream_id_, [this, s = std::move(s), m = job_message] {
-      v1::Sample sample;
-      service_->ProcessSample(s.stage, SampleKey{m.seed, m.epoch, s.id}, *m.pipeline, &sample);
-      OnSampleDone(std::move(sample), s.bytes);
-      Unref();
-    });
-  }
-  if (start_write) {
-    bool own = false;
-    grpc::ByteBuffer encoded;
-    if (grpc::SerializationTraits<v1::FetchResponse>::Serialize(response, &encoded, &own).ok()) {
-      write_buf_.Swap(&encoded);  // only this thread touches it while writing_
-    } else {
-      // Cannot happen for a well-formed message; end the stream rather than
-      // send something the client cannot read.
+  // Each pass decides under the lock and acts outside it. A pass that starts
+  // gRPC operations holds `issuing_`, which keeps every thread from deciding
+  // to Finish meanwhile (after Finish, gRPC may destroy the call once nothing
+  // is outstanding); it then runs another pass, which may finish.
+  while (true) {
+    std::vector<CheckedSample> jobs;
+    Message job_message;
+    v1::FetchResponse response;
+    bool start_write = false, start_read = false, cancel = false, finish = false;
+    absl::Status finish_status;
+    {
       absl::MutexLock lock(&mu_);
-      writing_ = false;
-      FailLocked(absl::InternalError("cannot encode a response message"));
-      start_write = false;
-      if (!finished_) {
-        finished_ = finish = true;
+      if (finished_) return;
+      const absl::Time now = absl::Now();
+      // Admit pending samples while the stream and the server have room.
+      while (error_.ok() && !pending_.empty() &&
+             inflight_samples_ < options.max_inflight_per_stream) {
+        CheckedSample& s = pending_.front();
+        if (!s.error.ok()) {  // answered with its error: no work, no bytes reserved
+          Ready r;
+          r.sample.set_id(s.id);
+          if (s.id < service_->source().size()) {
+            r.sample.set_label(service_->source().entry(s.id).label);
+          }
+          r.sample.set_stage(static_cast<v1::Stage>(s.stage));
+          SetSampleStatus(s.error, &r.sample);
+          service_->stats().RecordFailure(s.error.code());
+          ready_.push_back(std::move(r));
+          ++inflight_samples_;
+          service_->stats().AddInflight(1);
+          service_->stats().ObserveStreamInflight(static_cast<uint32_t>(inflight_samples_));
+          pending_.pop_front();
+          continue;
+        }
+        if (stream_bytes_ > 0 && stream_bytes_ + s.bytes > options.max_stream_inflight_bytes) {
+          break;
+        }
+        bool registered = false;
+        if (!service_->budget().TryAcquireOrWait(s.bytes, this, &registered)) {
+          if (registered) {
+            ++budget_waits_;
+            Ref();  // held by the budget until OnBytesReleased or OnDone
+          }
+          break;
+        }
+        stream_bytes_ += s.bytes;
+        ++inflight_samples_;
+        ++jobs_running_;
+        Ref();  // held by the job
+        service_->stats().AddInflight(1);
+        service_->stats().ObserveStreamInflight(static_cast<uint32_t>(inflight_samples_));
+        jobs.push_back(std::move(s));
+        pending_.pop_front();
+      }
+      if (!jobs.empty()) job_message = message_;
+      // Write what is ready, one message at a time.
+      if (error_.ok() && !writing_ && !ready_.empty()) {
+        int64_t payload = 0;
+        while (!ready_.empty() && write_samples_ < options.max_samples_per_message &&
+               (write_samples_ == 0 ||
+                payload + static_cast<int64_t>(ready_.front().sample.payload().size()) <=
+                    options.max_message_bytes)) {
+          Ready& r = ready_.front();
+          payload += static_cast<int64_t>(r.sample.payload().size());
+          write_bytes_ += r.bytes;
+          ++write_samples_;
+          *response.add_samples() = std::move(r.sample);
+          ready_.pop_front();
+        }
+        writing_ = true;
+        start_write = true;
+        last_activity_ = now;  // idleness is measured from here: the client's turn
+      }
+      // Read the next request once this one is admitted and there is room.
+      if (error_.ok() && !reading_ && !reads_done_ && pending_.empty() &&
+          inflight_samples_ < options.max_inflight_per_stream &&
+          stream_bytes_ < options.max_stream_inflight_bytes) {
+        reading_ = true;
+        start_read = true;
+      }
+      // A write the client does not take can only be ended by a cancel.
+      if (cancel_wanted_ && !cancel_sent_ && writing_) {
+        cancel_sent_ = true;
+        cancel = true;
+      }
+      if (start_write || start_read || cancel) {
+        ++issuing_;
+      } else if (issuing_ == 0 && !writing_ &&
+                 (!error_.ok() ||
+                  (reads_done_ && pending_.empty() && jobs_running_ == 0 && ready_.empty()))) {
+        // Finish: on an error once no write is outstanding (a client that
+        // does not read must not hold the stream open); otherwise once the
+        // client has half-closed and everything it asked for is written.
+        finished_ = true;
+        finish = true;
         finish_status = error_;
       }
     }
+    for (CheckedSample& s : jobs) {
+      service_->pool().Post(stream_id_, [this, s = std::move(s), m = job_message] {
+        v1::Sample sample;
+        // A stream that has ended skips the work; OnSampleDone drops it.
+        if (!abandoned_.load(std::memory_order_relaxed)) {
+          service_->ProcessSample(s.stage, SampleKey{m.seed, m.epoch, s.id}, *m.pipeline,
+                                  &sample);
+        }
+        OnSampleDone(std::move(sample), s.bytes);
+        Unref();
+      });
+    }
+    if (finish) {
+      Finish(ToGrpcStatus(finish_status));
+      return;
+    }
+    if (!start_write && !start_read && !cancel) return;
+    if (start_write) {
+      bool own = false;
+      grpc::ByteBuffer encoded;
+      if (grpc::SerializationTraits<v1::FetchResponse>::Serialize(response, &encoded, &own)
+              .ok()) {
+        write_buf_.Swap(&encoded);  // only this thread touches it while writing_
+        StartWrite(&write_buf_);
+      } else {
+        // Cannot happen for a well-formed message; end the stream rather
+        // than send something the client cannot read.
+        absl::MutexLock lock(&mu_);
+        writing_ = false;
+        FailLocked(absl::InternalError("cannot encode a response message"));
+      }
+    }
+    if (start_read) StartRead(&read_buf_);
+    if (cancel) context_->TryCancel();
+    absl::MutexLock lock(&mu_);
+    --issuing_;
   }
-  if (start_write) StartWrite(&write_buf_);
-  if (start_read) StartRead(&read_buf_);
-  if (finish) Finish(ToGrpcStatus(finish_status));
 }
 
 void FetchReactor::OnSampleDone(v1::Sample sample, int64_t bytes) {
@@ -294,26 +324,35 @@ void FetchReactor::OnBytesReleased() {
 
 void FetchReactor::CheckIdle(absl::Time now) {
   const absl::Duration timeout = service_->options().idle_stream_timeout;
-  bool cancel = false;
   absl::Status status;
   {
     absl::MutexLock lock(&mu_);
-    if (finished_ || !error_.ok()) return;
-    // A stream waiting for the server (samples being prepared, or bytes of
-    // the budget) is not idle; one whose response the client does not take
-    // is, whatever else it waits for.
-    if (!writing_ && (jobs_running_ > 0 || budget_waits_ > 0)) return;
-    if (now - last_activity_ < timeout) return;
-    status = absl::ResourceExhaustedError(absl::StrCat(
-        "the stream was idle for ", absl::FormatDuration(now - last_activity_),
-        " (no request and no response taken), over the server's idle_stream_timeout limit (",
-        absl::FormatDuration(timeout), ")"));
-    error_limit_ = Limit::kIdleStreamTimeout;
-    FailLocked(status);
-    cancel = writing_;  // a write the client does not take: only a cancel ends it
+    if (finished_) return;
+    if (!error_.ok()) {
+      // An ended stream waits only for its outstanding write; a client that
+      // does not take it within a second (or the idle timeout, if shorter)
+      // is cancelled so that its bytes go back.
+      if (writing_ && now - error_at_ >= std::min(absl::Seconds(1), timeout)) {
+        cancel_wanted_ = true;
+      } else {
+        return;
+      }
+    } else {
+      // A stream waiting for the server (samples being prepared, or bytes of
+      // the budget) with nothing to send is not idle; one whose response the
+      // client does not take is, whatever else it waits for.
+      if (!writing_ && (jobs_running_ > 0 || budget_waits_ > 0)) return;
+      if (now - last_activity_ < timeout) return;
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "the stream was idle for ", absl::FormatDuration(now - last_activity_),
+          " (no request and no response taken), over the server's idle_stream_timeout limit (",
+          absl::FormatDuration(timeout), ")"));
+      error_limit_ = Limit::kIdleStreamTimeout;
+      FailLocked(status);
+      cancel_wanted_ = writing_;
+    }
   }
-  service_->RecordRejection(Limit::kIdleStreamTimeout, peer_, status);
-  if (cancel) context_->TryCancel();
+  if (!status.ok()) service_->RecordRejection(Limit::kIdleStreamTimeout, peer_, status);
   Pump();
 }
 

@@ -74,6 +74,7 @@ class FetchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   const uint64_t stream_id_;
   const absl::Time opened_;
   std::atomic<int> refs_{1};  // gRPC's, released in OnDone
+  std::atomic<bool> abandoned_{false};  // the stream ended: queued jobs skip their work
   bool registered_ = false;   // set once in the constructor
 
   grpc::ByteBuffer read_buf_;   // owned by gRPC while reading_
@@ -95,6 +96,10 @@ class FetchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   int write_samples_ ABSL_GUARDED_BY(mu_) = 0;     // in the outstanding write
   int64_t write_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int budget_waits_ ABSL_GUARDED_BY(mu_) = 0;      // registrations with the budget
+  int issuing_ ABSL_GUARDED_BY(mu_) = 0;  // Pump passes starting gRPC operations: no Finish
+  bool cancel_wanted_ ABSL_GUARDED_BY(mu_) = false;  // end an outstanding write by cancelling
+  bool cancel_sent_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time error_at_ ABSL_GUARDED_BY(mu_);        // when error_ was set
   absl::Time last_activity_ ABSL_GUARDED_BY(mu_);
   uint64_t requests_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t samples_sent_ ABSL_GUARDED_BY(mu_) = 0;

@@ -119,7 +119,13 @@ void SampleServiceImpl::ProcessSample(Stage target, const SampleKey& key,
     out->set_stage(static_cast<v1::Stage>(target));
     SetSampleStatus(status, out);
     stats_.RecordFailure(status.code());
-    spdlog::warn("{}", std::string(status.message()));
+    uint64_t suppressed = 0;
+    if (failure_log_.Allow(absl::Now(), &suppressed)) {
+      spdlog::warn("{}{}", std::string(status.message()),
+                   suppressed > 0
+                       ? absl::StrCat(" [", suppressed, " earlier failed samples not logged]")
+                       : std::string());
+    }
   } else {
     stats_.RecordSample(target, out->payload().size());
   }

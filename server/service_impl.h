@@ -57,6 +57,7 @@ class SampleServiceImpl {
   MemoryReleaser memory_releaser_;  // told by budget_ when in-flight bytes drain
   ByteBudget budget_;
   RateLimiter rejection_log_{10, absl::Seconds(10)};
+  RateLimiter failure_log_{20, absl::Seconds(10)};  // failed samples: a client can repeat them
   absl::once_flag manifest_once_;
   std::string manifest_;
   StreamRegistry registry_;  // its reaper calls streams: joined before they go

@@ -320,6 +320,55 @@ TEST_F(ServerLimitsTest, TheByteBudgetBoundsAllStreamsAndIdleHogsAreReaped) {
   for (auto& h : hogs) h->Cancel();
 }
 
+TEST_F(ServerLimitsTest, ARefusedRequestBehindAnUntakenWriteStillFreesTheStreamsBytes) {
+  ServiceOptions o;
+  o.prep_workers = 2;
+  o.max_crop_size = 512;
+  o.max_stream_inflight_bytes = 8 << 20;
+  o.inflight_budget_bytes = 10 << 20;
+  o.idle_stream_timeout = absl::Minutes(5);  // not what ends it
+  Start(o, /*per_class=*/20);
+  std::vector<uint64_t> all;
+  for (uint64_t i = 0; i < 20; ++i) all.push_back(i);
+  auto hostile_stub = v1::SampleService::NewStub(NewChannel());
+  FetchCall hostile(hostile_stub.get());
+  // Two samples (6.3 MB): the stream keeps room, so the server reads on,
+  // while the second write is one the client never takes.
+  ASSERT_TRUE(hostile.Write(Request({0, 1}, Stage::kTensor, 512)));
+  EXPECT_GT(SettledInflightBytes(server_.get()), 0u);
+  // A refused request while that write is outstanding ends the stream; the
+  // server cancels it instead of waiting for the client to read.
+  ASSERT_TRUE(hostile.Write(Request({0}, Stage::kTensor, 4096)));
+  uint64_t held = 1;
+  for (int i = 0; i < 300 && held > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    held = Stats().inflight_bytes();
+  }
+  EXPECT_EQ(held, 0u);
+  std::map<uint64_t, v1::Sample> got;
+  EXPECT_TRUE(FetchAll(Request(all, Stage::kTensor, 512), &got).ok());
+  EXPECT_EQ(got.size(), 20u);
+  hostile.Cancel();
+}
+
+TEST_F(ServerLimitsTest, ErrorSamplesCountAgainstTheStreamsSampleLimit) {
+  ServiceOptions o;
+  o.max_inflight_per_stream = 4;
+  Start(o);
+  // 1000 ids outside the manifest: the server holds at most 4 answers for
+  // this stream at any time (they cost no bytes, but they are samples).
+  FetchCall call(stub_.get());
+  ASSERT_TRUE(call.Write(Request(std::vector<uint64_t>(1000, 999999))));
+  call.WritesDone();
+  v1::FetchResponse response;
+  int answers = 0;
+  while (call.Read(&response)) answers += response.samples_size();
+  EXPECT_TRUE(call.Finish().ok());
+  EXPECT_EQ(answers, 1000);
+  EXPECT_GE(Stats().peak_stream_inflight(), 1u);
+  EXPECT_LE(Stats().peak_stream_inflight(), 4u);
+}
+
 int ThreadCount() {
   std::ifstream status("/proc/self/status");
   std::string line;
