@@ -17,6 +17,29 @@
 namespace sophon {
 namespace {
 
+// A gRPC server on 127.0.0.1:0 with the credentials of `options` whose
+// methods are all unimplemented: a call that reaches it comes back UNIMPLEMENTED.
+struct UnimplementedServer {
+  explicit UnimplementedServer(const CredentialsOptions& options) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+        CreateServerCredentials(options);
+    EXPECT_TRUE(credentials.ok()) << credentials.status();
+    if (!credentials.ok()) return;
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", *credentials, &port);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+  }
+  ~UnimplementedServer() {
+    if (server != nullptr) server->Shutdown();
+  }
+  bool ok() const { return server != nullptr && port != 0; }
+
+  v1::SampleService::Service service;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server;
+};
+
 using ::testing::Contains;
 using ::testing::HasSubstr;
 
@@ -103,17 +126,9 @@ TEST(CredentialsTest, FactoryErrorsReachTheCaller) {
 // The two sides of the default kind talk to each other: a call reaches the
 // server (whose methods are all unimplemented) and comes back.
 TEST(CredentialsTest, InsecureServerAndChannelTalk) {
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials =
-      CreateServerCredentials(CredentialsOptions());
-  ASSERT_TRUE(server_credentials.ok()) << server_credentials.status();
-  v1::SampleService::Service unimplemented;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", *server_credentials, &port);
-  builder.RegisterService(&unimplemented);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
-  ASSERT_NE(port, 0);
+  UnimplementedServer server{CredentialsOptions()};
+  ASSERT_TRUE(server.ok());
+  const int port = server.port;
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials =
       CreateChannelCredentials(CredentialsOptions());
   ASSERT_TRUE(channel_credentials.ok()) << channel_credentials.status();
@@ -125,7 +140,6 @@ TEST(CredentialsTest, InsecureServerAndChannelTalk) {
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
   v1::ServerStats stats;
   EXPECT_EQ(stub->GetStats(&context, {}, &stats).error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  server->Shutdown();
 }
 
 TEST(CredentialsTest, TlsIsABuiltInKindAndTheDefaultWhenTlsFilesAreGiven) {
@@ -325,16 +339,9 @@ TEST_F(TlsCredentialsTest, FileErrorsNameTheOptionAndTheFile) {
 // The two sides of "tls" talk through CreateChannel, including the server
 // name override; a name the certificate does not carry fails.
 TEST_F(TlsCredentialsTest, TlsServerAndChannelTalk) {
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials =
-      CreateServerCredentials(Server());
-  ASSERT_TRUE(server_credentials.ok()) << server_credentials.status();
-  v1::SampleService::Service unimplemented;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", *server_credentials, &port);
-  builder.RegisterService(&unimplemented);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
+  UnimplementedServer server(Server());
+  ASSERT_TRUE(server.ok());
+  const int port = server.port;
   const auto call = [&](const std::string& name) {
     CredentialsOptions options;
     options.kind = "tls";
@@ -353,7 +360,6 @@ TEST_F(TlsCredentialsTest, TlsServerAndChannelTalk) {
   EXPECT_EQ(call(""), grpc::StatusCode::UNIMPLEMENTED);
   EXPECT_EQ(call("localhost"), grpc::StatusCode::UNIMPLEMENTED);
   EXPECT_EQ(call("other.example.org"), grpc::StatusCode::UNAVAILABLE);
-  server->Shutdown();
 }
 
 }  // namespace
