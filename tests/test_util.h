@@ -41,6 +41,8 @@ std::string PatchDimensions(const std::string& jpeg, int height, int width);
 std::string MakeTempDir(const std::string& name);
 
 void WriteFile(const std::string& path, const std::string& bytes);
+// The whole file at `path` (empty if it cannot be read).
+std::string ReadFile(const std::string& path);
 
 struct TestDatasetOptions {
   int classes = 3;

@@ -83,11 +83,9 @@ TEST(FuzzCorpusTest, CheckedInSeedsDecodeAsTheirNamesSay) {
   const std::filesystem::path dir = std::filesystem::path(SOPHON_SOURCE_DIR) / "fuzz/corpus/decode";
   int seeds = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    std::ifstream in(entry.path(), std::ios::binary);
-    std::stringstream bytes;
-    bytes << in.rdbuf();
+    const std::string bytes = testing::ReadFile(entry.path().string());
     const std::string name = entry.path().filename().string();
-    EXPECT_EQ(DecodeJpeg(bytes.str(), DecodeLimits()).status().code(), ExpectedCode(name)) << name;
+    EXPECT_EQ(DecodeJpeg(bytes, DecodeLimits()).status().code(), ExpectedCode(name)) << name;
     ++seeds;
   }
   EXPECT_GE(seeds, 10);

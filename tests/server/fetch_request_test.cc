@@ -198,11 +198,10 @@ TEST_F(FetchRequestTest, CheckedInSeedsAreCheckedAsTheirNamesSay) {
       std::filesystem::path(SOPHON_SOURCE_DIR) / "fuzz/corpus/request";
   int seeds = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    std::ifstream in(entry.path(), std::ios::binary);
-    std::stringstream bytes;
-    bytes << in.rdbuf();
     const std::string name = entry.path().filename().string();
-    EXPECT_EQ(SeedOutcome(bytes.str(), *source_), ExpectedOutcome(name)) << name;
+    EXPECT_EQ(SeedOutcome(testing::ReadFile(entry.path().string()), *source_),
+              ExpectedOutcome(name))
+        << name;
     ++seeds;
   }
   EXPECT_GE(seeds, 8);

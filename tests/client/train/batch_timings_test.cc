@@ -9,12 +9,6 @@
 namespace sophon {
 namespace {
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 TEST(BatchTimingsTest, WritesHeaderAndOneLinePerBatch) {
   const std::string path = testing::MakeTempDir("batch_timings") + "/t.csv";
@@ -23,7 +17,7 @@ TEST(BatchTimingsTest, WritesHeaderAndOneLinePerBatch) {
   (*w)->Add(0, 0, 64, 0.5, 0.003, 0.023);
   (*w)->Add(1, 7, 12, 0.0, 0.0, 1.25);
   ASSERT_TRUE((*w)->Close().ok());
-  EXPECT_EQ(ReadAll(path),
+  EXPECT_EQ(testing::ReadFile(path),
             "epoch,batch,samples,data_wait_s,copy_s,compute_s\n"
             "0,0,64,0.500000,0.003000,0.023000\n"
             "1,7,12,0.000000,0.000000,1.250000\n");

@@ -125,10 +125,7 @@ TEST(EpochReportTest, WriteReportJsonWritesTheFileOrNamesIt) {
   EXPECT_TRUE(WriteReportJson({SampleReport()}, options).ok());  // no path: nothing to do
   options.report_json = testing::MakeTempDir("report_json") + "/r.json";
   ASSERT_TRUE(WriteReportJson({SampleReport()}, options).ok());
-  std::ifstream in(options.report_json);
-  std::stringstream text;
-  text << in.rdbuf();
-  EXPECT_EQ(text.str(), EpochReportsToJson({SampleReport()}, options));
+  EXPECT_EQ(testing::ReadFile(options.report_json), EpochReportsToJson({SampleReport()}, options));
   options.report_json = "/nonexistent-dir/r.json";
   const absl::Status bad = WriteReportJson({SampleReport()}, options);
   EXPECT_FALSE(bad.ok());
@@ -183,10 +180,7 @@ TEST(SyntheticRunTest, RunsEveryEpochOnAnEmulatedTrainerAndWritesItsReports) {
     EXPECT_GT(r.images_per_second, 0);
   }
   EXPECT_EQ((*reports)[1].epoch, 1);
-  std::ifstream json(loop.report_json);
-  std::stringstream text;
-  text << json.rdbuf();
-  const google::protobuf::Struct doc = ParseJson(text.str());
+  const google::protobuf::Struct doc = ParseJson(testing::ReadFile(loop.report_json));
   EXPECT_EQ(doc.fields().at("epochs").list_value().values_size(), 2);
   std::ifstream timings(loop.batch_timings);
   int lines = 0;
