@@ -19,6 +19,7 @@
 #include "client/loader/sample_client.h"
 #include "gtest/gtest.h"
 #include "server/storage_server.h"
+#include "sophon/base/process_status.h"
 #include "sophon/net/grpc_util.h"
 #include "sophon/net/wire.h"
 #include "tests/test_util.h"
@@ -370,12 +371,9 @@ TEST_F(ServerLimitsTest, ErrorSamplesCountAgainstTheStreamsSampleLimit) {
 }
 
 int ThreadCount() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
-  }
-  return -1;
+  const absl::StatusOr<ProcessStatus> status = ReadProcessStatus();
+  EXPECT_TRUE(status.ok()) << status.status();
+  return status.ok() ? status->threads : -1;
 }
 
 TEST_F(ServerLimitsTest, IdleStreamsCostNoThreads) {

@@ -15,32 +15,18 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "sophon/base/process_status.h"
 
 namespace sophon {
 
 ProcSample ReadProcSample(pid_t pid) {
   ProcSample s;
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  if (!status) return s;
-  std::string line;
-  bool have_rss = false;
-  while (std::getline(status, line)) {
-    absl::string_view v(line);
-    if (absl::ConsumePrefix(&v, "State:")) {
-      v = absl::StripLeadingAsciiWhitespace(v);
-      if (!v.empty() && (v[0] == 'Z' || v[0] == 'X')) return s;  // exited, not reaped
-    } else if (absl::ConsumePrefix(&v, "VmRSS:")) {
-      int64_t kib = 0;
-      const std::vector<absl::string_view> parts = absl::StrSplit(v, ' ', absl::SkipWhitespace());
-      if (!parts.empty() && absl::SimpleAtoi(parts[0], &kib)) {
-        s.rss_bytes = kib * 1024;
-        have_rss = true;
-      }
-    } else if (absl::ConsumePrefix(&v, "Threads:")) {
-      (void)absl::SimpleAtoi(absl::StripAsciiWhitespace(v), &s.threads);
-    }
-  }
-  if (!have_rss) return s;
+  // A process that has exited (a zombie not yet reaped) has no VmRSS line.
+  const absl::StatusOr<ProcessStatus> status =
+      ReadProcessStatus(absl::StrCat("/proc/", pid, "/status"));
+  if (!status.ok()) return s;
+  s.rss_bytes = static_cast<int64_t>(status->rss_bytes);
+  s.threads = status->threads;
   // utime and stime are fields 14 and 15 of /proc/<pid>/stat, counted after
   // the command name, which is in parentheses and may hold spaces.
   std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
