@@ -1,5 +1,8 @@
 // sophon-train: trains a LibTorch model on samples served by a storage node,
 // with each sample's preprocessing split between the two nodes by --mode.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -43,10 +46,39 @@ ABSL_FLAG(int, workers, 2, "Local prep threads that finish each sample's ops. De
 ABSL_FLAG(int, prefetch_batches, 3,
           "Batches requested ahead of the trainer (bounds memory: ~batch*12*S^2 bytes each). "
           "Default 3.");
-ABSL_FLAG(double, lr, 0.1, "SGD learning rate. Default 0.1.");
-ABSL_FLAG(double, momentum, 0.9, "SGD momentum. Default 0.9.");
-ABSL_FLAG(double, weight_decay, 1e-4, "SGD weight decay. Default 1e-4.");
+ABSL_FLAG(int, fused_models, 0,
+          "Train a fused array of B models of --arch on the one data stream (the HFTA design: "
+          "each batch is prepared once and trains all B models in one pass), model k "
+          "initialised as a single model with --model-seed + k and trained with the k-th value "
+          "of each list flag (--lr, --momentum, --weight-decay, --beta1, --beta2, --eps). "
+          "0 = one ordinary model; 1 runs the fused code with one model. Default 0.");
+ABSL_FLAG(std::string, optimizer, "sgd",
+          "sgd (momentum, weight decay) or adam (--beta1, --beta2, --eps, --weight-decay). "
+          "Default sgd.");
+ABSL_FLAG(sophon::CommaList, lr, sophon::CommaList({"0.1"}),
+          "Learning rate: one value, or one per model of --fused-models (comma-separated). "
+          "Default 0.1.");
+ABSL_FLAG(sophon::CommaList, momentum, sophon::CommaList({"0.9"}),
+          "SGD momentum: one value or one per model. Default 0.9.");
+ABSL_FLAG(sophon::CommaList, weight_decay, sophon::CommaList({"1e-4"}),
+          "Weight decay (L2 added to the gradient, SGD and Adam): one value or one per model. "
+          "Default 1e-4.");
+ABSL_FLAG(sophon::CommaList, beta1, sophon::CommaList({"0.9"}),
+          "Adam's beta1: one value or one per model. Default 0.9.");
+ABSL_FLAG(sophon::CommaList, beta2, sophon::CommaList({"0.999"}),
+          "Adam's beta2: one value or one per model. Default 0.999.");
+ABSL_FLAG(sophon::CommaList, eps, sophon::CommaList({"1e-8"}),
+          "Adam's eps: one value or one per model. Default 1e-8.");
+ABSL_FLAG(std::string, save, "",
+          "After training, write the model to this file as a checkpoint that --init-checkpoint "
+          "loads; with --fused-models each model k goes to its own file, k before the "
+          "extension (ckpt.pt -> ckpt.0.pt, ckpt.1.pt, ...). Default none.");
+ABSL_FLAG(std::string, init_checkpoint, "",
+          "Start from this checkpoint (written by --save; same --arch and classes) instead of a "
+          "fresh initialisation; with --fused-models every model starts from it. Default none.");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the shuffle, every augmentation and the model init. Default 0.");
+ABSL_FLAG(int64_t, model_seed, -1,
+          "Seed of the model initialisation (fused model k: this + k); -1 = --seed. Default -1.");
 ABSL_FLAG(std::string, device, "cpu",
           "cpu, cuda, cuda:N, or emulate (no model runs: each step sleeps the profiled copy and "
           "compute time of --arch on --gpu-type, from --gpu-profile). Default cpu.");
@@ -144,6 +176,16 @@ const sophon::FlagNames kFlagNames = {
     {"Resources.batch_size", "--batch-size"},
     {"EmulatedTrainerOptions.gpu_count", "--gpu-count"},
     {"TrainerOptions.device", "--device"},
+    {"].lr must", "--lr"},
+    {"].momentum must", "--momentum"},
+    {"].weight_decay must", "--weight-decay"},
+    {"].beta1 must", "--beta1"},
+    {"].beta2 must", "--beta2"},
+    {"].eps must", "--eps"},
+    {"TrainerOptions.models", "--fused-models"},
+    {"TrainerOptions.num_classes", "--synthetic-classes"},
+    {"TrainerOptions.threads", "--torch-threads"},
+    {"EmulatedTrainerOptions.fused_models", "--fused-models"},
     {"ClientOptions.address", "--server"},
     {"CredentialsOptions.kind", "--credentials"},
     {"CredentialsOptions.tls_ca", "--tls-ca"},
@@ -159,17 +201,107 @@ int Fail(const absl::Status& status) {
   return sophon::FailProgram("sophon-train", status, kFlagNames);
 }
 
-sophon::TrainerOptions TrainerOptionsFromFlags(int num_classes) {
+// The per-model hyperparameter lists (--lr, ...) into options->models.
+absl::Status HyperparametersFromFlags(sophon::TrainerOptions* options) {
+  const int fused = absl::GetFlag(FLAGS_fused_models);
+  if (fused < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--fused-models must be >= 1 to train a fused array (0: one ordinary model), got ", fused));
+  }
+  options->fused = fused > 0;
+  const int models = std::max(1, fused);
+  struct List {
+    const char* flag;
+    sophon::CommaList value;
+    double sophon::Hyperparameters::*field;
+  };
+  const List lists[] = {
+      {"--lr", absl::GetFlag(FLAGS_lr), &sophon::Hyperparameters::lr},
+      {"--momentum", absl::GetFlag(FLAGS_momentum), &sophon::Hyperparameters::momentum},
+      {"--weight-decay", absl::GetFlag(FLAGS_weight_decay),
+       &sophon::Hyperparameters::weight_decay},
+      {"--beta1", absl::GetFlag(FLAGS_beta1), &sophon::Hyperparameters::beta1},
+      {"--beta2", absl::GetFlag(FLAGS_beta2), &sophon::Hyperparameters::beta2},
+      {"--eps", absl::GetFlag(FLAGS_eps), &sophon::Hyperparameters::eps},
+  };
+  options->models.assign(static_cast<size_t>(models), sophon::Hyperparameters{});
+  for (const List& list : lists) {
+    absl::StatusOr<std::vector<double>> values =
+        list.value.PerModel(list.flag, fused, "--fused-models");
+    if (!values.ok()) return values.status();
+    for (int k = 0; k < models; ++k) options->models[k].*list.field = (*values)[k];
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<sophon::TrainerOptions> TrainerOptionsFromFlags(int num_classes) {
   sophon::TrainerOptions options;
   options.arch = absl::GetFlag(FLAGS_arch);
   options.num_classes = num_classes;
-  options.lr = absl::GetFlag(FLAGS_lr);
-  options.momentum = absl::GetFlag(FLAGS_momentum);
-  options.weight_decay = absl::GetFlag(FLAGS_weight_decay);
   options.device = absl::GetFlag(FLAGS_device);
-  options.seed = absl::GetFlag(FLAGS_seed);
+  const int64_t model_seed = absl::GetFlag(FLAGS_model_seed);
+  if (model_seed < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model-seed must be >= 0, or -1 for --seed, got ", model_seed));
+  }
+  options.seed = model_seed == -1 ? absl::GetFlag(FLAGS_seed) : static_cast<uint64_t>(model_seed);
   options.threads = absl::GetFlag(FLAGS_torch_threads);
+  absl::StatusOr<sophon::OptimizerKind> optimizer =
+      sophon::ParseOptimizerKind(absl::GetFlag(FLAGS_optimizer));
+  if (!optimizer.ok()) return sophon::FlagError("--optimizer", optimizer.status());
+  options.optimizer = *optimizer;
+  if (absl::Status s = HyperparametersFromFlags(&options); !s.ok()) return s;
+  options.init_checkpoint = absl::GetFlag(FLAGS_init_checkpoint);
+  if (options.device == "emulate" &&
+      (!absl::GetFlag(FLAGS_save).empty() || !options.init_checkpoint.empty())) {
+    return absl::InvalidArgumentError(
+        "--save and --init-checkpoint need a model: --device=emulate emulates the GPU's time "
+        "and trains none");
+  }
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
   return options;
+}
+
+// For the reports: each fused model's hyperparameters; empty for one model.
+std::vector<std::string> ModelLabels(const sophon::TrainerOptions& options) {
+  std::vector<std::string> labels;
+  if (!options.fused) return labels;
+  for (const sophon::Hyperparameters& h : options.models) {
+    labels.push_back(sophon::DescribeHyperparameters(options.optimizer, h));
+  }
+  return labels;
+}
+
+// --save's folder must exist and be writable before training starts, not
+// only at its end.
+absl::Status CheckSavePath() {
+  const std::string path = absl::GetFlag(FLAGS_save);
+  if (path.empty()) return absl::OkStatus();
+  const size_t slash = path.rfind('/');
+  const std::string folder = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  if (access(folder.c_str(), W_OK | X_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--save: the folder '", folder, "' of '", path, "' does not exist or is not writable"));
+  }
+  return absl::OkStatus();
+}
+
+// --save: each model to its checkpoint file.
+absl::Status SaveModels(sophon::Trainer* trainer, const sophon::TrainerOptions& options) {
+  const std::string path = absl::GetFlag(FLAGS_save);
+  if (path.empty()) return absl::OkStatus();
+  absl::StatusOr<std::vector<std::string>> files = trainer->Save(path);
+  if (!files.ok()) return sophon::FlagError("--save", files.status());
+  for (size_t k = 0; k < files->size(); ++k) {
+    if (options.fused) {
+      spdlog::info("saved model {} ({}) to {}", k,
+                   sophon::DescribeHyperparameters(options.optimizer, options.models[k]),
+                   (*files)[k]);
+    } else {
+      spdlog::info("saved the model to {}", (*files)[k]);
+    }
+  }
+  return absl::OkStatus();
 }
 
 // --device=emulate: an EmulatedTrainer over the GPU profile; otherwise LibTorch.
@@ -183,6 +315,7 @@ absl::StatusOr<std::unique_ptr<sophon::Trainer>> CreateTrainer(
   emulated.arch = options.arch;
   emulated.gpu_type = absl::GetFlag(FLAGS_gpu_type);
   emulated.gpu_count = absl::GetFlag(FLAGS_gpu_count);
+  emulated.fused_models = options.fused ? options.num_models() : 0;
   absl::StatusOr<std::unique_ptr<sophon::EmulatedTrainer>> trainer =
       sophon::EmulatedTrainer::Create(*profile, emulated, batch_size);
   if (!trainer.ok()) return trainer.status();
@@ -191,8 +324,10 @@ absl::StatusOr<std::unique_ptr<sophon::Trainer>> CreateTrainer(
 
 // --synthetic-data: the training step alone, no server.
 int RunSynthetic(const sophon::LoaderOptions& loader_options, int epochs) {
-  const sophon::TrainerOptions trainer_options =
+  const absl::StatusOr<sophon::TrainerOptions> options =
       TrainerOptionsFromFlags(absl::GetFlag(FLAGS_synthetic_classes));
+  if (!options.ok()) return Fail(options.status());
+  const sophon::TrainerOptions& trainer_options = *options;
   absl::StatusOr<std::unique_ptr<sophon::Trainer>> trainer =
       CreateTrainer(trainer_options, loader_options.batch_size);
   if (!trainer.ok()) return Fail(trainer.status());
@@ -213,11 +348,14 @@ int RunSynthetic(const sophon::LoaderOptions& loader_options, int epochs) {
   loop.device = (*trainer)->DeviceName();
   loop.emulated = trainer_options.device == "emulate";
   loop.batch_timings = absl::GetFlag(FLAGS_batch_timings);
+  loop.model_labels = ModelLabels(trainer_options);
+  loop.optimizer = sophon::OptimizerName(trainer_options.optimizer);
   spdlog::info("training {} on {} with synthetic in-memory batches of {}, {} samples per epoch",
                loop.arch, loop.device, synthetic.batch_size, synthetic.samples);
   absl::StatusOr<std::vector<sophon::EpochReport>> reports =
       sophon::RunSyntheticTraining(trainer->get(), synthetic, loop);
   if (!reports.ok()) return Fail(reports.status());
+  if (absl::Status s = SaveModels(trainer->get(), trainer_options); !s.ok()) return Fail(s);
   return 0;
 }
 
@@ -285,6 +423,12 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_max_batches) < 0 || absl::GetFlag(FLAGS_warmup_batches) < 0) {
     return Fail(absl::InvalidArgumentError("--max-batches and --warmup-batches must be >= 0"));
   }
+  // The model's flags are checked before connecting (the class count comes
+  // from the server's manifest).
+  if (absl::StatusOr<sophon::TrainerOptions> o = TrainerOptionsFromFlags(1); !o.ok()) {
+    return Fail(o.status());
+  }
+  if (absl::Status s = CheckSavePath(); !s.ok()) return Fail(s);
   if (absl::GetFlag(FLAGS_synthetic_data)) return RunSynthetic(loader_options, epochs);
 
   sophon::ClientOptions client_options;
@@ -317,8 +461,10 @@ int main(int argc, char** argv) {
                client_options.address, manifest.dataset_name(), manifest.num_samples(),
                manifest.class_names_size(), manifest.prep_workers());
 
-  const sophon::TrainerOptions trainer_options =
+  const absl::StatusOr<sophon::TrainerOptions> options =
       TrainerOptionsFromFlags(std::max(1, manifest.class_names_size()));
+  if (!options.ok()) return Fail(options.status());
+  const sophon::TrainerOptions& trainer_options = *options;
   absl::StatusOr<std::unique_ptr<sophon::Trainer>> trainer =
       CreateTrainer(trainer_options, loader_options.batch_size);
   if (!trainer.ok()) return Fail(trainer.status());
@@ -366,11 +512,17 @@ int main(int argc, char** argv) {
   loop_options.device = (*trainer)->DeviceName();
   loop_options.emulated = trainer_options.device == "emulate";
   loop_options.batch_timings = absl::GetFlag(FLAGS_batch_timings);
-  spdlog::info("training {} on {} in mode {}, batch {}, {} local workers", loop_options.arch,
-               (*trainer)->DeviceName(), loop_options.mode_name, loader_options.batch_size,
-               loader_options.workers);
+  loop_options.model_labels = ModelLabels(trainer_options);
+  loop_options.optimizer = sophon::OptimizerName(trainer_options.optimizer);
+  spdlog::info("training {}{} on {} in mode {}, batch {}, {} local workers",
+               trainer_options.fused
+                   ? absl::StrCat("a fused array of ", trainer_options.num_models(), " x ")
+                   : "",
+               loop_options.arch, (*trainer)->DeviceName(), loop_options.mode_name,
+               loader_options.batch_size, loader_options.workers);
   absl::StatusOr<std::vector<sophon::EpochReport>> reports =
       sophon::RunTraining(client->get(), loader->get(), trainer->get(), loop_options);
   if (!reports.ok()) return Fail(reports.status());
+  if (absl::Status s = SaveModels(trainer->get(), trainer_options); !s.ok()) return Fail(s);
   return 0;
 }

@@ -29,6 +29,11 @@ absl::StatusOr<std::unique_ptr<EmulatedTrainer>> EmulatedTrainer::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("EmulatedTrainerOptions.gpu_count must be >= 1, got ", options.gpu_count));
   }
+  if (options.fused_models < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "EmulatedTrainerOptions.fused_models must be >= 1 (0: no fused array), got ",
+        options.fused_models));
+  }
   if (!(options.evaluate_compute_fraction >= 0)) {
     return absl::InvalidArgumentError("evaluate_compute_fraction must be >= 0");
   }
@@ -36,17 +41,19 @@ absl::StatusOr<std::unique_ptr<EmulatedTrainer>> EmulatedTrainer::Create(
   absl::StatusOr<GpuStepTime> t = trainer->StepTimeFor(batch_size);
   if (!t.ok()) return t.status();
   spdlog::info(
-      "trainer: emulating {} x{} for {} (no model runs): copy {:.4f}s + compute {:.4f}s "
+      "trainer: emulating {} x{} for {}{} (no model runs): copy {:.4f}s + compute {:.4f}s "
       "per step of {} samples, at most {:.1f} img/s",
-      options.gpu_type, options.gpu_count, options.arch, t->copy_seconds, t->compute_seconds,
-      batch_size, batch_size / std::max(1e-12, t->copy_seconds + t->compute_seconds));
+      options.gpu_type, options.gpu_count, options.arch,
+      options.fused_models > 0 ? absl::StrCat(", a fused array of ", options.fused_models) : "",
+      t->copy_seconds, t->compute_seconds, batch_size,
+      batch_size / std::max(1e-12, t->copy_seconds + t->compute_seconds));
   return trainer;
 }
 
 absl::StatusOr<GpuStepTime> EmulatedTrainer::StepTimeFor(int n) {
   auto it = times_.find(n);
   if (it != times_.end()) return it->second;
-  absl::StatusOr<GpuStepTime> t = profile_.Lookup(options_.gpu_type, options_.arch, n);
+  absl::StatusOr<GpuStepTime> t = LookupFused(n);
   if (!t.ok()) return t.status();
   if (t->scaled) {
     spdlog::info("{}", t->note);
@@ -56,6 +63,29 @@ absl::StatusOr<GpuStepTime> EmulatedTrainer::StepTimeFor(int n) {
   t->copy_seconds /= options_.gpu_count;
   t->compute_seconds /= options_.gpu_count;
   return times_.emplace(n, *std::move(t)).first->second;
+}
+
+absl::StatusOr<GpuStepTime> EmulatedTrainer::LookupFused(int n) const {
+  const int b = options_.fused_models;
+  if (b == 0) return profile_.Lookup(options_.gpu_type, options_.arch, n);
+  absl::StatusOr<GpuStepTime> fused =
+      profile_.Lookup(options_.gpu_type, absl::StrCat(options_.arch, "x", b), n);
+  if (fused.ok() || fused.status().code() != absl::StatusCode::kNotFound) return fused;
+  // No row for the fused array: one copy of n images, the compute of b*n.
+  absl::StatusOr<GpuStepTime> copy = profile_.Lookup(options_.gpu_type, options_.arch, n);
+  if (!copy.ok()) return copy.status();
+  absl::StatusOr<GpuStepTime> compute =
+      profile_.Lookup(options_.gpu_type, options_.arch, b * n);
+  if (!compute.ok()) return compute.status();
+  GpuStepTime t = *std::move(compute);
+  t.copy_seconds = copy->copy_seconds;
+  t.scaled = true;
+  t.note = absl::StrCat("fused array of ", b, " ", options_.arch, " at batch ", n,
+                        " (no profile row for model ", options_.arch, "x", b,
+                        "): copy of ", n, " images ", copy->copy_seconds, "s + compute of one ",
+                        options_.arch, " at batch ", b * n, " ", t.compute_seconds, "s; ",
+                        t.note);
+  return t;
 }
 
 absl::StatusOr<StepResult> EmulatedTrainer::Sleep(const Batch& batch, double compute_fraction) {
@@ -75,6 +105,7 @@ absl::StatusOr<StepResult> EmulatedTrainer::Sleep(const Batch& batch, double com
   StepResult result;
   result.count = batch.n;
   result.copy_seconds = SecondsBetween(start, copied);
+  result.models.resize(static_cast<size_t>(options_.fused_models));
   return result;
 }
 
@@ -82,6 +113,12 @@ absl::StatusOr<StepResult> EmulatedTrainer::Step(const Batch& batch) { return Sl
 
 absl::StatusOr<StepResult> EmulatedTrainer::Evaluate(const Batch& batch) {
   return Sleep(batch, options_.evaluate_compute_fraction);
+}
+
+absl::StatusOr<std::vector<std::string>> EmulatedTrainer::Save(const std::string& path) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "cannot save a model to '", path, "': --device=emulate emulates the GPU's time and trains "
+      "no model"));
 }
 
 std::string EmulatedTrainer::DeviceName() const {

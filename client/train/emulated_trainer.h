@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "sophon/emulation/gpu_profile.h"
@@ -20,6 +21,14 @@ struct EmulatedTrainerOptions {
   std::string arch;               // model name as in the profile (case-insensitive)
   std::string gpu_type = "v100";  // GPU type as in the profile (case-insensitive)
   int gpu_count = 1;              // emulated data-parallel GPUs; step times are divided by it
+  // A fused array of this many models of `arch` (0: one ordinary model). Its
+  // step time comes from the profile's row for model "<arch>x<B>" when there
+  // is one (sophon-profile-gpu --fused-models writes them); otherwise it is
+  // derived: the copy of one model's batch of N images (the batch is copied
+  // once for all B models) plus the compute of one model at batch B*N (the
+  // fused array runs the same kernels on B times the channels, the same
+  // arithmetic as one model on B times the images).
+  int fused_models = 0;
   // Evaluate() sleeps the copy time plus this fraction of the compute time
   // (forward only; forward is commonly taken as about 1/3 of a training step).
   double evaluate_compute_fraction = 1.0 / 3;
@@ -35,12 +44,14 @@ class EmulatedTrainer final : public Trainer {
       const GpuProfile& profile, const EmulatedTrainerOptions& options, int batch_size);
 
   // Sleeps copy / gpu_count, then compute / gpu_count. The result has loss 0
-  // and no correct predictions (no model runs), count = batch.n and the copy
-  // time actually slept.
+  // and no correct predictions (no model runs; a fused array reports B such
+  // models), count = batch.n and the copy time actually slept.
   absl::StatusOr<StepResult> Step(const Batch& batch) override;
   absl::StatusOr<StepResult> Evaluate(const Batch& batch) override;
   // "emulated v100 x1".
   std::string DeviceName() const override;
+  // FailedPrecondition: no model is trained.
+  absl::StatusOr<std::vector<std::string>> Save(const std::string& path) override;
 
   // Per-step times for a batch of n samples (already divided by gpu_count).
   absl::StatusOr<GpuStepTime> StepTimeFor(int n);
@@ -49,6 +60,9 @@ class EmulatedTrainer final : public Trainer {
   EmulatedTrainer(const GpuProfile& profile, const EmulatedTrainerOptions& options)
       : profile_(profile), options_(options) {}
   absl::StatusOr<StepResult> Sleep(const Batch& batch, double compute_fraction);
+  // The profile's time for a batch of n, fused as the options say (not
+  // divided by gpu_count).
+  absl::StatusOr<GpuStepTime> LookupFused(int n) const;
 
   // Constant after construction.
   const GpuProfile profile_;

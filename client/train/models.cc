@@ -1,6 +1,10 @@
 #include "client/train/models.h"
 
+#include <torch/serialize.h>
+
 #include <array>
+#include <cstdio>
+#include <fstream>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -9,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace sophon {
 namespace {
@@ -45,7 +50,7 @@ void InitConvAndBatchNorm(nn::Module& model) {
 // Keeps LibTorch's default init, as torchvision keeps PyTorch's.
 class AlexNetImpl final : public ClassifierImpl {
  public:
-  explicit AlexNetImpl(int num_classes) {
+  AlexNetImpl(int num_classes, double dropout) {
     features_ = register_module(
         "features", nn::Sequential(Conv(3, 64, 11, 4, 2, true), Relu(), MaxPool(3, 2),
                                    Conv(64, 192, 5, 1, 2, true), Relu(), MaxPool(3, 2),
@@ -56,8 +61,8 @@ class AlexNetImpl final : public ClassifierImpl {
                                nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions({6, 6})));
     classifier_ = register_module(
         "classifier",
-        nn::Sequential(nn::Dropout(0.5), nn::Linear(256 * 6 * 6, 4096), Relu(),
-                       nn::Dropout(0.5), nn::Linear(4096, 4096), Relu(),
+        nn::Sequential(nn::Dropout(dropout), nn::Linear(256 * 6 * 6, 4096), Relu(),
+                       nn::Dropout(dropout), nn::Linear(4096, 4096), Relu(),
                        nn::Linear(4096, num_classes)));
   }
 
@@ -209,29 +214,31 @@ class TinyCnnImpl final : public ClassifierImpl {
 struct ModelSpec {
   const char* name;
   int min_input_size;
-  std::function<Classifier(int num_classes)> build;
+  std::function<Classifier(int num_classes, double dropout)> build;
 };
 
 // Sorted by name.
 const std::vector<ModelSpec>& Specs() {
   static const auto* specs = new std::vector<ModelSpec>{
-      {"alexnet", 63, [](int n) -> Classifier { return std::make_shared<AlexNetImpl>(n); }},
+      {"alexnet", 63, [](int n, double dropout) -> Classifier {
+         return std::make_shared<AlexNetImpl>(n, dropout);
+       }},
       {"resnet18", 32,
-       [](int n) -> Classifier {
+       [](int n, double) -> Classifier {
          auto model = std::make_shared<ResNetImpl<BasicBlockImpl>>(
              std::array<int, 4>{2, 2, 2, 2}, n);
          InitConvAndBatchNorm(*model);
          return model;
        }},
       {"resnet50", 32,
-       [](int n) -> Classifier {
+       [](int n, double) -> Classifier {
          auto model = std::make_shared<ResNetImpl<BottleneckImpl>>(
              std::array<int, 4>{3, 4, 6, 3}, n);
          InitConvAndBatchNorm(*model);
          return model;
        }},
       {"tinycnn", 32,
-       [](int n) -> Classifier {
+       [](int n, double) -> Classifier {
          auto model = std::make_shared<TinyCnnImpl>(n);
          InitConvAndBatchNorm(*model);
          return model;
@@ -269,7 +276,7 @@ absl::Status CheckModelName(const std::string& arch) {
                                                  "'; valid: ", absl::StrJoin(ModelNames(), ", ")));
 }
 
-absl::StatusOr<Classifier> MakeModel(const std::string& arch, int num_classes) {
+absl::StatusOr<Classifier> MakeModel(const std::string& arch, int num_classes, double dropout) {
   if (absl::Status status = CheckModelName(arch); !status.ok()) return status;
   const ModelSpec* spec = FindSpec(arch);
   if (num_classes <= 0) {
@@ -277,10 +284,95 @@ absl::StatusOr<Classifier> MakeModel(const std::string& arch, int num_classes) {
         absl::StrCat("num_classes must be > 0 for ", arch, ", got ", num_classes));
   }
   try {
-    return spec->build(num_classes);
+    return spec->build(num_classes, dropout);
   } catch (const std::exception& e) {  // c10::Error derives from std::exception.
     return absl::InternalError(absl::StrCat("building ", arch, " failed: ", e.what()));
   }
+}
+
+namespace {
+
+constexpr char kArchKey[] = "sophon_arch";
+constexpr char kClassesKey[] = "sophon_num_classes";
+
+std::string ShapeString(const torch::Tensor& t) {
+  return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
+}
+
+}  // namespace
+
+absl::Status SaveModel(const Classifier& model, const std::string& arch, int num_classes,
+                       const std::string& path) {
+  const std::string temp = path + ".tmp";
+  try {
+    torch::serialize::OutputArchive archive;
+    model->save(archive);
+    archive.write(kArchKey, c10::IValue(arch));
+    archive.write(kClassesKey, c10::IValue(static_cast<int64_t>(num_classes)));
+    archive.save_to(temp);
+  } catch (const c10::Error& e) {
+    std::remove(temp.c_str());
+    const std::vector<std::string> lines = absl::StrSplit(e.what_without_backtrace(), '\n');
+    return absl::UnavailableError(
+        absl::StrCat("cannot write the checkpoint '", path, "': ", lines[0]));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    std::remove(temp.c_str());
+    return absl::UnavailableError(absl::StrCat("cannot rename '", temp, "' to '", path, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LoadModel(const std::string& path, const std::string& arch, int num_classes,
+                       const Classifier& model) {
+  if (!std::ifstream(path)) {
+    return absl::NotFoundError(absl::StrCat("cannot open the checkpoint '", path, "'"));
+  }
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+  for (const auto& item : model->named_parameters()) {
+    shapes.emplace_back(item.key(), item.value().sizes().vec());
+  }
+  for (const auto& item : model->named_buffers()) {
+    shapes.emplace_back(item.key(), item.value().sizes().vec());
+  }
+  const std::string where = absl::StrCat("checkpoint '", path, "'");
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path);
+    c10::IValue saved_arch;
+    c10::IValue saved_classes;
+    if (archive.try_read(kArchKey, saved_arch) && archive.try_read(kClassesKey, saved_classes)) {
+      if (!saved_arch.isString() || !saved_classes.isInt()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": malformed ", kArchKey));
+      }
+      if (saved_arch.toStringRef() != arch || saved_classes.toInt() != num_classes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, " holds ", saved_arch.toStringRef(), " with ", saved_classes.toInt(),
+            " classes, not ", arch, " with ", num_classes, " classes"));
+      }
+    }
+    model->load(archive);
+  } catch (const c10::Error& e) {
+    // LibTorch's first line says what failed ("No such serialized tensor ...").
+    const std::vector<std::string> lines = absl::StrSplit(e.what_without_backtrace(), '\n');
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, " cannot be loaded into ", arch, " with ", num_classes, " classes: ", lines[0]));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " cannot be loaded: ", e.what()));
+  }
+  // InputArchive replaces each tensor by the saved one: check the shapes.
+  std::vector<std::pair<std::string, torch::Tensor>> loaded;
+  for (const auto& item : model->named_parameters()) loaded.emplace_back(item.key(), item.value());
+  for (const auto& item : model->named_buffers()) loaded.emplace_back(item.key(), item.value());
+  for (size_t i = 0; i < loaded.size() && i < shapes.size(); ++i) {
+    if (loaded[i].second.sizes().vec() != shapes[i].second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": tensor '", loaded[i].first, "' has shape ", ShapeString(loaded[i].second),
+          " where ", arch, " with ", num_classes, " classes has [",
+          absl::StrJoin(shapes[i].second, ", "), "]"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace sophon

@@ -5,7 +5,7 @@
 // parameter names match torchvision's state_dict keys). `tinycnn` is a small
 // CNN for tests and CPU demos.
 //
-// Only models.cc and trainer.cc include this header: it pulls in LibTorch.
+// Only sophon_torch's files include this header: it pulls in LibTorch.
 #ifndef SOPHON_CLIENT_TRAIN_MODELS_H_
 #define SOPHON_CLIENT_TRAIN_MODELS_H_
 
@@ -44,9 +44,25 @@ int ModelMinInputSize(const std::string& arch);
 
 // Builds an architecture from ModelNames() on the CPU, initialised from
 // LibTorch's global generator (seed it with torch::manual_seed first).
+// `dropout` is AlexNet's dropout probability (the others have none).
 // Returns InvalidArgument, naming the valid architectures, for an unknown arch
 // or a non-positive num_classes.
-absl::StatusOr<Classifier> MakeModel(const std::string& arch, int num_classes);
+absl::StatusOr<Classifier> MakeModel(const std::string& arch, int num_classes,
+                                     double dropout = 0.5);
+
+// Checkpoints: LibTorch's serialized module archive (torch::save of the
+// module: every parameter and buffer by its torchvision name) plus the
+// architecture's name and class count, so that loading into another model
+// fails with a clear error instead of reshaping tensors.
+//
+// Writes `model` to `path` (through a temporary file renamed into place).
+absl::Status SaveModel(const Classifier& model, const std::string& arch, int num_classes,
+                       const std::string& path);
+// Loads `path` into `model` (built for `arch` and `num_classes`, on the CPU).
+// NotFound for a missing file; InvalidArgument naming the file when it is not
+// a checkpoint, or holds another architecture, class count or tensor shape.
+absl::Status LoadModel(const std::string& path, const std::string& arch, int num_classes,
+                       const Classifier& model);
 
 }  // namespace sophon
 

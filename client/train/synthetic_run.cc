@@ -75,7 +75,7 @@ absl::StatusOr<std::vector<EpochReport>> RunSyntheticTraining(Trainer* trainer,
     report.loader.samples = static_cast<uint64_t>(tally.seen());
     report.loader.batches = static_cast<uint64_t>(batches);
     tally.Finish(&report);
-    spdlog::info("synthetic data: {}", FormatEpochReport(report));
+    spdlog::info("synthetic data: {}", FormatEpochReport(report, loop.model_labels));
     reports.push_back(report);
   }
   if (timings) {

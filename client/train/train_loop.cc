@@ -169,7 +169,7 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
           after->prep_busy_seconds() - (restarted ? 0.0 : before->prep_busy_seconds());
       report.server_prep_workers = static_cast<int>(after->prep_workers());
     }
-    spdlog::info("{}", FormatEpochReport(report));
+    spdlog::info("{}", FormatEpochReport(report, options.model_labels));
     reports.push_back(report);
   }
   if (timings) {
@@ -182,15 +182,29 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
 void EpochTally::AddStep(const StepResult& step, double step_seconds, EpochReport* report) {
   report->compute_seconds += step_seconds;
   report->copy_seconds += step.copy_seconds;
-  loss_sum_ += step.loss * step.count;
-  correct_ += step.correct;
+  all_.loss += step.loss * step.count;
+  all_.correct += step.correct;
+  if (models_.size() < step.models.size()) models_.resize(step.models.size());
+  for (size_t k = 0; k < step.models.size(); ++k) {
+    models_[k].loss += step.models[k].loss * step.count;
+    models_[k].correct += step.models[k].correct;
+  }
   seen_ += step.count;
 }
 
 void EpochTally::Finish(EpochReport* report) const {
   report->images_per_second = seen_ / std::max(1e-9, report->wall_seconds);
-  report->mean_loss = seen_ ? loss_sum_ / seen_ : 0;
-  report->top1 = seen_ ? static_cast<double>(correct_) / seen_ : 0;
+  const double seen = std::max<double>(1, seen_);
+  report->mean_loss = all_.loss / seen;
+  report->top1 = all_.correct / seen;
+  report->models.clear();
+  if (models_.empty()) return;
+  double top1_sum = 0;
+  for (const Sums& m : models_) {
+    report->models.push_back({m.loss / seen, m.correct / seen});
+    top1_sum += m.correct / seen;
+  }
+  report->top1 = top1_sum / models_.size();
 }
 
 absl::Status WriteReportJson(const std::vector<EpochReport>& reports,
@@ -205,7 +219,7 @@ absl::Status WriteReportJson(const std::vector<EpochReport>& reports,
   return absl::OkStatus();
 }
 
-std::string FormatEpochReport(const EpochReport& r) {
+std::string FormatEpochReport(const EpochReport& r, const std::vector<std::string>& model_labels) {
   const LoaderEpochStats& l = r.loader;
   const uint64_t bytes = TotalBytes(l);
   std::string by_stage;
@@ -237,6 +251,16 @@ std::string FormatEpochReport(const EpochReport& r) {
     absl::StrAppendFormat(&out, "; planner predicted %.2fs (measured/predicted %.2f)",
                           r.predicted_seconds, r.wall_seconds / r.predicted_seconds);
   }
+  if (!r.models.empty()) {
+    absl::StrAppendFormat(&out, "; %d fused models, %.1f model-images/s (loss and top-1 above: "
+                          "their means)", r.models.size(), r.images_per_second * r.models.size());
+  }
+  for (size_t k = 0; k < r.models.size(); ++k) {
+    absl::StrAppendFormat(&out, "\n  model %d%s%s: loss %.4f, top-1 %.3f", k,
+                          k < model_labels.size() ? " " : "",
+                          k < model_labels.size() ? model_labels[k] : "", r.models[k].mean_loss,
+                          r.models[k].top1);
+  }
   return out;
 }
 
@@ -248,6 +272,11 @@ std::string EpochReportsToJson(const std::vector<EpochReport>& reports,
   w.Key("arch").String(options.arch);
   w.Key("device").String(options.device);
   w.Key("emulated").Bool(options.emulated);
+  w.Key("optimizer").String(options.optimizer);
+  w.Key("fused_models").Int(static_cast<int64_t>(options.model_labels.size()));
+  w.Key("model_hyperparameters").BeginArray();
+  for (const std::string& label : options.model_labels) w.String(label);
+  w.EndArray();
   w.Key("warmup").BeginObject();
   w.Key("batches").Int(warmup.batches);
   w.Key("seconds").Fixed(warmup.seconds, 6);
@@ -281,6 +310,16 @@ std::string EpochReportsToJson(const std::vector<EpochReport>& reports,
     w.Key("server_prep_workers").Int(r.server_prep_workers);
     w.Key("reconnects").Int(l.reconnects);
     w.Key("predicted_seconds").Fixed(r.predicted_seconds, 6);
+    w.Key("model_images_per_second")
+        .Fixed(r.images_per_second * std::max<size_t>(1, r.models.size()), 3);
+    w.Key("models").BeginArray();
+    for (const ModelEpochReport& m : r.models) {
+      w.BeginObject();
+      w.Key("mean_loss").Fixed(m.mean_loss, 6);
+      w.Key("top1").Fixed(m.top1, 6);
+      w.EndObject();
+    }
+    w.EndArray();
     w.EndObject();
   }
   w.EndArray();

@@ -28,6 +28,16 @@ struct TrainLoopOptions {
   std::string device;              // what the trainer runs on (Trainer::DeviceName), for reports
   bool emulated = false;           // the trainer emulates a GPU: reports say "emulated"
   std::string batch_timings;       // per-batch timings CSV (batch_timings.h) if non-empty
+  // A fused array: one label per model (its hyperparameters) for the
+  // per-model lines of the reports. Empty for one ordinary model.
+  std::vector<std::string> model_labels;
+  std::string optimizer;           // for reports ("sgd", "adam")
+};
+
+// One model's figures of an epoch of a fused array.
+struct ModelEpochReport {
+  double mean_loss = 0;
+  double top1 = 0;
 };
 
 struct EpochReport {
@@ -38,8 +48,10 @@ struct EpochReport {
   double compute_seconds = 0;      // inside Trainer::Step
   double copy_seconds = 0;         // of compute_seconds, host-to-device copy (where measured)
   bool emulated = false;           // steps were emulated (EmulatedTrainer)
+  // Fused arrays: the means over the models of their mean loss and top-1.
   double mean_loss = 0;
   double top1 = 0;                 // fraction correct on the training batches
+  std::vector<ModelEpochReport> models;  // a fused array's models, in order; else empty
   double predicted_seconds = 0;    // the planner's prediction of wall_seconds; 0 = none
   LoaderEpochStats loader;
   double server_prep_busy_seconds = 0;  // server prep workers' CPU seconds this epoch
@@ -57,13 +69,18 @@ class EpochTally {
  public:
   // Adds one step: compute and copy time, loss, correct predictions.
   void AddStep(const StepResult& step, double step_seconds, EpochReport* report);
-  // Sets images/s, mean loss and top-1. REQUIRES: report->wall_seconds set.
+  // Sets images/s, mean loss and top-1 (and each model's, for a fused
+  // array). REQUIRES: report->wall_seconds set.
   void Finish(EpochReport* report) const;
   int64_t seen() const { return seen_; }
 
  private:
-  double loss_sum_ = 0;
-  int64_t correct_ = 0;
+  struct Sums {
+    double loss = 0;  // sum over samples of the batch mean loss
+    int64_t correct = 0;
+  };
+  Sums all_;
+  std::vector<Sums> models_;
   int64_t seen_ = 0;
 };
 
@@ -78,8 +95,10 @@ struct WarmupReport {
 absl::Status WriteReportJson(const std::vector<EpochReport>& reports,
                              const TrainLoopOptions& options, const WarmupReport& warmup = {});
 
-// Human-readable summary of one epoch (several lines).
-std::string FormatEpochReport(const EpochReport& report);
+// Human-readable summary of one epoch; a fused array adds one line per model,
+// labelled with `model_labels` where given.
+std::string FormatEpochReport(const EpochReport& report,
+                              const std::vector<std::string>& model_labels = {});
 // All reports as JSON.
 std::string EpochReportsToJson(const std::vector<EpochReport>& reports,
                                const TrainLoopOptions& options, const WarmupReport& warmup = {});

@@ -1,43 +1,91 @@
-// The LibTorch side of sophon-train. This header deliberately does not include
-// torch: only trainer.cc and models.cc see LibTorch, so the rest of the
-// project compiles fast.
+// The training step of sophon-train behind a LibTorch-free interface: only
+// sophon_torch's files see LibTorch, so the rest of the project compiles fast.
 #ifndef SOPHON_CLIENT_TRAIN_TRAINER_H_
 #define SOPHON_CLIENT_TRAIN_TRAINER_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "sophon/data/batch.h"
 
 namespace sophon {
 
+enum class OptimizerKind { kSgd, kAdam };
+
+// "sgd" | "adam"; InvalidArgument naming the valid names otherwise.
+absl::StatusOr<OptimizerKind> ParseOptimizerKind(const std::string& name);
+const char* OptimizerName(OptimizerKind kind);
+
+// One model's optimizer settings, with PyTorch's meaning (torch.optim.SGD
+// without dampening or Nesterov, torch.optim.Adam without amsgrad).
+struct Hyperparameters {
+  double lr = 0.1;
+  double momentum = 0.9;       // SGD only
+  double weight_decay = 1e-4;  // L2 term added to the gradient (both optimizers)
+  double beta1 = 0.9;          // Adam only
+  double beta2 = 0.999;        // Adam only
+  double eps = 1e-8;           // Adam only
+};
+
+// "lr=0.1 momentum=0.9 weight_decay=0.0001" (the fields `kind` uses).
+std::string DescribeHyperparameters(OptimizerKind kind, const Hyperparameters& h);
+
 struct TrainerOptions {
   std::string arch = "resnet18";  // alexnet | resnet18 | resnet50 | tinycnn
   int num_classes = 1000;
-  double lr = 0.1;
-  double momentum = 0.9;
-  double weight_decay = 1e-4;
-  std::string device = "cpu";     // cpu | cuda
-  uint64_t seed = 0;              // model initialisation seed
+  std::string device = "cpu";     // cpu | cuda | cuda:N
+  uint64_t seed = 0;              // model initialisation seed (model k of a fused array: seed + k)
   int threads = 0;                // intra-op threads for LibTorch on cpu; 0 = LibTorch default
+  OptimizerKind optimizer = OptimizerKind::kSgd;
+  // One entry per model. `fused` = false: exactly one entry, an ordinary
+  // model. `fused` = true: a fused array (HFTA) of models.size() >= 1
+  // models of `arch`, trained together on each batch, model k with models[k].
+  std::vector<Hyperparameters> models = {Hyperparameters{}};
+  bool fused = false;
+  // Checkpoint (written by Trainer::Save) to start from; every model of a
+  // fused array starts from it. Empty: initialise from `seed`.
+  std::string init_checkpoint;
+  // AlexNet's dropout probability (tests set 0 to compare runs exactly).
+  double dropout = 0.5;
+
+  // The one check of these options; errors name the field
+  // ("TrainerOptions.models[2].lr must be > 0, got -1"). Does not check that
+  // `arch` exists or that `device` is usable (Trainer::Create does).
+  absl::Status Validate() const;
+  int num_models() const { return static_cast<int>(models.size()); }
+};
+
+// One model's share of a training step of a fused array.
+struct ModelStepResult {
+  double loss = 0;      // mean cross-entropy of the batch
+  int64_t correct = 0;  // top-1 correct predictions in the batch
 };
 
 struct StepResult {
-  double loss = 0;       // mean cross-entropy of the batch
-  int64_t correct = 0;   // top-1 correct predictions in the batch
+  double loss = 0;       // mean cross-entropy of the batch (fused: the mean over the models)
+  int64_t correct = 0;   // top-1 correct predictions in the batch (fused: 0; see `models`)
   int64_t count = 0;     // samples in the batch
   double copy_seconds = 0;  // host-to-device copy inside the step, where measured (else 0)
+  // A fused array's models, in order; empty for one ordinary model.
+  std::vector<ModelStepResult> models;
 };
 
-// Trains one model with SGD(momentum) and cross-entropy.
+// Where Trainer::Save writes model k of `num_models` given the path the user
+// named: the path itself for one ordinary model; otherwise ".k" goes before
+// the file's extension ("ckpt.pt" -> "ckpt.3.pt", "ckpt" -> "ckpt.3").
+std::string ModelCheckpointPath(const std::string& path, int k, int num_models, bool fused);
+
+// Trains one model, or a fused array of models, with cross-entropy.
 // Not thread-safe: one thread calls Step().
 class Trainer {
  public:
   virtual ~Trainer() = default;
   // Validates options (unknown arch, cuda requested but unavailable, ...)
-  // and builds the model and optimizer.
+  // and builds the model(s) and optimizer.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerOptions& options);
   // One forward + backward + optimizer step on the batch.
   virtual absl::StatusOr<StepResult> Step(const Batch& batch) = 0;
@@ -45,6 +93,10 @@ class Trainer {
   virtual absl::StatusOr<StepResult> Evaluate(const Batch& batch) = 0;
   // "cpu" or "cuda:0", what the model actually runs on.
   virtual std::string DeviceName() const = 0;
+  // Writes each model as an ordinary checkpoint (the unfused trainer loads
+  // any of them with TrainerOptions.init_checkpoint) to
+  // ModelCheckpointPath(path, k, ...); returns the files written.
+  virtual absl::StatusOr<std::vector<std::string>> Save(const std::string& path) = 0;
 };
 
 }  // namespace sophon

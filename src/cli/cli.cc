@@ -1,5 +1,6 @@
 #include "sophon/cli/cli.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -70,6 +71,28 @@ absl::StatusOr<std::vector<int>> CommaList::PositiveInts(absl::string_view flag)
   return ParseItems<int>(*this, flag, "a positive integer", [](const std::string& item, int* v) {
     return absl::SimpleAtoi(item, v) && *v >= 1;
   });
+}
+
+absl::StatusOr<std::vector<double>> CommaList::PerModel(absl::string_view flag, int models,
+                                                       absl::string_view models_flag) const {
+  absl::StatusOr<std::vector<double>> values = ParseItems<double>(
+      *this, flag, "a number", [](const std::string& item, double* v) {
+        return absl::SimpleAtod(item, v) && std::isfinite(*v);
+      });
+  if (!values.ok()) return values.status();
+  const size_t n = values->size();
+  if (models <= 1 && n > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, " has ", n, " values, one per model: train ", n, " models with ", models_flag,
+        "=", n, ", or give one value"));
+  }
+  if (models > 1 && n != 1 && n != static_cast<size_t>(models)) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " has ", n, " values but ", models_flag,
+                                                   "=", models, ": give one value for all ",
+                                                   models, " models, or one per model"));
+  }
+  if (n == 1) values->resize(static_cast<size_t>(std::max(1, models)), values->front());
+  return values;
 }
 
 std::string AbslUnparseFlag(const CommaList& list) { return absl::StrJoin(list.items, ","); }

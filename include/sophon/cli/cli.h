@@ -35,6 +35,12 @@ struct CommaList {
   // `flag` and the bad item, or an empty list.
   absl::StatusOr<std::vector<double>> Numbers(absl::string_view flag) const;
   absl::StatusOr<std::vector<int>> PositiveInts(absl::string_view flag) const;
+  // One finite number per model of an array of `models` (a single value is
+  // repeated for every model). InvalidArgument naming `flag` for a bad item,
+  // or a count that is neither 1 nor `models` (naming `models_flag`, the
+  // option that sets how many models there are).
+  absl::StatusOr<std::vector<double>> PerModel(absl::string_view flag, int models,
+                                               absl::string_view models_flag) const;
 };
 bool AbslParseFlag(absl::string_view text, CommaList* list, std::string* error);
 std::string AbslUnparseFlag(const CommaList& list);

@@ -89,7 +89,7 @@ TEST(TrainerTest, BadOptionsAreRejected) {
   EXPECT_THAT(trainer.status().message(), HasSubstr("tpu"));
 
   TrainerOptions bad_lr = CpuOptions("tinycnn", 4);
-  bad_lr.lr = 0;
+  bad_lr.models[0].lr = 0;
   EXPECT_EQ(Trainer::Create(bad_lr).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -131,7 +131,7 @@ INSTANTIATE_TEST_SUITE_P(Archs, EachArchTest,
 
 TEST(TrainerTest, LossGoesDownOnColourProblem) {
   TrainerOptions options = CpuOptions("tinycnn", 4);
-  options.lr = 0.05;
+  options.models[0].lr = 0.05;
   auto trainer = Trainer::Create(options);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
 

@@ -1,0 +1,60 @@
+// Optimizers for fused model arrays (fused_models.h): one update over each
+// fused parameter [B, ...] for all B models at once, each model with its own
+// hyperparameters, held as [B, 1, ..., 1] tensors that broadcast over its
+// slice. Slice k follows exactly the update LibTorch's torch::optim::SGD
+// (momentum, weight decay; no dampening, no Nesterov) or torch::optim::Adam
+// (no amsgrad) would apply to model k alone, up to float rounding.
+//
+// Only sophon_torch's files include this header: it pulls in LibTorch.
+#ifndef SOPHON_CLIENT_TRAIN_FUSED_OPTIMIZER_H_
+#define SOPHON_CLIENT_TRAIN_FUSED_OPTIMIZER_H_
+
+#include <torch/types.h>
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/train/trainer.h"
+
+namespace sophon {
+
+class FusedOptimizer {
+ public:
+  virtual ~FusedOptimizer() = default;
+
+  // `params`: the fused array's parameters, each [B, ...] with B =
+  // models.size(). InvalidArgument when a parameter's first dimension is not B.
+  static absl::StatusOr<std::unique_ptr<FusedOptimizer>> Create(
+      OptimizerKind kind, std::vector<torch::Tensor> params,
+      const std::vector<Hyperparameters>& models);
+
+  // One update from the parameters' gradients (a parameter without a
+  // gradient is left as it is).
+  virtual void Step() = 0;
+  void ZeroGrad();
+
+  // Sets each model's learning rate (a per-model schedule); size B.
+  void SetLearningRates(const std::vector<double>& lrs);
+
+ protected:
+  FusedOptimizer(std::vector<torch::Tensor> params, std::vector<Hyperparameters> models)
+      : params_(std::move(params)), models_(std::move(models)) {}
+
+  // One hyperparameter's B values as [B, 1, ..., 1] tensors (on the
+  // parameters' device, in their dtype), one per parameter rank.
+  struct PerModelValues {
+    std::vector<torch::Tensor> by_dim;  // [d]: B followed by d - 1 ones
+    const torch::Tensor& For(const torch::Tensor& param) const { return by_dim[param.dim()]; }
+  };
+  PerModelValues PerModel(const std::vector<double>& values) const;
+  std::vector<double> Field(double Hyperparameters::*field) const;
+  bool AnyNonZero(double Hyperparameters::*field) const;
+
+  const std::vector<torch::Tensor> params_;
+  std::vector<Hyperparameters> models_;
+};
+
+}  // namespace sophon
+
+#endif  // SOPHON_CLIENT_TRAIN_FUSED_OPTIMIZER_H_

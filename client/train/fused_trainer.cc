@@ -1,0 +1,165 @@
+#include "client/train/fused_trainer.h"
+
+#include <torch/nn.h>
+#include <torch/utils.h>
+
+#include <exception>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/train/fused_models.h"
+#include "client/train/fused_optimizer.h"
+#include "client/train/models.h"
+#include "client/train/torch_step.h"
+#include "sophon/base/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace sophon {
+namespace {
+
+class FusedTrainer final : public Trainer {
+ public:
+  // REQUIRES: model already lives on `device`.
+  FusedTrainer(const TrainerOptions& options, FusedClassifier model,
+               std::unique_ptr<FusedOptimizer> optimizer, torch::Device device)
+      : options_(options),
+        device_(device),
+        model_(std::move(model)),
+        optimizer_(std::move(optimizer)) {}
+
+  absl::StatusOr<StepResult> Step(const Batch& batch) override {
+    return Run(batch, /*train=*/true);
+  }
+
+  absl::StatusOr<StepResult> Evaluate(const Batch& batch) override {
+    return Run(batch, /*train=*/false);
+  }
+
+  std::string DeviceName() const override { return device_.str(); }
+
+  absl::StatusOr<std::vector<std::string>> Save(const std::string& path) override;
+
+ private:
+  absl::StatusOr<StepResult> Run(const Batch& batch, bool train);
+
+  // Constant after construction.
+  const TrainerOptions options_;
+  const torch::Device device_;
+  const FusedClassifier model_;
+  // Mutated by every Step().
+  const std::unique_ptr<FusedOptimizer> optimizer_;
+};
+
+// Each model's mean cross-entropy over the batch: logits [B, N, K], labels
+// [N] -> [B]. Their sum is the loss to differentiate: model k's parameters
+// get exactly the gradient of its own mean loss (HFTA's "loss scaled by B",
+// since the mean over all B*N outputs would divide each gradient by B).
+torch::Tensor PerModelLoss(const torch::Tensor& logits, const torch::Tensor& labels) {
+  const int64_t b = logits.size(0), n = logits.size(1);
+  return torch::nn::functional::cross_entropy(
+             logits.reshape({b * n, logits.size(2)}), labels.repeat({b}),
+             torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone))
+      .view({b, n})
+      .mean(1);
+}
+
+absl::StatusOr<StepResult> FusedTrainer::Run(const Batch& batch, bool train) {
+  RETURN_IF_ERROR(ValidateBatch(batch, options_.arch, options_.num_classes));
+  try {
+    const BatchTensors t = ToTensors(batch, device_);
+    torch::Tensor logits;
+    torch::Tensor losses;
+    if (train) {
+      model_->train();
+      optimizer_->ZeroGrad();
+      logits = model_->forward(t.images);
+      losses = PerModelLoss(logits, t.labels);
+      losses.sum().backward();
+      optimizer_->Step();
+    } else {
+      torch::NoGradGuard no_grad;
+      model_->eval();
+      logits = model_->forward(t.images);
+      losses = PerModelLoss(logits, t.labels);
+    }
+    const torch::Tensor loss_cpu = losses.detach().to(torch::kCPU, torch::kDouble);
+    const torch::Tensor correct_cpu =
+        logits.detach().argmax(2).eq(t.labels.unsqueeze(0)).sum(1).to(torch::kCPU, torch::kLong);
+    StepResult result;
+    result.count = batch.n;
+    for (int64_t k = 0; k < model_->num_models(); ++k) {
+      ModelStepResult model;
+      model.loss = loss_cpu[k].item<double>();
+      model.correct = correct_cpu[k].item<int64_t>();
+      result.loss += model.loss / static_cast<double>(model_->num_models());
+      result.models.push_back(model);
+    }
+    return result;
+  } catch (const std::exception& e) {  // c10::Error derives from std::exception.
+    return StepError(train, batch, e);
+  }
+}
+
+absl::StatusOr<std::vector<std::string>> FusedTrainer::Save(const std::string& path) {
+  std::vector<std::string> files;
+  const int b = static_cast<int>(model_->num_models());
+  for (int k = 0; k < b; ++k) {
+    const std::string file = ModelCheckpointPath(path, k, b, /*fused=*/true);
+    try {
+      ASSIGN_OR_RETURN(Classifier model,
+                       MakeModel(options_.arch, options_.num_classes, options_.dropout));
+      model->to(device_);
+      RETURN_IF_ERROR(UnpackModel(model_, k, model));
+      model->to(torch::kCPU);
+      RETURN_IF_ERROR(SaveModel(model, options_.arch, options_.num_classes, file));
+    } catch (const std::exception& e) {
+      return absl::InternalError(
+          absl::StrCat("saving model ", k, " to '", file, "': ", ExceptionText(e)));
+    }
+    files.push_back(file);
+  }
+  return files;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Trainer>> CreateFusedTrainer(const TrainerOptions& options,
+                                                            torch::Device device) {
+  const int b = options.num_models();
+  ASSIGN_OR_RETURN(FusedClassifier fused,
+                   MakeFusedModel(options.arch, options.num_classes, b, options.dropout));
+  // Model k starts exactly as an ordinary model built with seed + k (or from
+  // the checkpoint): build it, then copy it into its slot.
+  for (int k = 0; k < b; ++k) {
+    torch::manual_seed(options.seed + static_cast<uint64_t>(k));
+    ASSIGN_OR_RETURN(Classifier model,
+                     MakeModel(options.arch, options.num_classes, options.dropout));
+    if (!options.init_checkpoint.empty()) {
+      RETURN_IF_ERROR(
+          LoadModel(options.init_checkpoint, options.arch, options.num_classes, model));
+    }
+    RETURN_IF_ERROR(PackModel(model, k, fused));
+  }
+  fused->to(device);
+  ASSIGN_OR_RETURN(std::unique_ptr<FusedOptimizer> optimizer,
+                   FusedOptimizer::Create(options.optimizer, fused->parameters(), options.models));
+  int64_t num_params = 0;
+  for (const torch::Tensor& p : fused->parameters()) num_params += p.numel();
+  spdlog::info("trainer: fused array of {} x {} ({} classes, {:.1f}M parameters in all{}{}) on {}, "
+               "{}, {} intra-op threads",
+               b, options.arch, options.num_classes, num_params / 1e6,
+               options.init_checkpoint.empty() ? ", model k from seed " : ", every model from ",
+               options.init_checkpoint.empty() ? absl::StrCat(options.seed, "+k")
+                                               : options.init_checkpoint,
+               device.str(), OptimizerName(options.optimizer), torch::get_num_threads());
+  for (int k = 0; k < b; ++k) {
+    spdlog::info("trainer: model {}: {}", k,
+                 DescribeHyperparameters(options.optimizer, options.models[k]));
+  }
+  return std::unique_ptr<Trainer>(
+      new FusedTrainer(options, std::move(fused), std::move(optimizer), device));
+}
+
+}  // namespace sophon

@@ -1,0 +1,107 @@
+#include "client/train/torch_step.h"
+
+#include <torch/cuda.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "client/train/models.h"
+
+namespace sophon {
+
+absl::StatusOr<torch::Device> ResolveDevice(const std::string& name) {
+  if (name == "cpu") return torch::Device(torch::kCPU);
+  if (name != "cuda" && !absl::StartsWith(name, "cuda:")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TrainerOptions.device: unknown device '", name, "' (valid: cpu, cuda, cuda:N)"));
+  }
+  int index = 0;
+  if (name != "cuda" && (!absl::SimpleAtoi(name.substr(5), &index) || index < 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TrainerOptions.device: bad device '", name, "' (expected cuda:N with N >= 0)"));
+  }
+  if (!torch::cuda::is_available()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("TrainerOptions.device is ", name,
+                     " but this LibTorch build has no CUDA or no GPU is visible; use cpu"));
+  }
+  const int count = static_cast<int>(torch::cuda::device_count());
+  if (index >= count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("TrainerOptions.device is ", name, " but only ", count,
+                     " GPU(s) are visible"));
+  }
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+absl::Status ValidateBatch(const Batch& batch, const std::string& arch, int num_classes) {
+  const std::string where = absl::StrCat("batch ", batch.index, ": ");
+  if (batch.n <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "n must be > 0, got ", batch.n));
+  }
+  if (batch.c != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "models take 3-channel images, got c=", batch.c));
+  }
+  const int min_side = ModelMinInputSize(arch);
+  if (batch.h < min_side || batch.w < min_side) {
+    return absl::InvalidArgumentError(absl::StrCat(where, arch, " needs images of at least ",
+                                                   min_side, "x", min_side, ", got ", batch.h, "x",
+                                                   batch.w));
+  }
+  // images.size() == n*c*h*w, checked by division so that it cannot overflow
+  // (every factor is positive here).
+  uint64_t rest = batch.images.size();
+  bool sizes_match = true;
+  for (const int dim : {batch.n, batch.c, batch.h}) {
+    sizes_match = sizes_match && rest % dim == 0;
+    rest /= dim;
+  }
+  if (!sizes_match || rest != static_cast<uint64_t>(batch.w)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "images holds ", batch.images.size(),
+                                                   " floats, expected n*c*h*w = ", batch.n, "*",
+                                                   batch.c, "*", batch.h, "*", batch.w));
+  }
+  if (batch.labels.size() != static_cast<size_t>(batch.n)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "labels holds ", batch.labels.size(),
+                                                   " values, expected n = ", batch.n));
+  }
+  for (size_t i = 0; i < batch.labels.size(); ++i) {
+    const int64_t label = batch.labels[i];
+    if (label < 0 || label >= num_classes) {
+      const std::string id =
+          i < batch.ids.size() ? absl::StrCat(" (sample id ", batch.ids[i], ")") : "";
+      return absl::InvalidArgumentError(absl::StrCat(where, "label ", label, " of position ", i, id,
+                                                     " is outside [0, ", num_classes, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+BatchTensors ToTensors(const Batch& batch, const torch::Device& device) {
+  // Views of the batch's buffers, no copy; nothing writes to them (.to()
+  // copies when the device is not the CPU and is a no-op otherwise).
+  BatchTensors tensors;
+  tensors.images = torch::from_blob(const_cast<float*>(batch.images.data()),
+                                    {batch.n, batch.c, batch.h, batch.w}, torch::kFloat32)
+                       .to(device);
+  tensors.labels =
+      torch::from_blob(const_cast<int64_t*>(batch.labels.data()), {batch.n}, torch::kInt64)
+          .to(device);
+  return tensors;
+}
+
+std::string ExceptionText(const std::exception& e) {
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+  return torch_error != nullptr ? torch_error->what_without_backtrace() : e.what();
+}
+
+absl::Status StepError(bool train, const Batch& batch, const std::exception& e) {
+  return absl::InternalError(absl::StrCat(train ? "training" : "evaluation", " step on batch ",
+                                          batch.index, " failed: ", ExceptionText(e)));
+}
+
+}  // namespace sophon

@@ -1,0 +1,45 @@
+// What the LibTorch trainers (torch_trainer.cc, fused_trainer.cc) share: the
+// device by name, the checks of a batch before LibTorch sees it, and the
+// batch as tensors.
+//
+// Only sophon_torch's files include this header: it pulls in LibTorch.
+#ifndef SOPHON_CLIENT_TRAIN_TORCH_STEP_H_
+#define SOPHON_CLIENT_TRAIN_TORCH_STEP_H_
+
+#include <torch/types.h>
+
+#include <exception>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "sophon/data/batch.h"
+
+namespace sophon {
+
+// Parses "cpu", "cuda" (= cuda:0) or "cuda:N" and checks that LibTorch can
+// run there: InvalidArgument for a malformed name, FailedPrecondition when
+// the device is well-formed but not usable here.
+absl::StatusOr<torch::Device> ResolveDevice(const std::string& name);
+
+// Checks that the batch is self-consistent and fits the model, so that
+// from_blob never reads past a buffer and cross_entropy never sees a bad label.
+absl::Status ValidateBatch(const Batch& batch, const std::string& arch, int num_classes);
+
+// The batch's images [n, c, h, w] float32 and labels [n] int64 on `device`
+// (views of the batch's buffers on the CPU, copies elsewhere).
+struct BatchTensors {
+  torch::Tensor images;
+  torch::Tensor labels;
+};
+BatchTensors ToTensors(const Batch& batch, const torch::Device& device);
+
+// An exception's text: LibTorch's message without its C++ backtrace.
+std::string ExceptionText(const std::exception& e);
+
+// Internal error for an exception thrown by LibTorch in a step on `batch`.
+absl::Status StepError(bool train, const Batch& batch, const std::exception& e);
+
+}  // namespace sophon
+
+#endif  // SOPHON_CLIENT_TRAIN_TORCH_STEP_H_

@@ -1,0 +1,89 @@
+// TrainerOptions: validation, optimizer names and checkpoint paths (no LibTorch).
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/train/trainer.h"
+
+namespace sophon {
+namespace {
+
+absl::Status FieldError(int k, const char* field, const char* rule, double value) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("TrainerOptions.models[", k, "].", field, " must be ", rule, ", got ", value));
+}
+
+}  // namespace
+
+absl::StatusOr<OptimizerKind> ParseOptimizerKind(const std::string& name) {
+  if (name == "sgd") return OptimizerKind::kSgd;
+  if (name == "adam") return OptimizerKind::kAdam;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown optimizer '", name, "' (valid: sgd, adam)"));
+}
+
+const char* OptimizerName(OptimizerKind kind) {
+  return kind == OptimizerKind::kAdam ? "adam" : "sgd";
+}
+
+std::string DescribeHyperparameters(OptimizerKind kind, const Hyperparameters& h) {
+  if (kind == OptimizerKind::kAdam) {
+    return absl::StrFormat("lr=%g betas=%g,%g eps=%g weight_decay=%g", h.lr, h.beta1, h.beta2,
+                           h.eps, h.weight_decay);
+  }
+  return absl::StrFormat("lr=%g momentum=%g weight_decay=%g", h.lr, h.momentum, h.weight_decay);
+}
+
+absl::Status TrainerOptions::Validate() const {
+  if (num_classes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TrainerOptions.num_classes must be > 0, got ", num_classes));
+  }
+  if (threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TrainerOptions.threads must be >= 0, got ", threads));
+  }
+  if (models.empty()) {
+    return absl::InvalidArgumentError(
+        "TrainerOptions.models must hold at least 1 model (a fused array of B >= 1 models)");
+  }
+  if (!fused && models.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TrainerOptions.models holds ", models.size(),
+        " models but TrainerOptions.fused is off: more than one model trains as a fused array"));
+  }
+  if (!(dropout >= 0 && dropout < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TrainerOptions.dropout must be in [0, 1), got ", dropout));
+  }
+  for (int k = 0; k < num_models(); ++k) {
+    const Hyperparameters& h = models[k];
+    if (!(h.lr > 0) || !std::isfinite(h.lr)) return FieldError(k, "lr", "> 0", h.lr);
+    if (!(h.weight_decay >= 0) || !std::isfinite(h.weight_decay)) {
+      return FieldError(k, "weight_decay", ">= 0", h.weight_decay);
+    }
+    if (optimizer == OptimizerKind::kSgd) {
+      if (!(h.momentum >= 0) || !std::isfinite(h.momentum)) {
+        return FieldError(k, "momentum", ">= 0", h.momentum);
+      }
+    } else {
+      if (!(h.beta1 >= 0 && h.beta1 < 1)) return FieldError(k, "beta1", "in [0, 1)", h.beta1);
+      if (!(h.beta2 >= 0 && h.beta2 < 1)) return FieldError(k, "beta2", "in [0, 1)", h.beta2);
+      if (!(h.eps > 0) || !std::isfinite(h.eps)) return FieldError(k, "eps", "> 0", h.eps);
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string ModelCheckpointPath(const std::string& path, int k, int num_models, bool fused) {
+  if (!fused && num_models == 1) return path;
+  const size_t slash = path.rfind('/');
+  const size_t dot = path.rfind('.');
+  const bool has_extension =
+      dot != std::string::npos && dot > 0 && (slash == std::string::npos || dot > slash + 1);
+  if (!has_extension) return absl::StrCat(path, ".", k);
+  return absl::StrCat(path.substr(0, dot), ".", k, path.substr(dot));
+}
+
+}  // namespace sophon
