@@ -39,6 +39,28 @@ TEST(CommaListTest, ParsesTrimsAndConverts) {
   EXPECT_EQ(list.Numbers("--bw").status().message(), "--bw: give at least one value");
 }
 
+TEST(CommaListTest, PerModelValues) {
+  CommaList one({"0.1"});
+  EXPECT_EQ(*one.PerModel("--lr", 0, "--fused-models"), (std::vector<double>{0.1}));
+  EXPECT_EQ(*one.PerModel("--lr", 3, "--fused-models"), (std::vector<double>{0.1, 0.1, 0.1}));
+  CommaList three({"0.1", "0.05", "1e-3"});
+  EXPECT_EQ(*three.PerModel("--lr", 3, "--fused-models"),
+            (std::vector<double>{0.1, 0.05, 1e-3}));
+  EXPECT_EQ(three.PerModel("--lr", 4, "--fused-models").status().message(),
+            "--lr has 3 values but --fused-models=4: give one value for all 4 models, or one "
+            "per model");
+  EXPECT_EQ(three.PerModel("--lr", 0, "--fused-models").status().message(),
+            "--lr has 3 values, one per model: train 3 models with --fused-models=3, or give "
+            "one value");
+  EXPECT_EQ(three.PerModel("--lr", 1, "--fused-models").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  CommaList bad({"0.1", "fast"});
+  EXPECT_EQ(bad.PerModel("--momentum", 2, "--fused-models").status().message(),
+            "--momentum: 'fast' is not a number");
+  EXPECT_FALSE(CommaList({"inf"}).PerModel("--lr", 1, "--fused-models").ok());
+  EXPECT_FALSE(CommaList().PerModel("--lr", 2, "--fused-models").ok());
+}
+
 TEST(ParseRangeTest, TwoNumbersOrAnErrorNamingTheFlag) {
   double lo = 0, hi = 0;
   ASSERT_TRUE(ParseRange("scale", "0.08, 1.0", &lo, &hi).ok());

@@ -17,7 +17,9 @@ GpuProfile TestProfile() {
   absl::StatusOr<GpuProfile> p = GpuProfile::Parse(
       "gpu_type,model,batch_size,copy_seconds_per_batch,compute_seconds_per_batch,source\n"
       "V100,resnet50,8,0.010,0.040,test\n"
-      "v100,alexnet,8,0.002,0.008,test\n",
+      "v100,alexnet,8,0.002,0.008,test\n"
+      "v100,resnet50,32,0.030,0.120,test\n"
+      "v100,alexnetx2,8,0.002,0.011,test\n",
       "test.csv");
   EXPECT_TRUE(p.ok()) << p.status();
   return *p;
@@ -93,6 +95,51 @@ TEST(EmulatedTrainerTest, CreateFailsForWhatTheProfileLacks) {
   options.gpu_count = 0;
   EXPECT_EQ(EmulatedTrainer::Create(TestProfile(), options, 8).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(EmulatedTrainerTest, FusedArrayWithoutItsRowCopiesOnceAndComputesBTimesTheBatch) {
+  EmulatedTrainerOptions options;
+  options.arch = "resnet50";
+  options.fused_models = 4;
+  absl::StatusOr<std::unique_ptr<EmulatedTrainer>> trainer =
+      EmulatedTrainer::Create(TestProfile(), options, 8);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  absl::StatusOr<GpuStepTime> t = (*trainer)->StepTimeFor(8);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_DOUBLE_EQ(t->copy_seconds, 0.010);     // the batch of 8, copied once
+  EXPECT_DOUBLE_EQ(t->compute_seconds, 0.120);  // one resnet50 at batch 4 * 8
+  EXPECT_TRUE(t->scaled);
+  EXPECT_THAT(t->note, ::testing::HasSubstr("fused array of 4 resnet50"));
+  StepResult result;
+  TimeStep(trainer->get(), MakeSyntheticBatch(8, 4, 10, 1), &result);
+  EXPECT_EQ(result.models.size(), 4u);  // one (empty) result per model
+}
+
+TEST(EmulatedTrainerTest, FusedArrayRowIsUsedWhenTheProfileHasIt) {
+  EmulatedTrainerOptions options;
+  options.arch = "alexnet";
+  options.fused_models = 2;
+  absl::StatusOr<std::unique_ptr<EmulatedTrainer>> trainer =
+      EmulatedTrainer::Create(TestProfile(), options, 8);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  absl::StatusOr<GpuStepTime> t = (*trainer)->StepTimeFor(8);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_DOUBLE_EQ(t->compute_seconds, 0.011);
+  EXPECT_FALSE(t->scaled);
+
+  options.fused_models = -1;
+  EXPECT_EQ(EmulatedTrainer::Create(TestProfile(), options, 8).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(EmulatedTrainerTest, SaveIsRefused) {
+  EmulatedTrainerOptions options;
+  options.arch = "alexnet";
+  absl::StatusOr<std::unique_ptr<EmulatedTrainer>> trainer =
+      EmulatedTrainer::Create(TestProfile(), options, 8);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  EXPECT_EQ((*trainer)->Save("/tmp/never.pt").status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(EmulatedTrainerTest, EmptyBatchIsRejected) {

@@ -155,6 +155,51 @@ TEST(EpochTallyTest, SumsStepsIntoRates) {
   EXPECT_DOUBLE_EQ(r.top1, 0.75);
 }
 
+TEST(EpochTallyTest, FusedArrayGetsEachModelsFiguresAndTheirMeans) {
+  EpochTally tally;
+  EpochReport r;
+  StepResult a;
+  a.count = 10;
+  a.models = {{2.0, 5}, {1.0, 10}};
+  a.loss = 1.5;
+  StepResult b = a;
+  b.models = {{1.0, 5}, {0.5, 0}};
+  b.loss = 0.75;
+  tally.AddStep(a, 1, &r);
+  tally.AddStep(b, 1, &r);
+  r.wall_seconds = 2;
+  tally.Finish(&r);
+  ASSERT_EQ(r.models.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.models[0].mean_loss, 1.5);
+  EXPECT_DOUBLE_EQ(r.models[0].top1, 0.5);
+  EXPECT_DOUBLE_EQ(r.models[1].mean_loss, 0.75);
+  EXPECT_DOUBLE_EQ(r.models[1].top1, 0.5);
+  EXPECT_DOUBLE_EQ(r.mean_loss, (1.5 + 0.75) / 2);
+  EXPECT_DOUBLE_EQ(r.top1, 0.5);
+  EXPECT_DOUBLE_EQ(r.images_per_second, 10);
+
+  const std::string text = FormatEpochReport(r, {"lr=0.1", "lr=0.01"});
+  EXPECT_THAT(text, HasSubstr("2 fused models, 20.0 model-images/s"));
+  EXPECT_THAT(text, HasSubstr("\n  model 0 lr=0.1: loss 1.5000, top-1 0.500"));
+  EXPECT_THAT(text, HasSubstr("\n  model 1 lr=0.01: loss 0.7500, top-1 0.500"));
+  EXPECT_THAT(FormatEpochReport(SampleReport()), Not(HasSubstr("model")));
+
+  TrainLoopOptions options;
+  options.optimizer = "sgd";
+  options.model_labels = {"lr=0.1", "lr=0.01"};
+  const google::protobuf::Struct doc = ParseJson(EpochReportsToJson({r}, options));
+  EXPECT_EQ(Field(doc, "fused_models"), 2);
+  EXPECT_EQ(doc.fields().at("model_hyperparameters").list_value().values(1).string_value(),
+            "lr=0.01");
+  const google::protobuf::Struct& e =
+      doc.fields().at("epochs").list_value().values(0).struct_value();
+  EXPECT_DOUBLE_EQ(Field(e, "model_images_per_second"), 20);
+  const auto& models = e.fields().at("models").list_value().values();
+  ASSERT_EQ(models.size(), 2);
+  EXPECT_DOUBLE_EQ(Field(models[1].struct_value(), "mean_loss"), 0.75);
+  EXPECT_DOUBLE_EQ(Field(models[0].struct_value(), "top1"), 0.5);
+}
+
 TEST(SyntheticRunTest, RunsEveryEpochOnAnEmulatedTrainerAndWritesItsReports) {
   absl::StatusOr<std::unique_ptr<EmulatedTrainer>> trainer = testing::TinyEmulatedTrainer(8);
   ASSERT_TRUE(trainer.ok()) << trainer.status();

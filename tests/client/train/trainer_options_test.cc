@@ -1,0 +1,91 @@
+// TrainerOptions: the one validation, optimizer names, hyperparameter labels
+// and checkpoint paths (no LibTorch).
+#include <string>
+
+#include "client/train/trainer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace sophon {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(TrainerOptionsTest, DefaultsAreValid) {
+  TrainerOptions options;
+  EXPECT_TRUE(options.Validate().ok());
+  EXPECT_EQ(options.num_models(), 1);
+  EXPECT_FALSE(options.fused);
+}
+
+TEST(TrainerOptionsTest, ErrorsNameTheField) {
+  auto message = [](const TrainerOptions& o) { return std::string(o.Validate().message()); };
+  TrainerOptions o;
+  o.num_classes = 0;
+  EXPECT_THAT(message(o), HasSubstr("TrainerOptions.num_classes must be > 0, got 0"));
+
+  o = TrainerOptions();
+  o.models.clear();
+  EXPECT_THAT(message(o), HasSubstr("TrainerOptions.models must hold at least 1 model"));
+
+  o = TrainerOptions();
+  o.models.resize(2);
+  EXPECT_THAT(message(o), HasSubstr("fused is off"));
+  o.fused = true;
+  EXPECT_TRUE(o.Validate().ok());
+
+  o.models[1].lr = 0;
+  EXPECT_THAT(message(o), HasSubstr("TrainerOptions.models[1].lr must be > 0, got 0"));
+  o.models[1].lr = 0.1;
+  o.models[0].momentum = -0.5;
+  EXPECT_THAT(message(o), HasSubstr("TrainerOptions.models[0].momentum must be >= 0"));
+  o.models[0].momentum = 0.9;
+  o.models[1].weight_decay = -1;
+  EXPECT_THAT(message(o), HasSubstr("models[1].weight_decay"));
+  o.models[1].weight_decay = 0;
+
+  // Adam's fields are checked only for Adam, and SGD's momentum only for SGD.
+  o.models[1].beta2 = 1.0;
+  EXPECT_TRUE(o.Validate().ok());
+  o.optimizer = OptimizerKind::kAdam;
+  EXPECT_THAT(message(o), HasSubstr("TrainerOptions.models[1].beta2 must be in [0, 1), got 1"));
+  o.models[1].beta2 = 0.999;
+  o.models[0].eps = 0;
+  EXPECT_THAT(message(o), HasSubstr("models[0].eps must be > 0"));
+  o.models[0].eps = 1e-8;
+  o.models[0].momentum = -1;
+  EXPECT_TRUE(o.Validate().ok());
+
+  o = TrainerOptions();
+  o.dropout = 1;
+  EXPECT_THAT(message(o), HasSubstr("TrainerOptions.dropout"));
+}
+
+TEST(TrainerOptionsTest, OptimizerNames) {
+  EXPECT_EQ(*ParseOptimizerKind("sgd"), OptimizerKind::kSgd);
+  EXPECT_EQ(*ParseOptimizerKind("adam"), OptimizerKind::kAdam);
+  EXPECT_THAT(ParseOptimizerKind("adamw").status().message(), HasSubstr("valid: sgd, adam"));
+  EXPECT_STREQ(OptimizerName(OptimizerKind::kAdam), "adam");
+}
+
+TEST(TrainerOptionsTest, HyperparameterLabels) {
+  Hyperparameters h;
+  h.lr = 0.05;
+  EXPECT_EQ(DescribeHyperparameters(OptimizerKind::kSgd, h),
+            "lr=0.05 momentum=0.9 weight_decay=0.0001");
+  EXPECT_EQ(DescribeHyperparameters(OptimizerKind::kAdam, h),
+            "lr=0.05 betas=0.9,0.999 eps=1e-08 weight_decay=0.0001");
+}
+
+TEST(TrainerOptionsTest, CheckpointPaths) {
+  EXPECT_EQ(ModelCheckpointPath("out/model.pt", 0, 1, false), "out/model.pt");
+  EXPECT_EQ(ModelCheckpointPath("out/model.pt", 0, 1, true), "out/model.0.pt");
+  EXPECT_EQ(ModelCheckpointPath("out/model.pt", 3, 4, true), "out/model.3.pt");
+  EXPECT_EQ(ModelCheckpointPath("out/model", 2, 4, true), "out/model.2");
+  EXPECT_EQ(ModelCheckpointPath("out.d/model", 2, 4, true), "out.d/model.2");
+  EXPECT_EQ(ModelCheckpointPath(".hidden", 1, 2, true), ".hidden.1");
+  EXPECT_EQ(ModelCheckpointPath("a/.hidden", 1, 2, true), "a/.hidden.1");
+}
+
+}  // namespace
+}  // namespace sophon
