@@ -55,6 +55,10 @@ ABSL_FLAG(int, fused_models, 0,
 ABSL_FLAG(std::string, optimizer, "sgd",
           "sgd (momentum, weight decay) or adam (--beta1, --beta2, --eps, --weight-decay). "
           "Default sgd.");
+ABSL_FLAG(std::string, lr_schedule, "constant",
+          "Learning-rate schedule of every model: constant, or cosine (each model's --lr "
+          "annealed to zero over --epochs, stepped per epoch: lr * (1 + cos(pi * e / epochs)) / "
+          "2 in epoch e). Default constant.");
 ABSL_FLAG(sophon::CommaList, lr, sophon::CommaList({"0.1"}),
           "Learning rate: one value, or one per model of --fused-models (comma-separated). "
           "Default 0.1.");
@@ -250,6 +254,10 @@ absl::StatusOr<sophon::TrainerOptions> TrainerOptionsFromFlags(int num_classes) 
       sophon::ParseOptimizerKind(absl::GetFlag(FLAGS_optimizer));
   if (!optimizer.ok()) return sophon::FlagError("--optimizer", optimizer.status());
   options.optimizer = *optimizer;
+  absl::StatusOr<sophon::LrSchedule> schedule =
+      sophon::ParseLrSchedule(absl::GetFlag(FLAGS_lr_schedule));
+  if (!schedule.ok()) return sophon::FlagError("--lr-schedule", schedule.status());
+  options.lr_schedule = *schedule;
   if (absl::Status s = HyperparametersFromFlags(&options); !s.ok()) return s;
   options.init_checkpoint = absl::GetFlag(FLAGS_init_checkpoint);
   if (options.device == "emulate" &&

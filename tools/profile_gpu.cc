@@ -41,6 +41,10 @@ ABSL_FLAG(sophon::CommaList, models, sophon::CommaList({"alexnet", "resnet18", "
           "Comma-separated models. Default alexnet,resnet18,resnet50.");
 ABSL_FLAG(sophon::CommaList, batch_sizes, sophon::CommaList({"64", "128", "256"}),
           "Comma-separated batch sizes. Default 64,128,256.");
+ABSL_FLAG(sophon::CommaList, fused_models, sophon::CommaList(),
+          "Also measure each model as fused arrays of these sizes B (sophon-train "
+          "--fused-models=B), written as model '<model>x<B>' (the row sophon-train "
+          "--device=emulate --fused-models=B looks for). Default none.");
 ABSL_FLAG(int, crop_size, 224, "Image side S (batches are 3 x S x S float32). Default 224.");
 ABSL_FLAG(int, num_classes, 1000, "Classes of the model's last layer. Default 1000.");
 ABSL_FLAG(int, warmup, 3, "Untimed steps before measuring. Default 3.");
@@ -94,10 +98,13 @@ struct Measurement {
   double copy_seconds = 0;
 };
 
-absl::StatusOr<Measurement> Measure(const std::string& model, int batch_size,
+// `fused` = 0: one ordinary model; B >= 1: a fused array of B.
+absl::StatusOr<Measurement> Measure(const std::string& model, int fused, int batch_size,
                                     const sophon::TrainerOptions& base) {
   sophon::TrainerOptions options = base;
   options.arch = model;
+  options.fused = fused > 0;
+  options.models.assign(static_cast<size_t>(std::max(1, fused)), sophon::Hyperparameters{});
   absl::StatusOr<std::unique_ptr<sophon::Trainer>> trainer = sophon::Trainer::Create(options);
   if (!trainer.ok()) return trainer.status();
   const sophon::Batch batch = sophon::MakeSyntheticBatch(batch_size, absl::GetFlag(FLAGS_crop_size),
@@ -160,28 +167,39 @@ int main(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError("need --warmup >= 0, --steps >= 1, --crop-size >= 1"));
   }
 
+  std::vector<int> fused_sizes = {0};  // 0: the ordinary model
+  if (!absl::GetFlag(FLAGS_fused_models).items.empty()) {
+    absl::StatusOr<std::vector<int>> sizes =
+        absl::GetFlag(FLAGS_fused_models).PositiveInts("--fused-models");
+    if (!sizes.ok()) return Fail(sizes.status());
+    fused_sizes.insert(fused_sizes.end(), sizes->begin(), sizes->end());
+  }
+
   std::vector<sophon::GpuProfileRow> rows;
-  for (const std::string& model : absl::GetFlag(FLAGS_models).items) {
-    for (int batch_size : *batch_sizes) {
-      absl::StatusOr<Measurement> m = Measure(model, batch_size, base);
-      if (!m.ok()) return Fail(m.status());
-      sophon::GpuProfileRow row;
-      row.gpu_type = gpu_type;
-      row.model = model;
-      row.batch_size = batch_size;
-      row.copy_seconds = m->copy_seconds;
-      row.compute_seconds = std::max(0.0, m->step_seconds - m->copy_seconds);
-      row.source = absl::StrFormat(
-          "measured by sophon-profile-gpu on %s (LibTorch %d.%d.%d, fp32, input 3x%dx%d, %d "
-          "classes, median of %d steps after %d warm-up%s), %s",
-          base.device, TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH, crop, crop,
-          base.num_classes, steps, warmup,
-          base.device == "cpu" ? absl::StrCat(", ", torch::get_num_threads(), " threads") : "",
-          TodayUtc());
-      spdlog::info("{} batch {} on {}: step {:.4f}s (copy {:.4f}s), {:.1f} img/s", model,
-                   batch_size, base.device, m->step_seconds, m->copy_seconds,
-                   batch_size / std::max(1e-12, m->step_seconds));
-      rows.push_back(row);
+  for (const std::string& arch : absl::GetFlag(FLAGS_models).items) {
+    for (int fused : fused_sizes) {
+      const std::string model = fused > 0 ? absl::StrCat(arch, "x", fused) : arch;
+      for (int batch_size : *batch_sizes) {
+        absl::StatusOr<Measurement> m = Measure(arch, fused, batch_size, base);
+        if (!m.ok()) return Fail(m.status());
+        sophon::GpuProfileRow row;
+        row.gpu_type = gpu_type;
+        row.model = model;
+        row.batch_size = batch_size;
+        row.copy_seconds = m->copy_seconds;
+        row.compute_seconds = std::max(0.0, m->step_seconds - m->copy_seconds);
+        row.source = absl::StrFormat(
+            "measured by sophon-profile-gpu on %s (LibTorch %d.%d.%d, fp32, input 3x%dx%d, %d "
+            "classes, median of %d steps after %d warm-up%s), %s",
+            base.device, TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH, crop, crop,
+            base.num_classes, steps, warmup,
+            base.device == "cpu" ? absl::StrCat(", ", torch::get_num_threads(), " threads") : "",
+            TodayUtc());
+        spdlog::info("{} batch {} on {}: step {:.4f}s (copy {:.4f}s), {:.1f} img/s", model,
+                     batch_size, base.device, m->step_seconds, m->copy_seconds,
+                     batch_size / std::max(1e-12, m->step_seconds));
+        rows.push_back(row);
+      }
     }
   }
   const std::string csv = sophon::FormatGpuProfileCsv(rows);

@@ -41,6 +41,14 @@ class FusedTrainer final : public Trainer {
 
   absl::StatusOr<std::vector<std::string>> Save(const std::string& path) override;
 
+  void BeginEpoch(int epoch, int epochs) override {
+    std::vector<double> lrs;
+    for (const Hyperparameters& h : options_.models) {
+      lrs.push_back(ScheduledLearningRate(options_.lr_schedule, h.lr, epoch, epochs));
+    }
+    optimizer_->SetLearningRates(lrs);
+  }
+
  private:
   absl::StatusOr<StepResult> Run(const Batch& batch, bool train);
 
@@ -148,12 +156,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateFusedTrainer(const TrainerOptions
   int64_t num_params = 0;
   for (const torch::Tensor& p : fused->parameters()) num_params += p.numel();
   spdlog::info("trainer: fused array of {} x {} ({} classes, {:.1f}M parameters in all{}{}) on {}, "
-               "{}, {} intra-op threads",
+               "{} ({} schedule), {} intra-op threads",
                b, options.arch, options.num_classes, num_params / 1e6,
                options.init_checkpoint.empty() ? ", model k from seed " : ", every model from ",
                options.init_checkpoint.empty() ? absl::StrCat(options.seed, "+k")
                                                : options.init_checkpoint,
-               device.str(), OptimizerName(options.optimizer), torch::get_num_threads());
+               device.str(), OptimizerName(options.optimizer),
+               LrScheduleName(options.lr_schedule), torch::get_num_threads());
   for (int k = 0; k < b; ++k) {
     spdlog::info("trainer: model {}: {}", k,
                  DescribeHyperparameters(options.optimizer, options.models[k]));

@@ -54,6 +54,7 @@ absl::StatusOr<std::vector<EpochReport>> RunSyntheticTraining(Trainer* trainer,
   if (loop.max_batches > 0) batches = std::min(batches, loop.max_batches);
   std::vector<EpochReport> reports;
   for (int epoch = 0; epoch < loop.epochs; ++epoch) {
+    trainer->BeginEpoch(epoch, loop.epochs);
     EpochReport report;
     report.epoch = epoch;
     report.emulated = loop.emulated;

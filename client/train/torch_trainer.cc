@@ -59,6 +59,14 @@ class TorchTrainer final : public Trainer {
 
   absl::StatusOr<std::vector<std::string>> Save(const std::string& path) override;
 
+  void BeginEpoch(int epoch, int epochs) override {
+    const double lr =
+        ScheduledLearningRate(options_.lr_schedule, options_.models[0].lr, epoch, epochs);
+    for (torch::optim::OptimizerParamGroup& group : optimizer_->param_groups()) {
+      group.options().set_lr(lr);
+    }
+  }
+
  private:
   absl::StatusOr<StepResult> Run(const Batch& batch, bool train);
 
@@ -126,12 +134,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateTorchTrainer(const TrainerOptions
   model->to(device);
   int64_t num_params = 0;
   for (const torch::Tensor& p : model->parameters()) num_params += p.numel();
-  spdlog::info("trainer: {} ({} classes, {:.1f}M parameters{}{}) on {}, {} {}, {} intra-op threads",
-               options.arch, options.num_classes, num_params / 1e6,
-               options.init_checkpoint.empty() ? "" : ", from ", options.init_checkpoint,
-               device.str(), OptimizerName(options.optimizer),
-               DescribeHyperparameters(options.optimizer, options.models[0]),
-               torch::get_num_threads());
+  spdlog::info(
+      "trainer: {} ({} classes, {:.1f}M parameters{}{}) on {}, {} {} ({} schedule), {} intra-op "
+      "threads",
+      options.arch, options.num_classes, num_params / 1e6,
+      options.init_checkpoint.empty() ? "" : ", from ", options.init_checkpoint, device.str(),
+      OptimizerName(options.optimizer), DescribeHyperparameters(options.optimizer, options.models[0]),
+      LrScheduleName(options.lr_schedule), torch::get_num_threads());
   return std::unique_ptr<Trainer>(new TorchTrainer(options, std::move(model), device));
 }
 

@@ -115,6 +115,7 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
     // manifest's labels with other images.
     if (absl::Status s = client->CheckSameDataset(*before); !s.ok()) return s;
     if (absl::Status s = loader->StartEpoch(epoch, options.max_batches); !s.ok()) return s;
+    trainer->BeginEpoch(epoch, options.epochs);
     EpochReport report;
     report.epoch = epoch;
     Progress progress(options.progress);

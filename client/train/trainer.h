@@ -34,6 +34,16 @@ struct Hyperparameters {
 // "lr=0.1 momentum=0.9 weight_decay=0.0001" (the fields `kind` uses).
 std::string DescribeHyperparameters(OptimizerKind kind, const Hyperparameters& h);
 
+// How each model's learning rate changes over the epochs.
+//   kConstant: lr in every epoch.
+//   kCosine: lr * (1 + cos(pi * epoch / epochs)) / 2 in epoch 0..epochs-1
+//            (cosine annealing to zero, stepped per epoch; lr in epoch 0).
+enum class LrSchedule { kConstant, kCosine };
+absl::StatusOr<LrSchedule> ParseLrSchedule(const std::string& name);  // "constant" | "cosine"
+const char* LrScheduleName(LrSchedule schedule);
+// The learning rate of epoch `epoch` (0-based) of `epochs` for base rate `lr`.
+double ScheduledLearningRate(LrSchedule schedule, double lr, int epoch, int epochs);
+
 struct TrainerOptions {
   std::string arch = "resnet18";  // alexnet | resnet18 | resnet50 | tinycnn
   int num_classes = 1000;
@@ -41,6 +51,7 @@ struct TrainerOptions {
   uint64_t seed = 0;              // model initialisation seed (model k of a fused array: seed + k)
   int threads = 0;                // intra-op threads for LibTorch on cpu; 0 = LibTorch default
   OptimizerKind optimizer = OptimizerKind::kSgd;
+  LrSchedule lr_schedule = LrSchedule::kConstant;  // applied to every model's lr
   // One entry per model. `fused` = false: exactly one entry, an ordinary
   // model. `fused` = true: a fused array (HFTA) of models.size() >= 1
   // models of `arch`, trained together on each batch, model k with models[k].
@@ -89,6 +100,12 @@ class Trainer {
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerOptions& options);
   // One forward + backward + optimizer step on the batch.
   virtual absl::StatusOr<StepResult> Step(const Batch& batch) = 0;
+  // Called by the train loop before epoch `epoch` (0-based) of `epochs`:
+  // sets each model's learning rate for it (TrainerOptions.lr_schedule).
+  virtual void BeginEpoch(int epoch, int epochs) {
+    (void)epoch;
+    (void)epochs;
+  }
   // Forward only, no gradient (evaluation).
   virtual absl::StatusOr<StepResult> Evaluate(const Batch& batch) = 0;
   // "cpu" or "cuda:0", what the model actually runs on.

@@ -35,6 +35,23 @@ std::string DescribeHyperparameters(OptimizerKind kind, const Hyperparameters& h
   return absl::StrFormat("lr=%g momentum=%g weight_decay=%g", h.lr, h.momentum, h.weight_decay);
 }
 
+absl::StatusOr<LrSchedule> ParseLrSchedule(const std::string& name) {
+  if (name == "constant") return LrSchedule::kConstant;
+  if (name == "cosine") return LrSchedule::kCosine;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown learning-rate schedule '", name, "' (valid: constant, cosine)"));
+}
+
+const char* LrScheduleName(LrSchedule schedule) {
+  return schedule == LrSchedule::kCosine ? "cosine" : "constant";
+}
+
+double ScheduledLearningRate(LrSchedule schedule, double lr, int epoch, int epochs) {
+  if (schedule == LrSchedule::kConstant || epochs <= 0) return lr;
+  constexpr double kPi = 3.14159265358979323846;
+  return lr * (1 + std::cos(kPi * epoch / epochs)) / 2;
+}
+
 absl::Status TrainerOptions::Validate() const {
   if (num_classes <= 0) {
     return absl::InvalidArgumentError(

@@ -109,6 +109,48 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, FusedTrainerTest,
                          ::testing::Values(OptimizerKind::kSgd, OptimizerKind::kAdam),
                          [](const auto& info) { return OptimizerName(info.param); });
 
+TEST(FusedTrainerScheduleTest, CosineScheduleReachesEveryModelsOptimizer) {
+  // Epoch 1 of 2 under the cosine schedule runs at half of each base rate:
+  // the same step as an ordinary trainer built with lr / 2.
+  constexpr int kModels = 2;
+  TrainerOptions options = Options(kModels);
+  options.lr_schedule = LrSchedule::kCosine;
+  auto fused = Trainer::Create(options);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  (*fused)->BeginEpoch(1, 2);
+  const Batch batch = NoiseBatch(8, 32, 3);
+  ASSERT_TRUE((*fused)->Step(batch).ok());
+  auto fused_eval = (*fused)->Evaluate(NoiseBatch(8, 32, 4));
+  ASSERT_TRUE(fused_eval.ok());
+  for (int k = 0; k < kModels; ++k) {
+    for (bool scheduled : {false, true}) {
+      // The unfused trainer under the same schedule, or with half the rate.
+      TrainerOptions one = Separate(options, k);
+      if (!scheduled) {
+        one.lr_schedule = LrSchedule::kConstant;
+        one.models[0].lr /= 2;
+      }
+      auto trainer = Trainer::Create(one);
+      ASSERT_TRUE(trainer.ok()) << trainer.status();
+      if (scheduled) (*trainer)->BeginEpoch(1, 2);
+      ASSERT_TRUE((*trainer)->Step(batch).ok());
+      auto eval = (*trainer)->Evaluate(NoiseBatch(8, 32, 4));
+      ASSERT_TRUE(eval.ok());
+      EXPECT_NEAR(fused_eval->models[k].loss, eval->loss, 1e-5)
+          << "model " << k << (scheduled ? " (scheduled)" : " (lr / 2)");
+    }
+  }
+  // And the schedule matters: without it the step differs.
+  TrainerOptions constant = Separate(options, 0);
+  constant.lr_schedule = LrSchedule::kConstant;
+  auto unscheduled = Trainer::Create(constant);
+  ASSERT_TRUE(unscheduled.ok());
+  ASSERT_TRUE((*unscheduled)->Step(batch).ok());
+  auto eval = (*unscheduled)->Evaluate(NoiseBatch(8, 32, 4));
+  ASSERT_TRUE(eval.ok());
+  EXPECT_GT(std::abs(fused_eval->models[0].loss - eval->loss), 1e-4);
+}
+
 TEST(FusedTrainerSaveTest, EachSavedModelLoadsIntoTheUnfusedTrainer) {
   const std::string dir = testing::MakeTempDir("fused_save");
   const TrainerOptions options = Options(2);

@@ -1,5 +1,6 @@
 // TrainerOptions: the one validation, optimizer names, hyperparameter labels
 // and checkpoint paths (no LibTorch).
+#include <cmath>
 #include <string>
 
 #include "client/train/trainer.h"
@@ -75,6 +76,18 @@ TEST(TrainerOptionsTest, HyperparameterLabels) {
             "lr=0.05 momentum=0.9 weight_decay=0.0001");
   EXPECT_EQ(DescribeHyperparameters(OptimizerKind::kAdam, h),
             "lr=0.05 betas=0.9,0.999 eps=1e-08 weight_decay=0.0001");
+}
+
+TEST(TrainerOptionsTest, LearningRateSchedules) {
+  EXPECT_EQ(*ParseLrSchedule("constant"), LrSchedule::kConstant);
+  EXPECT_EQ(*ParseLrSchedule("cosine"), LrSchedule::kCosine);
+  EXPECT_THAT(ParseLrSchedule("step").status().message(), HasSubstr("valid: constant, cosine"));
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(LrSchedule::kConstant, 0.1, 3, 4), 0.1);
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(LrSchedule::kCosine, 0.1, 0, 4), 0.1);
+  EXPECT_NEAR(ScheduledLearningRate(LrSchedule::kCosine, 0.1, 2, 4), 0.05, 1e-12);
+  EXPECT_NEAR(ScheduledLearningRate(LrSchedule::kCosine, 0.1, 1, 4),
+              0.1 * (1 + std::sqrt(0.5)) / 2, 1e-12);
+  EXPECT_GT(ScheduledLearningRate(LrSchedule::kCosine, 0.1, 3, 4), 0);
 }
 
 TEST(TrainerOptionsTest, CheckpointPaths) {
