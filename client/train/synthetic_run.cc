@@ -53,6 +53,7 @@ absl::StatusOr<std::vector<EpochReport>> RunSyntheticTraining(Trainer* trainer,
   int64_t batches = (synthetic.samples + synthetic.batch_size - 1) / synthetic.batch_size;
   if (loop.max_batches > 0) batches = std::min(batches, loop.max_batches);
   std::vector<EpochReport> reports;
+  DivergenceWatch divergence(loop.model_labels);
   for (int epoch = 0; epoch < loop.epochs; ++epoch) {
     trainer->BeginEpoch(epoch, loop.epochs);
     EpochReport report;
@@ -68,6 +69,7 @@ absl::StatusOr<std::vector<EpochReport>> RunSyntheticTraining(Trainer* trainer,
       const double step_seconds = Seconds(step_start);
       if (!step.ok()) return StepError(step.status(), i, epoch);
       tally.AddStep(*step, step_seconds, &report);
+      divergence.Check(*step, epoch, i);
       if (timings) {
         timings->Add(epoch, i, batch.n, 0.0, step->copy_seconds, step_seconds - step->copy_seconds);
       }

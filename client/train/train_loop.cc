@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -108,6 +110,7 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
   if (options.warmup_batches > 0) {
     if (absl::Status s = WarmUp(loader, trainer, options, &warmup); !s.ok()) return s;
   }
+  DivergenceWatch divergence(options.model_labels);
   for (int epoch = 0; epoch < options.epochs; ++epoch) {
     absl::StatusOr<v1::ServerStats> before = client->GetStats();
     if (!before.ok()) return before.status();
@@ -143,6 +146,7 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
                                                                step.status().message()));
       }
       tally.AddStep(*step, step_seconds, &report);
+      divergence.Check(*step, epoch, steps);
       if (timings) {
         timings->Add(epoch, steps, batch.n, wait, step->copy_seconds,
                      step_seconds - step->copy_seconds);
@@ -178,6 +182,25 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
   }
   if (absl::Status s = WriteReportJson(reports, options, warmup); !s.ok()) return s;
   return reports;
+}
+
+void DivergenceWatch::Check(const StepResult& step, int epoch, int64_t batch) {
+  const size_t models = std::max<size_t>(1, step.models.size());
+  if (warned_.size() < models) warned_.resize(models, false);
+  for (size_t k = 0; k < models; ++k) {
+    const double loss = step.models.empty() ? step.loss : step.models[k].loss;
+    if (std::isfinite(loss) || warned_[k]) continue;
+    warned_[k] = true;
+    if (step.models.empty()) {
+      spdlog::warn("the model diverged: its loss is {} at batch {} of epoch {} (lower --lr?)",
+                   loss, batch, epoch);
+    } else {
+      spdlog::warn("model {}{}{} diverged: its loss is {} at batch {} of epoch {}; the other "
+                   "models train on",
+                   k, k < labels_.size() ? " " : "", k < labels_.size() ? labels_[k] : "", loss,
+                   batch, epoch);
+    }
+  }
 }
 
 void EpochTally::AddStep(const StepResult& step, double step_seconds, EpochReport* report) {

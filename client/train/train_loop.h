@@ -5,6 +5,7 @@
 
 #include <array>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -82,6 +83,20 @@ class EpochTally {
   Sums all_;
   std::vector<Sums> models_;
   int64_t seen_ = 0;
+};
+
+// Warns once per model when its loss stops being finite (a learning rate
+// too high for it, in a search over many): the run goes on, and that model's
+// figures in the reports are NaN (null in the JSON).
+class DivergenceWatch {
+ public:
+  explicit DivergenceWatch(std::vector<std::string> model_labels)
+      : labels_(std::move(model_labels)) {}
+  void Check(const StepResult& step, int epoch, int64_t batch);
+
+ private:
+  const std::vector<std::string> labels_;
+  std::vector<bool> warned_;
 };
 
 // What the unreported warm-up (TrainLoopOptions::warmup_batches) did.

@@ -1,6 +1,9 @@
 #include "client/train/train_loop.h"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
+#include <memory>
 #include <sstream>
 
 #include "client/train/synthetic_run.h"
@@ -8,6 +11,8 @@
 #include "google/protobuf/util/json_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "tests/client/train/tiny_emulated_trainer.h"
 #include "tests/test_util.h"
 
@@ -198,6 +203,31 @@ TEST(EpochTallyTest, FusedArrayGetsEachModelsFiguresAndTheirMeans) {
   ASSERT_EQ(models.size(), 2);
   EXPECT_DOUBLE_EQ(Field(models[1].struct_value(), "mean_loss"), 0.75);
   EXPECT_DOUBLE_EQ(Field(models[0].struct_value(), "top1"), 0.5);
+}
+
+TEST(DivergenceWatchTest, WarnsOncePerDivergedModel) {
+  std::ostringstream log;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
+  spdlog::default_logger()->sinks().push_back(sink);
+  DivergenceWatch watch({"lr=1", "lr=100"});
+  StepResult step;
+  step.models = {{1.5, 0}, {std::nan(""), 0}};
+  watch.Check(step, 0, 3);
+  watch.Check(step, 0, 4);  // already reported
+  step.models[0].loss = std::numeric_limits<double>::infinity();
+  watch.Check(step, 1, 0);
+  DivergenceWatch single({});
+  StepResult one;
+  one.loss = 2;
+  single.Check(one, 0, 0);  // finite: nothing
+  one.loss = std::nan("");
+  single.Check(one, 0, 1);
+  spdlog::default_logger()->sinks().pop_back();
+  const std::string text = log.str();
+  EXPECT_THAT(text, HasSubstr("model 1 lr=100 diverged: its loss is nan at batch 3 of epoch 0"));
+  EXPECT_THAT(text, HasSubstr("model 0 lr=1 diverged: its loss is inf at batch 0 of epoch 1"));
+  EXPECT_THAT(text, HasSubstr("the model diverged: its loss is nan at batch 1 of epoch 0"));
+  EXPECT_THAT(text, Not(HasSubstr("batch 4")));
 }
 
 TEST(SyntheticRunTest, RunsEveryEpochOnAnEmulatedTrainerAndWritesItsReports) {
