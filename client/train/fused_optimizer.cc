@@ -4,7 +4,6 @@
 #include <torch/utils.h>
 
 #include <algorithm>
-#include <cmath>
 #include <string>
 #include <utility>
 
@@ -15,48 +14,59 @@ namespace {
 
 // SGD, per model k:  d = g + wd_k * p;  buf = momentum_k * buf + d;  p -= lr_k * buf.
 // (torch::optim::SGD starts the buffer as a copy of d: the same as a zero
-// buffer here. A model with momentum 0 gets buf = d, plain SGD.)
+// buffer here. A model with momentum 0 gets buf = d, plain SGD; with every
+// momentum 0 there are no buffers, as in LibTorch.)
 class FusedSgd final : public FusedOptimizer {
  public:
   FusedSgd(std::vector<torch::Tensor> params, std::vector<Hyperparameters> models)
-      : FusedOptimizer(std::move(params), std::move(models)) {
-    for (const torch::Tensor& p : params_) buffers_.push_back(torch::zeros_like(p));
+      : FusedOptimizer(std::move(params), std::move(models)),
+        decay_(AnyNonZero(&Hyperparameters::weight_decay)),
+        momentum_(AnyNonZero(&Hyperparameters::momentum)),
+        wd_(PerModel(Field(&Hyperparameters::weight_decay))),
+        mu_(PerModel(Field(&Hyperparameters::momentum))) {
+    if (momentum_) {
+      for (const torch::Tensor& p : params_) buffers_.push_back(torch::zeros_like(p));
+    }
   }
 
   void Step() override {
     torch::NoGradGuard no_grad;
-    const bool decay = AnyNonZero(&Hyperparameters::weight_decay);
-    const bool momentum = AnyNonZero(&Hyperparameters::momentum);
-    const std::vector<double> lr = Field(&Hyperparameters::lr);
-    const std::vector<double> mu = Field(&Hyperparameters::momentum);
-    const std::vector<double> wd = Field(&Hyperparameters::weight_decay);
-    std::vector<double> neg_lr;
-    for (double v : lr) neg_lr.push_back(-v);
-    const PerModelValues wd_t = PerModel(wd), mu_t = PerModel(mu), neg_lr_t = PerModel(neg_lr);
+    const torch::Tensor neg_lr_flat = -lr_.flat;
+    const PerModelValues neg_lr = Views(neg_lr_flat);
     for (size_t i = 0; i < params_.size(); ++i) {
       torch::Tensor p = params_[i];
       if (!p.grad().defined()) continue;
       torch::Tensor d = p.grad();
-      if (decay) d = d.addcmul(p, wd_t.For(p));
-      if (momentum) {
-        buffers_[i].mul_(mu_t.For(p)).add_(d);
+      if (decay_) d = d.addcmul(p, wd_.For(p));
+      if (momentum_) {
+        buffers_[i].mul_(mu_.For(p)).add_(d);
         d = buffers_[i];
       }
-      p.addcmul_(d, neg_lr_t.For(p));
+      p.addcmul_(d, neg_lr.For(p));
     }
   }
 
  private:
+  const bool decay_, momentum_;
+  const PerModelValues wd_, mu_;
   std::vector<torch::Tensor> buffers_;
 };
 
 // Adam, per model k (t = steps taken, the same for every model):
 //   g = g + wd_k * p;  m = b1_k m + (1 - b1_k) g;  v = b2_k v + (1 - b2_k) g^2;
 //   p -= lr_k / (1 - b1_k^t) * m / (sqrt(v) / sqrt(1 - b2_k^t) + eps_k).
+// The bias corrections are computed on the device from the per-model betas.
 class FusedAdam final : public FusedOptimizer {
  public:
   FusedAdam(std::vector<torch::Tensor> params, std::vector<Hyperparameters> models)
-      : FusedOptimizer(std::move(params), std::move(models)) {
+      : FusedOptimizer(std::move(params), std::move(models)),
+        decay_(AnyNonZero(&Hyperparameters::weight_decay)),
+        wd_(PerModel(Field(&Hyperparameters::weight_decay))),
+        b1_(PerModel(Field(&Hyperparameters::beta1))),
+        b2_(PerModel(Field(&Hyperparameters::beta2))),
+        eps_(PerModel(Field(&Hyperparameters::eps))),
+        one_minus_b1_(Views(1 - b1_.flat)),
+        one_minus_b2_(Views(1 - b2_.flat)) {
     for (const torch::Tensor& p : params_) {
       exp_avg_.push_back(torch::zeros_like(p));
       exp_avg_sq_.push_back(torch::zeros_like(p));
@@ -66,46 +76,47 @@ class FusedAdam final : public FusedOptimizer {
   void Step() override {
     torch::NoGradGuard no_grad;
     ++step_;
-    const bool decay = AnyNonZero(&Hyperparameters::weight_decay);
-    const std::vector<double> wd = Field(&Hyperparameters::weight_decay);
-    const std::vector<double> b1 = Field(&Hyperparameters::beta1);
-    const std::vector<double> b2 = Field(&Hyperparameters::beta2);
-    const std::vector<double> eps = Field(&Hyperparameters::eps);
-    std::vector<double> one_minus_b1, one_minus_b2, sqrt_bc2, neg_step;
-    for (size_t k = 0; k < models_.size(); ++k) {
-      one_minus_b1.push_back(1 - b1[k]);
-      one_minus_b2.push_back(1 - b2[k]);
-      sqrt_bc2.push_back(std::sqrt(1 - std::pow(b2[k], step_)));
-      neg_step.push_back(-models_[k].lr / (1 - std::pow(b1[k], step_)));
-    }
-    const PerModelValues wd_t = PerModel(wd), b1_t = PerModel(b1), b2_t = PerModel(b2),
-                         eps_t = PerModel(eps), one_minus_b1_t = PerModel(one_minus_b1),
-                         one_minus_b2_t = PerModel(one_minus_b2), sqrt_bc2_t = PerModel(sqrt_bc2),
-                         neg_step_t = PerModel(neg_step);
+    const double t = static_cast<double>(step_);
+    const torch::Tensor neg_step_flat = -lr_.flat / (1 - b1_.flat.pow(t));
+    const torch::Tensor sqrt_bc2_flat = (1 - b2_.flat.pow(t)).sqrt();
+    const PerModelValues neg_step = Views(neg_step_flat);
+    const PerModelValues sqrt_bc2 = Views(sqrt_bc2_flat);
     for (size_t i = 0; i < params_.size(); ++i) {
       torch::Tensor p = params_[i];
       if (!p.grad().defined()) continue;
       torch::Tensor g = p.grad();
-      if (decay) g = g.addcmul(p, wd_t.For(p));
-      exp_avg_[i].mul_(b1_t.For(p)).addcmul_(g, one_minus_b1_t.For(p));
-      exp_avg_sq_[i].mul_(b2_t.For(p)).addcmul_(g * g, one_minus_b2_t.For(p));
-      torch::Tensor denom = (exp_avg_sq_[i].sqrt() / sqrt_bc2_t.For(p)).add_(eps_t.For(p));
-      p.addcmul_(exp_avg_[i] / denom, neg_step_t.For(p));
+      if (decay_) g = g.addcmul(p, wd_.For(p));
+      exp_avg_[i].mul_(b1_.For(p)).addcmul_(g, one_minus_b1_.For(p));
+      exp_avg_sq_[i].mul_(b2_.For(p)).addcmul_(g * one_minus_b2_.For(p), g);
+      // denom = sqrt(v) / sqrt(1 - b2^t) + eps, then m / denom, in one buffer.
+      torch::Tensor denom = exp_avg_sq_[i].sqrt();
+      denom.div_(sqrt_bc2.For(p)).add_(eps_.For(p));
+      torch::div_out(denom, exp_avg_[i], denom);
+      p.addcmul_(denom, neg_step.For(p));
     }
   }
 
  private:
+  const bool decay_;
+  const PerModelValues wd_, b1_, b2_, eps_, one_minus_b1_, one_minus_b2_;
   int64_t step_ = 0;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
 };
 
 }  // namespace
 
+FusedOptimizer::FusedOptimizer(std::vector<torch::Tensor> params,
+                               std::vector<Hyperparameters> models)
+    : params_(std::move(params)), models_(std::move(models)) {
+  lr_ = PerModel(Field(&Hyperparameters::lr));
+}
+
 absl::StatusOr<std::unique_ptr<FusedOptimizer>> FusedOptimizer::Create(
     OptimizerKind kind, std::vector<torch::Tensor> params,
     const std::vector<Hyperparameters>& models) {
   const int64_t b = static_cast<int64_t>(models.size());
   if (b < 1) return absl::InvalidArgumentError("a fused optimizer needs at least 1 model");
+  if (params.empty()) return absl::InvalidArgumentError("a fused optimizer needs parameters");
   for (size_t i = 0; i < params.size(); ++i) {
     if (params[i].dim() < 1 || params[i].size(0) != b) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -129,21 +140,30 @@ void FusedOptimizer::ZeroGrad() {
   }
 }
 
-void FusedOptimizer::SetLearningRates(const std::vector<double>& lrs) {
-  for (size_t k = 0; k < models_.size() && k < lrs.size(); ++k) models_[k].lr = lrs[k];
+absl::Status FusedOptimizer::SetLearningRates(const std::vector<double>& lrs) {
+  if (lrs.size() != models_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("got ", lrs.size(), " learning rates for ",
+                                                   models_.size(), " fused models"));
+  }
+  for (size_t k = 0; k < models_.size(); ++k) models_[k].lr = lrs[k];
+  lr_ = PerModel(Field(&Hyperparameters::lr));
+  return absl::OkStatus();
 }
 
 FusedOptimizer::PerModelValues FusedOptimizer::PerModel(const std::vector<double>& values) const {
+  return Views(torch::tensor(values, torch::TensorOptions().dtype(torch::kDouble))
+                   .to(params_.front().options()));
+}
+
+FusedOptimizer::PerModelValues FusedOptimizer::Views(const torch::Tensor& flat) const {
   PerModelValues result;
-  if (params_.empty()) return result;
-  const torch::Tensor flat = torch::tensor(values, torch::TensorOptions().dtype(torch::kDouble))
-                                 .to(params_[0].options());
+  result.flat = flat;
   int64_t max_dim = 1;
   for (const torch::Tensor& p : params_) max_dim = std::max<int64_t>(max_dim, p.dim());
   result.by_dim.resize(static_cast<size_t>(max_dim) + 1);
   for (int64_t dim = 1; dim <= max_dim; ++dim) {
     std::vector<int64_t> shape(static_cast<size_t>(dim), 1);
-    shape[0] = static_cast<int64_t>(values.size());
+    shape[0] = flat.size(0);
     result.by_dim[dim] = flat.view(shape);
   }
   return result;

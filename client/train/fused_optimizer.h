@@ -34,25 +34,31 @@ class FusedOptimizer {
   virtual void Step() = 0;
   void ZeroGrad();
 
-  // Sets each model's learning rate (a per-model schedule); size B.
-  void SetLearningRates(const std::vector<double>& lrs);
+  // Sets each model's learning rate (a per-model schedule). InvalidArgument
+  // unless there is one rate per model.
+  absl::Status SetLearningRates(const std::vector<double>& lrs);
 
  protected:
-  FusedOptimizer(std::vector<torch::Tensor> params, std::vector<Hyperparameters> models)
-      : params_(std::move(params)), models_(std::move(models)) {}
+  FusedOptimizer(std::vector<torch::Tensor> params, std::vector<Hyperparameters> models);
 
-  // One hyperparameter's B values as [B, 1, ..., 1] tensors (on the
-  // parameters' device, in their dtype), one per parameter rank.
+  // One hyperparameter's B values as a [B] tensor on the parameters' device
+  // in their dtype, viewed as [B, 1, ..., 1] for a parameter of any rank.
+  // Built once (a step copies nothing from the host: on a GPU that would wait
+  // for the backward pass to finish).
   struct PerModelValues {
-    std::vector<torch::Tensor> by_dim;  // [d]: B followed by d - 1 ones
+    torch::Tensor flat;                 // [B]
+    std::vector<torch::Tensor> by_dim;  // [d]: B followed by d - 1 ones (views of flat)
     const torch::Tensor& For(const torch::Tensor& param) const { return by_dim[param.dim()]; }
   };
   PerModelValues PerModel(const std::vector<double>& values) const;
+  // `flat` ([B], on the device) viewed for every parameter rank.
+  PerModelValues Views(const torch::Tensor& flat) const;
   std::vector<double> Field(double Hyperparameters::*field) const;
   bool AnyNonZero(double Hyperparameters::*field) const;
 
   const std::vector<torch::Tensor> params_;
   std::vector<Hyperparameters> models_;
+  PerModelValues lr_;  // rebuilt by SetLearningRates
 };
 
 }  // namespace sophon

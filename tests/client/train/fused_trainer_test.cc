@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -14,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sophon/data/batch.h"
+#include "tests/client/train/noise_batch.h"
 #include "tests/test_util.h"
 
 namespace sophon {
@@ -50,16 +50,7 @@ TrainerOptions Separate(const TrainerOptions& fused, int k) {
 }
 
 Batch NoiseBatch(int n, int side, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  Batch batch;
-  batch.n = n;
-  batch.h = side;
-  batch.w = side;
-  batch.images.resize(static_cast<size_t>(n) * 3 * side * side);
-  for (float& v : batch.images) v = normal(rng);
-  for (int i = 0; i < n; ++i) batch.labels.push_back((i + static_cast<int>(seed)) % kClasses);
-  return batch;
+  return testing::NoiseBatch(n, side, kClasses, seed);
 }
 
 class FusedTrainerTest : public ::testing::TestWithParam<OptimizerKind> {};

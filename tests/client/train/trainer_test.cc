@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sophon/data/batch.h"
+#include "tests/client/train/noise_batch.h"
 
 namespace sophon {
 namespace {
@@ -30,22 +31,7 @@ TrainerOptions CpuOptions(const std::string& arch, int num_classes) {
   return options;
 }
 
-// A batch of Gaussian noise images with labels 0, 1, 2, ... mod num_classes.
-Batch NoiseBatch(int n, int side, int num_classes, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  Batch batch;
-  batch.n = n;
-  batch.h = side;
-  batch.w = side;
-  batch.images.resize(static_cast<size_t>(n) * 3 * side * side);
-  for (float& v : batch.images) v = normal(rng);
-  for (int i = 0; i < n; ++i) {
-    batch.labels.push_back(i % num_classes);
-    batch.ids.push_back(i);
-  }
-  return batch;
-}
+using testing::NoiseBatch;
 
 // A learnable problem: the class is the (constant) colour of the image, plus
 // per-pixel noise.
