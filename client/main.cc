@@ -286,6 +286,10 @@ absl::Status CheckSavePath() {
   const std::string path = absl::GetFlag(FLAGS_save);
   if (path.empty()) return absl::OkStatus();
   const size_t slash = path.rfind('/');
+  if (slash == path.size() - 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--save: '", path, "' names a folder; give a file name in it"));
+  }
   const std::string folder = slash == std::string::npos ? "." : path.substr(0, slash + 1);
   if (access(folder.c_str(), W_OK | X_OK) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -345,7 +349,7 @@ int RunSynthetic(const sophon::LoaderOptions& loader_options, int epochs) {
   synthetic.num_classes = trainer_options.num_classes;
   synthetic.samples = absl::GetFlag(FLAGS_synthetic_samples);
   if (synthetic.samples == 0) synthetic.samples = 20 * static_cast<int64_t>(synthetic.batch_size);
-  synthetic.seed = trainer_options.seed;
+  synthetic.seed = absl::GetFlag(FLAGS_seed);  // the data's seed, not --model-seed
   sophon::TrainLoopOptions loop;
   loop.epochs = epochs;
   loop.max_batches = absl::GetFlag(FLAGS_max_batches);

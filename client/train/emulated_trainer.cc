@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <thread>
 #include <utility>
 
@@ -74,9 +75,19 @@ absl::StatusOr<GpuStepTime> EmulatedTrainer::LookupFused(int n) const {
   // No row for the fused array: one copy of n images, the compute of b*n.
   absl::StatusOr<GpuStepTime> copy = profile_.Lookup(options_.gpu_type, options_.arch, n);
   if (!copy.ok()) return copy.status();
+  const int64_t fused_batch = static_cast<int64_t>(b) * n;
+  if (fused_batch > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("a fused array of ", b, " at batch ", n,
+                                                   " is beyond any GPU profile"));
+  }
   absl::StatusOr<GpuStepTime> compute =
-      profile_.Lookup(options_.gpu_type, options_.arch, b * n);
-  if (!compute.ok()) return compute.status();
+      profile_.Lookup(options_.gpu_type, options_.arch, static_cast<int>(fused_batch));
+  if (!compute.ok()) {
+    return absl::Status(compute.status().code(),
+                        absl::StrCat("a fused array of ", b, " ", options_.arch, " at batch ", n,
+                                     " runs like one at batch ", fused_batch, " (no row for ",
+                                     options_.arch, "x", b, "): ", compute.status().message()));
+  }
   GpuStepTime t = *std::move(compute);
   t.copy_seconds = copy->copy_seconds;
   t.scaled = true;

@@ -46,7 +46,8 @@ class FusedTrainer final : public Trainer {
     for (const Hyperparameters& h : options_.models) {
       lrs.push_back(ScheduledLearningRate(options_.lr_schedule, h.lr, epoch, epochs));
     }
-    optimizer_->SetLearningRates(lrs);
+    // One rate per model by construction: the size check cannot fail.
+    optimizer_->SetLearningRates(lrs).IgnoreError();
   }
 
  private:
@@ -113,20 +114,22 @@ absl::StatusOr<StepResult> FusedTrainer::Run(const Batch& batch, bool train) {
 absl::StatusOr<std::vector<std::string>> FusedTrainer::Save(const std::string& path) {
   std::vector<std::string> files;
   const int b = static_cast<int>(model_->num_models());
-  for (int k = 0; k < b; ++k) {
-    const std::string file = ModelCheckpointPath(path, k, b, /*fused=*/true);
-    try {
-      ASSIGN_OR_RETURN(Classifier model,
-                       MakeModel(options_.arch, options_.num_classes, options_.dropout));
-      model->to(device_);
+  try {
+    // One CPU model, filled from each slot in turn (copy_ reads across devices).
+    ASSIGN_OR_RETURN(Classifier model,
+                     MakeModel(options_.arch, options_.num_classes, options_.dropout));
+    for (int k = 0; k < b; ++k) {
+      const std::string file = ModelCheckpointPath(path, k, b, /*fused=*/true);
       RETURN_IF_ERROR(UnpackModel(model_, k, model));
-      model->to(torch::kCPU);
-      RETURN_IF_ERROR(SaveModel(model, options_.arch, options_.num_classes, file));
-    } catch (const std::exception& e) {
-      return absl::InternalError(
-          absl::StrCat("saving model ", k, " to '", file, "': ", ExceptionText(e)));
+      if (absl::Status saved = SaveModel(model, options_.arch, options_.num_classes, file);
+          !saved.ok()) {
+        return absl::Status(saved.code(), absl::StrCat("model ", k, ": ", saved.message()));
+      }
+      files.push_back(file);
     }
-    files.push_back(file);
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("saving the fused models to '", path, "': ", ExceptionText(e)));
   }
   return files;
 }
@@ -138,17 +141,20 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateFusedTrainer(const TrainerOptions
   const int b = options.num_models();
   ASSIGN_OR_RETURN(FusedClassifier fused,
                    MakeFusedModel(options.arch, options.num_classes, b, options.dropout));
-  // Model k starts exactly as an ordinary model built with seed + k (or from
-  // the checkpoint): build it, then copy it into its slot.
-  for (int k = 0; k < b; ++k) {
-    torch::manual_seed(options.seed + static_cast<uint64_t>(k));
+  // Model k starts exactly as an ordinary model built with seed + k, or every
+  // model from the checkpoint: build it, then copy it into its slot.
+  if (!options.init_checkpoint.empty()) {
     ASSIGN_OR_RETURN(Classifier model,
                      MakeModel(options.arch, options.num_classes, options.dropout));
-    if (!options.init_checkpoint.empty()) {
-      RETURN_IF_ERROR(
-          LoadModel(options.init_checkpoint, options.arch, options.num_classes, model));
+    RETURN_IF_ERROR(LoadModel(options.init_checkpoint, options.arch, options.num_classes, model));
+    for (int k = 0; k < b; ++k) RETURN_IF_ERROR(PackModel(model, k, fused));
+  } else {
+    for (int k = 0; k < b; ++k) {
+      torch::manual_seed(options.seed + static_cast<uint64_t>(k));
+      ASSIGN_OR_RETURN(Classifier model,
+                       MakeModel(options.arch, options.num_classes, options.dropout));
+      RETURN_IF_ERROR(PackModel(model, k, fused));
     }
-    RETURN_IF_ERROR(PackModel(model, k, fused));
   }
   fused->to(device);
   ASSIGN_OR_RETURN(std::unique_ptr<FusedOptimizer> optimizer,

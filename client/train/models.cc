@@ -328,12 +328,16 @@ absl::Status LoadModel(const std::string& path, const std::string& arch, int num
   if (!std::ifstream(path)) {
     return absl::NotFoundError(absl::StrCat("cannot open the checkpoint '", path, "'"));
   }
-  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+  struct Expected {
+    std::vector<int64_t> shape;
+    c10::ScalarType dtype;
+  };
+  std::vector<Expected> expected;
   for (const auto& item : model->named_parameters()) {
-    shapes.emplace_back(item.key(), item.value().sizes().vec());
+    expected.push_back({item.value().sizes().vec(), item.value().scalar_type()});
   }
   for (const auto& item : model->named_buffers()) {
-    shapes.emplace_back(item.key(), item.value().sizes().vec());
+    expected.push_back({item.value().sizes().vec(), item.value().scalar_type()});
   }
   const std::string where = absl::StrCat("checkpoint '", path, "'");
   try {
@@ -360,16 +364,23 @@ absl::Status LoadModel(const std::string& path, const std::string& arch, int num
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(where, " cannot be loaded: ", e.what()));
   }
-  // InputArchive replaces each tensor by the saved one: check the shapes.
+  // InputArchive replaces each tensor by the saved one: check the shapes and
+  // element types.
   std::vector<std::pair<std::string, torch::Tensor>> loaded;
   for (const auto& item : model->named_parameters()) loaded.emplace_back(item.key(), item.value());
   for (const auto& item : model->named_buffers()) loaded.emplace_back(item.key(), item.value());
-  for (size_t i = 0; i < loaded.size() && i < shapes.size(); ++i) {
-    if (loaded[i].second.sizes().vec() != shapes[i].second) {
+  for (size_t i = 0; i < loaded.size() && i < expected.size(); ++i) {
+    const torch::Tensor& t = loaded[i].second;
+    if (t.sizes().vec() != expected[i].shape) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": tensor '", loaded[i].first, "' has shape ", ShapeString(loaded[i].second),
-          " where ", arch, " with ", num_classes, " classes has [",
-          absl::StrJoin(shapes[i].second, ", "), "]"));
+          where, ": tensor '", loaded[i].first, "' has shape ", ShapeString(t), " where ", arch,
+          " with ", num_classes, " classes has [", absl::StrJoin(expected[i].shape, ", "), "]"));
+    }
+    if (t.scalar_type() != expected[i].dtype) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": tensor '", loaded[i].first, "' holds ",
+                       c10::toString(t.scalar_type()), ", the model ",
+                       c10::toString(expected[i].dtype)));
     }
   }
   return absl::OkStatus();

@@ -196,7 +196,7 @@ TEST_P(FusedArchTest, StepsWithPerModelHyperparametersEqualSeparateRuns) {
         FusedOptimizer::Create(kind, fused_->parameters(), h);
     ASSERT_TRUE(fused_optimizer.ok()) << fused_optimizer.status();
 
-    constexpr int kSteps = 3;
+    constexpr int kSteps = 2;
     for (int step = 0; step < kSteps; ++step) {
       const auto [images, labels] = Batch(100 + step);
       fused_->train();

@@ -2,6 +2,7 @@
 // each model k trains as an ordinary trainer with seed + k and its own
 // hyperparameters would; Save writes ordinary checkpoints that the unfused
 // trainer loads; bad options fail with errors that name them.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -140,6 +141,51 @@ TEST(FusedTrainerScheduleTest, CosineScheduleReachesEveryModelsOptimizer) {
   auto eval = (*unscheduled)->Evaluate(NoiseBatch(8, 32, 4));
   ASSERT_TRUE(eval.ok());
   EXPECT_GT(std::abs(fused_eval->models[0].loss - eval->loss), 1e-4);
+}
+
+TEST(FusedTrainerEdgeTest, ArrayOfOneTrainsAsTheOrdinaryModel) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdam}) {
+    const TrainerOptions options = Options(1, kind);
+    auto fused = Trainer::Create(options);
+    auto ordinary = Trainer::Create(Separate(options, 0));
+    ASSERT_TRUE(fused.ok() && ordinary.ok());
+    for (int step = 0; step < 3; ++step) {
+      const Batch batch = NoiseBatch(8, 32, 40 + step);
+      auto a = (*fused)->Step(batch);
+      auto b = (*ordinary)->Step(batch);
+      ASSERT_TRUE(a.ok() && b.ok());
+      ASSERT_EQ(a->models.size(), 1u);
+      EXPECT_NEAR(a->models[0].loss, b->loss, 1e-5) << OptimizerName(kind) << " step " << step;
+    }
+  }
+}
+
+TEST(FusedTrainerEdgeTest, ADivergedModelLeavesTheOthersAsTheyWouldBe) {
+  TrainerOptions options = Options(3);
+  options.models[0].lr = 1e12;  // diverges
+  auto fused = Trainer::Create(options);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  std::vector<std::unique_ptr<Trainer>> separate;
+  for (int k = 1; k < 3; ++k) {
+    auto trainer = Trainer::Create(Separate(options, k));
+    ASSERT_TRUE(trainer.ok());
+    separate.push_back(*std::move(trainer));
+  }
+  bool diverged = false;
+  for (int step = 0; step < 8; ++step) {
+    const Batch batch = NoiseBatch(8, 32, 60 + step);
+    auto a = (*fused)->Step(batch);
+    ASSERT_TRUE(a.ok()) << a.status();
+    diverged = diverged || !std::isfinite(a->models[0].loss) || a->models[0].loss > 1e3;
+    for (int k = 1; k < 3; ++k) {
+      auto b = separate[k - 1]->Step(batch);
+      ASSERT_TRUE(b.ok());
+      ASSERT_TRUE(std::isfinite(a->models[k].loss)) << "model " << k << " step " << step;
+      EXPECT_NEAR(a->models[k].loss, b->loss, 1e-4 * std::max(1.0, b->loss))
+          << "model " << k << " step " << step;
+    }
+  }
+  EXPECT_TRUE(diverged) << "model 0 was meant to diverge";
 }
 
 TEST(FusedTrainerSaveTest, EachSavedModelLoadsIntoTheUnfusedTrainer) {
