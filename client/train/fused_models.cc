@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/train/architectures.h"
 
 namespace sophon {
 namespace {
@@ -83,195 +84,27 @@ class FusedLinearImpl final : public nn::Module {
   torch::Tensor weight_, bias_;
 };
 
-std::shared_ptr<FusedConv2dImpl> Conv(int64_t b, int64_t in, int64_t out, int64_t kernel,
-                                      int64_t stride, int64_t padding, bool bias,
-                                      bool shared_input = false) {
-  return std::make_shared<FusedConv2dImpl>(b, in, out, kernel, stride, padding, bias,
-                                           shared_input);
-}
+// Fused layers for the architectures (architectures.h): B models in each.
+struct FusedLayers {
+  using Base = FusedClassifierImpl;
+  int64_t models;
 
-std::shared_ptr<FusedBatchNorm2dImpl> BatchNorm(int64_t b, int64_t channels) {
-  return std::make_shared<FusedBatchNorm2dImpl>(b, channels);
-}
-
-std::shared_ptr<FusedLinearImpl> Linear(int64_t b, int64_t in, int64_t out) {
-  return std::make_shared<FusedLinearImpl>(b, in, out);
-}
-
-nn::ReLU Relu() { return nn::ReLU(nn::ReLUOptions().inplace(true)); }
-
-nn::MaxPool2d MaxPool(int64_t kernel, int64_t stride, int64_t padding = 0) {
-  return nn::MaxPool2d(nn::MaxPool2dOptions(kernel).stride(stride).padding(padding));
-}
-
-// [N, B*C, h, w] -> [B, N, C*h*w]: each model's features flattened as
-// torch::flatten(x, 1) flattens them in the ordinary model.
-torch::Tensor ToModelMajor(const torch::Tensor& x, int64_t models) {
-  return x.reshape({x.size(0), models, -1}).transpose(0, 1);
-}
-
-// The fused torchvision AlexNet (models.cc), with the same submodule indices.
-class FusedAlexNetImpl final : public FusedClassifierImpl {
- public:
-  FusedAlexNetImpl(int64_t b, int num_classes, double dropout) : FusedClassifierImpl(b) {
-    features_ = register_module(
-        "features",
-        nn::Sequential(Conv(b, 3, 64, 11, 4, 2, true, /*shared_input=*/true), Relu(),
-                       MaxPool(3, 2), Conv(b, 64, 192, 5, 1, 2, true), Relu(), MaxPool(3, 2),
-                       Conv(b, 192, 384, 3, 1, 1, true), Relu(), Conv(b, 384, 256, 3, 1, 1, true),
-                       Relu(), Conv(b, 256, 256, 3, 1, 1, true), Relu(), MaxPool(3, 2)));
-    avgpool_ = register_module("avgpool",
-                               nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions({6, 6})));
-    classifier_ = register_module(
-        "classifier",
-        nn::Sequential(nn::Dropout(dropout), Linear(b, 256 * 6 * 6, 4096), Relu(),
-                       nn::Dropout(dropout), Linear(b, 4096, 4096), Relu(),
-                       Linear(b, 4096, num_classes)));
+  std::shared_ptr<FusedConv2dImpl> Conv(int64_t in, int64_t out, int64_t kernel, int64_t stride,
+                                        int64_t padding, bool bias, bool first) const {
+    return std::make_shared<FusedConv2dImpl>(models, in, out, kernel, stride, padding, bias,
+                                             /*shared_input=*/first);
   }
-
-  torch::Tensor forward(torch::Tensor x) override {
-    x = avgpool_->forward(features_->forward(x));
-    return classifier_->forward(ToModelMajor(x, num_models()));
+  std::shared_ptr<FusedBatchNorm2dImpl> Norm(int64_t channels) const {
+    return std::make_shared<FusedBatchNorm2dImpl>(models, channels);
   }
-
- private:
-  nn::Sequential features_{nullptr};
-  nn::AdaptiveAvgPool2d avgpool_{nullptr};
-  nn::Sequential classifier_{nullptr};
-};
-
-// Fused torchvision BasicBlock.
-class FusedBasicBlockImpl final : public nn::Module {
- public:
-  static constexpr int64_t kExpansion = 1;
-
-  FusedBasicBlockImpl(int64_t b, int64_t inplanes, int64_t planes, int64_t stride,
-                      nn::Sequential downsample) {
-    conv1_ = register_module("conv1", Conv(b, inplanes, planes, 3, stride, 1, false));
-    bn1_ = register_module("bn1", BatchNorm(b, planes));
-    conv2_ = register_module("conv2", Conv(b, planes, planes, 3, 1, 1, false));
-    bn2_ = register_module("bn2", BatchNorm(b, planes));
-    if (downsample) downsample_ = register_module("downsample", std::move(downsample));
+  std::shared_ptr<FusedLinearImpl> Linear(int64_t in, int64_t out) const {
+    return std::make_shared<FusedLinearImpl>(models, in, out);
   }
-
-  torch::Tensor forward(torch::Tensor x) {
-    torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
-    torch::Tensor out = bn1_->forward(conv1_->forward(x)).relu_();
-    out = bn2_->forward(conv2_->forward(out));
-    out += identity;
-    return out.relu_();
+  // [N, B*C, h, w] -> [B, N, C*h*w]: each model's features flattened as
+  // torch::flatten(x, 1) flattens them in the ordinary model.
+  torch::Tensor Flatten(const torch::Tensor& x) const {
+    return x.reshape({x.size(0), models, -1}).transpose(0, 1);
   }
-
- private:
-  std::shared_ptr<FusedConv2dImpl> conv1_, conv2_;
-  std::shared_ptr<FusedBatchNorm2dImpl> bn1_, bn2_;
-  nn::Sequential downsample_{nullptr};
-};
-
-// Fused torchvision Bottleneck (ResNet V1.5).
-class FusedBottleneckImpl final : public nn::Module {
- public:
-  static constexpr int64_t kExpansion = 4;
-
-  FusedBottleneckImpl(int64_t b, int64_t inplanes, int64_t planes, int64_t stride,
-                      nn::Sequential downsample) {
-    conv1_ = register_module("conv1", Conv(b, inplanes, planes, 1, 1, 0, false));
-    bn1_ = register_module("bn1", BatchNorm(b, planes));
-    conv2_ = register_module("conv2", Conv(b, planes, planes, 3, stride, 1, false));
-    bn2_ = register_module("bn2", BatchNorm(b, planes));
-    conv3_ = register_module("conv3", Conv(b, planes, planes * kExpansion, 1, 1, 0, false));
-    bn3_ = register_module("bn3", BatchNorm(b, planes * kExpansion));
-    if (downsample) downsample_ = register_module("downsample", std::move(downsample));
-  }
-
-  torch::Tensor forward(torch::Tensor x) {
-    torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
-    torch::Tensor out = bn1_->forward(conv1_->forward(x)).relu_();
-    out = bn2_->forward(conv2_->forward(out)).relu_();
-    out = bn3_->forward(conv3_->forward(out));
-    out += identity;
-    return out.relu_();
-  }
-
- private:
-  std::shared_ptr<FusedConv2dImpl> conv1_, conv2_, conv3_;
-  std::shared_ptr<FusedBatchNorm2dImpl> bn1_, bn2_, bn3_;
-  nn::Sequential downsample_{nullptr};
-};
-
-// Fused torchvision ResNet.
-template <typename BlockImpl>
-class FusedResNetImpl final : public FusedClassifierImpl {
- public:
-  FusedResNetImpl(int64_t b, const std::array<int, 4>& layers, int num_classes)
-      : FusedClassifierImpl(b) {
-    conv1_ = register_module("conv1", Conv(b, 3, 64, 7, 2, 3, false, /*shared_input=*/true));
-    bn1_ = register_module("bn1", BatchNorm(b, 64));
-    maxpool_ = register_module("maxpool", MaxPool(3, 2, 1));
-    layer1_ = register_module("layer1", MakeLayer(64, layers[0], 1));
-    layer2_ = register_module("layer2", MakeLayer(128, layers[1], 2));
-    layer3_ = register_module("layer3", MakeLayer(256, layers[2], 2));
-    layer4_ = register_module("layer4", MakeLayer(512, layers[3], 2));
-    avgpool_ = register_module("avgpool",
-                               nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions({1, 1})));
-    fc_ = register_module("fc", Linear(b, 512 * BlockImpl::kExpansion, num_classes));
-  }
-
-  torch::Tensor forward(torch::Tensor x) override {
-    x = maxpool_->forward(bn1_->forward(conv1_->forward(x)).relu_());
-    x = layer4_->forward(layer3_->forward(layer2_->forward(layer1_->forward(x))));
-    return fc_->forward(ToModelMajor(avgpool_->forward(x), num_models()));
-  }
-
- private:
-  nn::Sequential MakeLayer(int64_t planes, int blocks, int64_t stride) {
-    const int64_t b = num_models();
-    const int64_t out_planes = planes * BlockImpl::kExpansion;
-    nn::Sequential downsample{nullptr};
-    if (stride != 1 || inplanes_ != out_planes) {
-      downsample =
-          nn::Sequential(Conv(b, inplanes_, out_planes, 1, stride, 0, false), BatchNorm(b, out_planes));
-    }
-    nn::Sequential layer;
-    layer->push_back(std::make_shared<BlockImpl>(b, inplanes_, planes, stride, downsample));
-    inplanes_ = out_planes;
-    for (int i = 1; i < blocks; ++i) {
-      layer->push_back(
-          std::make_shared<BlockImpl>(b, inplanes_, planes, 1, nn::Sequential(nullptr)));
-    }
-    return layer;
-  }
-
-  int64_t inplanes_ = 64;
-  std::shared_ptr<FusedConv2dImpl> conv1_;
-  std::shared_ptr<FusedBatchNorm2dImpl> bn1_;
-  nn::MaxPool2d maxpool_{nullptr};
-  nn::Sequential layer1_{nullptr}, layer2_{nullptr}, layer3_{nullptr}, layer4_{nullptr};
-  nn::AdaptiveAvgPool2d avgpool_{nullptr};
-  std::shared_ptr<FusedLinearImpl> fc_;
-};
-
-// Fused tinycnn.
-class FusedTinyCnnImpl final : public FusedClassifierImpl {
- public:
-  FusedTinyCnnImpl(int64_t b, int num_classes) : FusedClassifierImpl(b) {
-    features_ = register_module(
-        "features",
-        nn::Sequential(Conv(b, 3, 32, 3, 1, 1, false, /*shared_input=*/true), BatchNorm(b, 32),
-                       Relu(), MaxPool(2, 2), Conv(b, 32, 64, 3, 1, 1, false), BatchNorm(b, 64),
-                       Relu(), MaxPool(2, 2), Conv(b, 64, 128, 3, 1, 1, false),
-                       BatchNorm(b, 128), Relu(),
-                       nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions({1, 1}))));
-    fc_ = register_module("fc", Linear(b, 128, num_classes));
-  }
-
-  torch::Tensor forward(torch::Tensor x) override {
-    return fc_->forward(ToModelMajor(features_->forward(x), num_models()));
-  }
-
- private:
-  nn::Sequential features_{nullptr};
-  std::shared_ptr<FusedLinearImpl> fc_;
 };
 
 struct FusedSpec {
@@ -284,21 +117,22 @@ const std::vector<FusedSpec>& FusedSpecs() {
   static const auto* specs = new std::vector<FusedSpec>{
       {"alexnet",
        [](int64_t b, int n, double dropout) -> FusedClassifier {
-         return std::make_shared<FusedAlexNetImpl>(b, n, dropout);
+         return std::make_shared<architectures::AlexNet<FusedLayers>>(FusedLayers{b}, n,
+                                                                      dropout);
        }},
       {"resnet18",
        [](int64_t b, int n, double) -> FusedClassifier {
-         return std::make_shared<FusedResNetImpl<FusedBasicBlockImpl>>(
-             b, std::array<int, 4>{2, 2, 2, 2}, n);
+         return std::make_shared<architectures::ResNet<FusedLayers, architectures::BasicBlock>>(
+             FusedLayers{b}, std::array<int, 4>{2, 2, 2, 2}, n);
        }},
       {"resnet50",
        [](int64_t b, int n, double) -> FusedClassifier {
-         return std::make_shared<FusedResNetImpl<FusedBottleneckImpl>>(
-             b, std::array<int, 4>{3, 4, 6, 3}, n);
+         return std::make_shared<architectures::ResNet<FusedLayers, architectures::Bottleneck>>(
+             FusedLayers{b}, std::array<int, 4>{3, 4, 6, 3}, n);
        }},
       {"tinycnn",
        [](int64_t b, int n, double) -> FusedClassifier {
-         return std::make_shared<FusedTinyCnnImpl>(b, n);
+         return std::make_shared<architectures::TinyCnn<FusedLayers>>(FusedLayers{b}, n);
        }},
   };
   return *specs;
