@@ -19,25 +19,15 @@
 namespace sophon {
 namespace {
 
-class FusedTrainer final : public Trainer {
+class FusedTrainer final : public TorchTrainerBase {
  public:
   // REQUIRES: model already lives on `device`.
   FusedTrainer(const TrainerOptions& options, FusedClassifier model,
                std::unique_ptr<FusedOptimizer> optimizer, torch::Device device)
-      : options_(options),
-        device_(device),
+      : TorchTrainerBase(device),
+        options_(options),
         model_(std::move(model)),
         optimizer_(std::move(optimizer)) {}
-
-  absl::StatusOr<StepResult> Step(const Batch& batch) override {
-    return Run(batch, /*train=*/true);
-  }
-
-  absl::StatusOr<StepResult> Evaluate(const Batch& batch) override {
-    return Run(batch, /*train=*/false);
-  }
-
-  std::string DeviceName() const override { return device_.str(); }
 
   absl::StatusOr<std::vector<std::string>> Save(const std::string& path) override;
 
@@ -51,11 +41,10 @@ class FusedTrainer final : public Trainer {
   }
 
  private:
-  absl::StatusOr<StepResult> Run(const Batch& batch, bool train);
+  absl::StatusOr<StepResult> Run(const Batch& batch, bool train) override;
 
   // Constant after construction.
   const TrainerOptions options_;
-  const torch::Device device_;
   const FusedClassifier model_;
   // Mutated by every Step().
   const std::unique_ptr<FusedOptimizer> optimizer_;

@@ -1,6 +1,6 @@
 // What the LibTorch trainers (torch_trainer.cc, fused_trainer.cc) share: the
-// device by name, the checks of a batch before LibTorch sees it, and the
-// batch as tensors.
+// device by name, the checks of a batch before LibTorch sees it, the batch as
+// tensors, and a base class.
 //
 // Only sophon_torch's files include this header: it pulls in LibTorch.
 #ifndef SOPHON_CLIENT_TRAIN_TORCH_STEP_H_
@@ -13,9 +13,28 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/train/trainer.h"
 #include "sophon/data/batch.h"
 
 namespace sophon {
+
+// A trainer on a LibTorch device whose Step and Evaluate are one Run.
+class TorchTrainerBase : public Trainer {
+ public:
+  explicit TorchTrainerBase(torch::Device device) : device_(device) {}
+
+  absl::StatusOr<StepResult> Step(const Batch& batch) final { return Run(batch, /*train=*/true); }
+  absl::StatusOr<StepResult> Evaluate(const Batch& batch) final {
+    return Run(batch, /*train=*/false);
+  }
+  std::string DeviceName() const final { return device_.str(); }
+
+ protected:
+  // Forward (and with `train`, backward and an optimizer step) on the batch.
+  virtual absl::StatusOr<StepResult> Run(const Batch& batch, bool train) = 0;
+
+  const torch::Device device_;
+};
 
 // Parses "cpu", "cuda" (= cuda:0) or "cuda:N" and checks that LibTorch can
 // run there: InvalidArgument for a malformed name, FailedPrecondition when

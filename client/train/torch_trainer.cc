@@ -38,24 +38,14 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainerOptions& opt
       torch::optim::SGDOptions(h.lr).momentum(h.momentum).weight_decay(h.weight_decay));
 }
 
-class TorchTrainer final : public Trainer {
+class TorchTrainer final : public TorchTrainerBase {
  public:
   // REQUIRES: model already lives on `device`.
   TorchTrainer(const TrainerOptions& options, Classifier model, torch::Device device)
-      : options_(options),
-        device_(device),
+      : TorchTrainerBase(device),
+        options_(options),
         model_(std::move(model)),
         optimizer_(MakeOptimizer(options, model_)) {}
-
-  absl::StatusOr<StepResult> Step(const Batch& batch) override {
-    return Run(batch, /*train=*/true);
-  }
-
-  absl::StatusOr<StepResult> Evaluate(const Batch& batch) override {
-    return Run(batch, /*train=*/false);
-  }
-
-  std::string DeviceName() const override { return device_.str(); }
 
   absl::StatusOr<std::vector<std::string>> Save(const std::string& path) override;
 
@@ -68,11 +58,10 @@ class TorchTrainer final : public Trainer {
   }
 
  private:
-  absl::StatusOr<StepResult> Run(const Batch& batch, bool train);
+  absl::StatusOr<StepResult> Run(const Batch& batch, bool train) override;
 
   // Constant after construction.
   const TrainerOptions options_;
-  const torch::Device device_;
   const Classifier model_;
   // Mutated by every Step().
   const std::unique_ptr<torch::optim::Optimizer> optimizer_;
