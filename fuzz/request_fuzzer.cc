@@ -70,7 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(static_cast<int>(checked->samples.size()) == request.samples_size(), "samples dropped");
   int prepared = 0;
   for (const sophon::CheckedSample& s : checked->samples) {
-    if (!s.error.ok()) continue;
+    if (s.refusal != SampleRefusal::kNone) continue;
     Check(s.id < w.source->size(), "accepted an id outside the manifest");
     Check(s.bytes >= 0 && s.bytes <= w.options.max_stream_inflight_bytes,
           "accepted a sample larger than a stream may hold");

@@ -1,53 +1,150 @@
 #include "server/byte_budget.h"
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <utility>
 
 namespace sophon {
 
-bool ByteBudget::TryAcquireOrWait(int64_t bytes, Waiter* waiter, bool* registered) {
-  absl::MutexLock lock(&mu_);
-  if (registered != nullptr) *registered = false;
-  // An empty budget admits anything, so that one sample larger than the
-  // capacity cannot wait forever (the service refuses such samples earlier).
-  if (used_ == 0 || used_ + bytes <= capacity_) {
-    AddLocked(bytes);
-    return true;
+ByteBudget::ByteBudget(const Options& options, TransitionFn on_transition)
+    : options_(options), on_transition_(std::move(on_transition)) {
+  notifier_ = std::thread([this] { NotifierLoop(); });
+  pthread_setname_np(notifier_.native_handle(), "sophon-budget");
+}
+
+ByteBudget::~ByteBudget() {
+  {
+    absl::MutexLock lock(&notify_mu_);
+    stopping_ = true;
   }
-  if (waiter != nullptr && std::find(waiters_.begin(), waiters_.end(), waiter) == waiters_.end()) {
-    waiters_.push_back(waiter);
-    if (registered != nullptr) *registered = true;
+  notifier_.join();
+}
+
+bool ByteBudget::PeerAllowsLocked(const Peer& peer, int64_t bytes) const {
+  return peer.held == 0 || peer.held + bytes <= options_.max_peer_bytes;
+}
+
+void ByteBudget::AddLocked(Peer& peer, int64_t bytes) {
+  const bool was_busy = used_ > options_.quiet_bytes;
+  used_ = std::max<int64_t>(0, used_ + bytes);
+  peer.held = std::max<int64_t>(0, peer.held + bytes);
+  peak_ = std::max(peak_, used_);
+  const bool busy = used_ > options_.quiet_bytes;
+  if (on_transition_ && busy != was_busy) on_transition_(busy);
+}
+
+void ByteBudget::ForgetIfEmptyLocked(const std::string& name) {
+  auto it = peers_.find(name);
+  if (it != peers_.end() && it->second.held == 0 && it->second.waiting == 0) peers_.erase(it);
+}
+
+void ByteBudget::GrantLocked(std::vector<Grant>* grants) {
+  while (!queue_.empty()) {
+    // Max-min fair share of each address that holds or waits for bytes.
+    const int64_t share = options_.capacity / static_cast<int64_t>(std::max<size_t>(1, peers_.size()));
+    auto pick = queue_.end();
+    auto first_allowed = queue_.end();
+    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+      const Peer& peer = peers_[it->peer];
+      if (!PeerAllowsLocked(peer, it->bytes)) continue;  // waits for its own address
+      if (peer.held < share) {
+        pick = it;
+        break;
+      }
+      if (first_allowed == queue_.end()) first_allowed = it;
+    }
+    if (pick == queue_.end()) pick = first_allowed;
+    if (pick == queue_.end()) return;
+    // The head's reservation: nobody behind it takes bytes until it fits.
+    // An empty budget admits anything, so that one sample larger than the
+    // capacity cannot wait forever.
+    if (used_ != 0 && used_ + pick->bytes > options_.capacity) return;
+    Peer& peer = peers_[pick->peer];
+    AddLocked(peer, pick->bytes);
+    --peer.waiting;
+    ++grants_;
+    grants->push_back(Grant{pick->waiter, pick->bytes});
+    queue_.erase(pick);
   }
-  return false;
 }
 
-void ByteBudget::ForceAcquire(int64_t bytes) {
-  absl::MutexLock lock(&mu_);
-  AddLocked(bytes);
-}
-
-void ByteBudget::AddLocked(int64_t bytes) {
-  const bool was_idle = used_ == 0;
-  used_ += bytes;
-  if (used_ < 0) used_ = 0;
-  if (on_transition_ && was_idle != (used_ == 0)) on_transition_(/*busy=*/was_idle);
-}
-
-void ByteBudget::Release(int64_t bytes) {
-  std::vector<Waiter*> woken;
+bool ByteBudget::Acquire(const std::string& peer_name, int64_t bytes, Waiter* waiter) {
+  std::vector<Grant> grants;
+  bool granted_now = false;
   {
     absl::MutexLock lock(&mu_);
-    AddLocked(-bytes);
-    woken.swap(waiters_);
+    ++peers_[peer_name].waiting;
+    queue_.push_back(Queued{waiter, peer_name, bytes});
+    GrantLocked(&grants);
+    // Granted in this very call: the caller goes on without a notification.
+    auto self = std::find_if(grants.begin(), grants.end(),
+                             [waiter](const Grant& g) { return g.waiter == waiter; });
+    if (self != grants.end()) {
+      granted_now = true;
+      --grants_;  // not a wake-up
+      grants.erase(self);
+    }
   }
-  for (Waiter* w : woken) w->OnBytesReleased();
+  Deliver(std::move(grants));
+  return granted_now;
 }
 
-bool ByteBudget::RemoveWaiter(Waiter* waiter) {
-  absl::MutexLock lock(&mu_);
-  auto it = std::find(waiters_.begin(), waiters_.end(), waiter);
-  if (it == waiters_.end()) return false;
-  waiters_.erase(it);
-  return true;
+void ByteBudget::Release(const std::string& peer_name, int64_t bytes) {
+  if (bytes <= 0) return;
+  std::vector<Grant> grants;
+  {
+    absl::MutexLock lock(&mu_);
+    AddLocked(peers_[peer_name], -bytes);
+    ForgetIfEmptyLocked(peer_name);
+    GrantLocked(&grants);
+  }
+  Deliver(std::move(grants));
+}
+
+bool ByteBudget::Cancel(Waiter* waiter) {
+  std::vector<Grant> grants;
+  bool found = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = std::find_if(queue_.begin(), queue_.end(),
+                           [waiter](const Queued& q) { return q.waiter == waiter; });
+    if (it != queue_.end()) {
+      found = true;
+      const std::string name = it->peer;
+      --peers_[name].waiting;
+      queue_.erase(it);
+      ForgetIfEmptyLocked(name);
+      // The head may have left: the next ones may fit now.
+      GrantLocked(&grants);
+    }
+  }
+  Deliver(std::move(grants));
+  return found;
+}
+
+void ByteBudget::Deliver(std::vector<Grant> grants) {
+  if (grants.empty()) return;
+  absl::MutexLock lock(&notify_mu_);
+  for (Grant& g : grants) to_deliver_.push_back(g);
+}
+
+void ByteBudget::NotifierLoop() {
+  while (true) {
+    Grant grant;
+    {
+      absl::MutexLock lock(&notify_mu_);
+      notify_mu_.Await(absl::Condition(
+          +[](ByteBudget* b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b->notify_mu_) {
+            return b->stopping_ || !b->to_deliver_.empty();
+          },
+          this));
+      if (to_deliver_.empty()) return;  // stopping, and every grant delivered
+      grant = to_deliver_.front();
+      to_deliver_.pop_front();
+    }
+    grant.waiter->OnBytesGranted(grant.bytes);
+  }
 }
 
 int64_t ByteBudget::used() const {
@@ -55,9 +152,25 @@ int64_t ByteBudget::used() const {
   return used_;
 }
 
+int64_t ByteBudget::peak() const {
+  absl::MutexLock lock(&mu_);
+  return peak_;
+}
+
 int ByteBudget::waiters() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int>(waiters_.size());
+  return static_cast<int>(queue_.size());
+}
+
+int64_t ByteBudget::peer_used(const std::string& peer) const {
+  absl::MutexLock lock(&mu_);
+  auto it = peers_.find(peer);
+  return it == peers_.end() ? 0 : it->second.held;
+}
+
+uint64_t ByteBudget::grants() const {
+  absl::MutexLock lock(&mu_);
+  return grants_;
 }
 
 }  // namespace sophon

@@ -1,66 +1,132 @@
-// Admission by bytes across all streams: a counter of reserved bytes with a
-// capacity, and a list of waiters to wake when bytes are released. Streams
-// reserve a sample's output size before its work starts and release it once
-// the sample is written; a stream that does not fit waits without a thread.
+// Admission by bytes across all streams, fair across client addresses.
+//
+// Streams reserve a sample's output size before its work starts and release
+// it once the sample is written. What does not fit waits in one FIFO queue
+// without a thread; a release grants bytes to waiters (reserving them on the
+// waiter's behalf, so a woken waiter never finds its bytes gone) and tells
+// them on the budget's own notifier thread, never on the releasing thread.
+//
+// Order of admission, when bytes are scarce:
+// - Max-min fairness across addresses: a waiter whose address holds less
+//   than its fair share (capacity / addresses holding or waiting) goes
+//   before waiters whose address holds more; among equals, first come first
+//   served.
+// - The head waiter's reservation: the first waiter in that order that does
+//   not fit stops every waiter behind it, so a large sample is not starved by
+//   a steady flow of small ones.
+// - A backstop: one address never holds more than max_peer_bytes (unless it
+//   holds nothing: one sample always fits an address's empty share); its
+//   waiters wait for its own releases and do not hold up the others.
 #ifndef SOPHON_SERVER_BYTE_BUDGET_H_
 #define SOPHON_SERVER_BYTE_BUDGET_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
-#include <utility>
+#include <list>
+#include <string>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 
 namespace sophon {
 
 class ByteBudget {
  public:
-  // Something that waits for bytes. Woken at most once per registration.
+  // Something that waits for bytes.
   class Waiter {
    public:
     virtual ~Waiter() = default;
-    // Called without the budget's lock held, in the thread that released
-    // bytes. The waiter may try again (and wait again).
-    virtual void OnBytesReleased() = 0;
+    // The `bytes` this waiter asked for are now reserved for it (it must
+    // Release them, or use them and release them later). Called exactly once
+    // per Acquire that returned false and was not cancelled, on the budget's
+    // notifier thread, without the budget's lock held.
+    virtual void OnBytesGranted(int64_t bytes) = 0;
   };
 
-  // Told when the bytes in use go from 0 to more (true) and back to 0
-  // (false), under the budget's lock: it must be quick and must not call
-  // back into the budget.
+  struct Options {
+    int64_t capacity = 1;        // bytes in all; >= 1
+    int64_t max_peer_bytes = 1;  // bytes one address may hold; in [1, capacity]
+    // Below this many bytes in use the budget counts as quiet (see
+    // TransitionFn); 0 = quiet only when nothing is in use.
+    int64_t quiet_bytes = 0;
+  };
+
+  // Told when the bytes in use rise above Options.quiet_bytes (busy = true)
+  // and when they fall back to it or below (busy = false), under the
+  // budget's lock: it must be quick and must not call back into the budget.
   using TransitionFn = std::function<void(bool busy)>;
 
-  // REQUIRES: capacity >= 1.
-  explicit ByteBudget(int64_t capacity, TransitionFn on_transition = nullptr)
-      : capacity_(capacity), on_transition_(std::move(on_transition)) {}
+  explicit ByteBudget(const Options& options, TransitionFn on_transition = nullptr);
+  // Delivers the grants already made, then joins the notifier thread.
+  ~ByteBudget();
 
-  // Reserves `bytes` if they fit, else registers `waiter` (if not null) to be
-  // woken by the next Release and returns false; *registered (if not null)
-  // tells whether this call added the waiter (false if it was already
-  // waiting), so that callers can hold one reference per registration.
-  // Atomic, so a release between the attempt and the registration cannot be
-  // missed. Thread-safe.
-  bool TryAcquireOrWait(int64_t bytes, Waiter* waiter, bool* registered = nullptr);
-  // Reserves unconditionally (used when a sample turned out larger than its
-  // estimate); may take the budget above capacity for a moment.
-  void ForceAcquire(int64_t bytes);
-  // Returns bytes and wakes every registered waiter (outside the lock).
-  void Release(int64_t bytes);
-  // Unregisters `waiter`; true if it was registered (and so will not be woken).
-  bool RemoveWaiter(Waiter* waiter);
+  ByteBudget(const ByteBudget&) = delete;
+  ByteBudget& operator=(const ByteBudget&) = delete;
 
-  int64_t capacity() const { return capacity_; }
+  // Reserves `bytes` for address `peer` and returns true if they fit now and
+  // no earlier waiter has a claim on them; otherwise queues `waiter` and
+  // returns false (OnBytesGranted follows, unless Cancel removes it first).
+  // REQUIRES: bytes >= 0; `waiter` is not queued already. Thread-safe.
+  bool Acquire(const std::string& peer, int64_t bytes, Waiter* waiter);
+  // Returns bytes that `peer` reserved; grants bytes to the waiters that now
+  // fit. Thread-safe; never calls a waiter on this thread.
+  void Release(const std::string& peer, int64_t bytes);
+  // Removes a queued waiter: true if it was queued (no grant will come for
+  // it); false if it was not (a grant made before may still be delivered).
+  bool Cancel(Waiter* waiter);
+
+  int64_t capacity() const { return options_.capacity; }
+  int64_t max_peer_bytes() const { return options_.max_peer_bytes; }
   int64_t used() const;
+  // The most bytes ever in use at once.
+  int64_t peak() const;
   int waiters() const;
+  // Bytes that address `peer` holds now.
+  int64_t peer_used(const std::string& peer) const;
+  // Grants made to queued waiters (each one a wake-up of exactly one waiter).
+  uint64_t grants() const;
 
  private:
-  void AddLocked(int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct Queued {
+    Waiter* waiter;
+    std::string peer;
+    int64_t bytes;
+  };
+  struct Peer {
+    int64_t held = 0;
+    int waiting = 0;
+  };
+  struct Grant {
+    Waiter* waiter;
+    int64_t bytes;
+  };
 
-  const int64_t capacity_;
+  // Reserves for the waiters that fit, in admission order; appends them to
+  // `grants`.
+  void GrantLocked(std::vector<Grant>* grants) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddLocked(Peer& peer, int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool PeerAllowsLocked(const Peer& peer, int64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ForgetIfEmptyLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Deliver(std::vector<Grant> grants);
+  void NotifierLoop();
+
+  const Options options_;
   const TransitionFn on_transition_;
   mutable absl::Mutex mu_;
   int64_t used_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<Waiter*> waiters_ ABSL_GUARDED_BY(mu_);
+  int64_t peak_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t grants_ ABSL_GUARDED_BY(mu_) = 0;
+  std::list<Queued> queue_ ABSL_GUARDED_BY(mu_);  // FIFO
+  std::unordered_map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);  // holding or waiting
+
+  absl::Mutex notify_mu_;
+  std::deque<Grant> to_deliver_ ABSL_GUARDED_BY(notify_mu_);
+  bool stopping_ ABSL_GUARDED_BY(notify_mu_) = false;
+  std::thread notifier_;
 };
 
 }  // namespace sophon

@@ -25,26 +25,28 @@ std::string FlattenBuffer(const grpc::ByteBuffer& buffer) {
   return out;
 }
 
+constexpr int64_t kPendingSampleBytes = sizeof(CheckedSample);
+
 }  // namespace
 
 FetchReactor::FetchReactor(SampleServiceImpl* service, grpc::CallbackServerContext* context)
     : service_(service),
       context_(context),
       peer_(context->peer()),
+      peer_address_(PeerAddress(peer_)),
       stream_id_(next_stream_id.fetch_add(1)),
-      opened_(absl::Now()) {
+      opened_(service->Now()) {
   {
     absl::MutexLock lock(&mu_);
     last_activity_ = opened_;
   }
   Limit limit = Limit::kMaxStreams;
-  const absl::Status admitted = service_->registry().Register(PeerAddress(peer_), this, &limit);
+  const absl::Status admitted = service_->registry().Register(peer_address_, this, &limit);
   if (!admitted.ok()) {
     service_->RecordRejection(limit, peer_, admitted);
     {
       absl::MutexLock lock(&mu_);
       error_ = admitted;
-      error_limit_ = limit;
       finished_ = true;
     }
     Finish(ToGrpcStatus(admitted));
@@ -58,21 +60,29 @@ FetchReactor::FetchReactor(SampleServiceImpl* service, grpc::CallbackServerConte
 
 FetchReactor::~FetchReactor() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // No other thread refers to us any more. Samples that were ready but never
-  // written give their reservation back now.
-  if (stream_bytes_ > 0) service_->budget().Release(stream_bytes_);
+  // written, and a grant never used, give their reservation back now.
+  if (stream_bytes_ > 0) service_->budget().Release(peer_address_, stream_bytes_);
   service_->stats().AddInflight(-inflight_samples_);
+  ClearPendingLocked();
 }
 
 void FetchReactor::Unref() {
   if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
 }
 
+void FetchReactor::ClearPendingLocked() {
+  service_->stats().AddPendingRequestBytes(-kPendingSampleBytes *
+                                           static_cast<int64_t>(pending_.size()));
+  pending_.clear();
+  front_paid_ = false;  // its bytes stay in stream_bytes_ until the end
+}
+
 void FetchReactor::FailLocked(absl::Status status) {
   if (error_.ok()) {
     error_ = std::move(status);
-    error_at_ = absl::Now();
+    error_at_ = service_->Now();
   }
-  pending_.clear();
+  ClearPendingLocked();
   abandoned_.store(true, std::memory_order_relaxed);
 }
 
@@ -89,15 +99,25 @@ absl::Status FetchReactor::HandleRequestLocked(Limit* limit) {
     const absl::Status status(checked.status().code(),
                               absl::StrCat("request ", requests_, " on this stream: ",
                                            checked.status().message()));
-    error_limit_ = *limit;
     FailLocked(status);
     return status;
   }
   message_.pipeline = std::move(checked->pipeline);
   message_.seed = checked->seed;
   message_.epoch = checked->epoch;
-  for (CheckedSample& s : checked->samples) pending_.push_back(std::move(s));
+  for (CheckedSample& s : checked->samples) pending_.push_back(s);
+  service_->stats().AddPendingRequestBytes(kPendingSampleBytes *
+                                           static_cast<int64_t>(checked->samples.size()));
   return absl::OkStatus();
+}
+
+StreamActivity FetchReactor::ActivityLocked() const {
+  StreamActivity a;
+  a.writing = writing_;
+  a.write_started = write_started_;
+  a.server_busy = !pending_.empty() || awaiting_grant_ || jobs_running_ > 0 || !ready_.empty();
+  a.last_activity = last_activity_;
+  return a;
 }
 
 void FetchReactor::Pump() {
@@ -115,48 +135,49 @@ void FetchReactor::Pump() {
     {
       absl::MutexLock lock(&mu_);
       if (finished_) return;
-      const absl::Time now = absl::Now();
       // Admit pending samples while the stream and the server have room.
-      while (error_.ok() && !pending_.empty() &&
+      int admitted = 0;
+      while (error_.ok() && !awaiting_grant_ && !pending_.empty() &&
              inflight_samples_ < options.max_inflight_per_stream) {
         CheckedSample& s = pending_.front();
-        if (!s.error.ok()) {  // answered with its error: no work, no bytes reserved
+        if (s.refusal != SampleRefusal::kNone) {  // answered with its error: no work, no bytes
           Ready r;
           r.sample.set_id(s.id);
           if (s.id < service_->source().size()) {
             r.sample.set_label(service_->source().entry(s.id).label);
           }
           r.sample.set_stage(static_cast<v1::Stage>(s.stage));
-          SetSampleStatus(s.error, &r.sample);
-          service_->stats().RecordFailure(s.error.code());
+          const absl::Status error = SampleError(s, service_->source(), options);
+          SetSampleStatus(error, &r.sample);
+          service_->stats().RecordFailure(error.code());
           ready_.push_back(std::move(r));
-          ++inflight_samples_;
-          service_->stats().AddInflight(1);
-          service_->stats().ObserveStreamInflight(static_cast<uint32_t>(inflight_samples_));
-          pending_.pop_front();
-          continue;
-        }
-        if (stream_bytes_ > 0 && stream_bytes_ + s.bytes > options.max_stream_inflight_bytes) {
-          break;
-        }
-        bool registered = false;
-        if (!service_->budget().TryAcquireOrWait(s.bytes, this, &registered)) {
-          if (registered) {
-            ++budget_waits_;
-            Ref();  // held by the budget until OnBytesReleased or OnDone
+        } else {
+          if (!front_paid_) {
+            if (stream_bytes_ > 0 && stream_bytes_ + s.bytes > options.max_stream_inflight_bytes) {
+              break;
+            }
+            Ref();  // the budget's while we wait; given back at once if not
+            if (!service_->budget().Acquire(peer_address_, s.bytes, this)) {
+              awaiting_grant_ = true;
+              break;
+            }
+            Unref();  // never the last: whoever runs Pump holds one
+            stream_bytes_ += s.bytes;
           }
-          break;
+          front_paid_ = false;
+          ++jobs_running_;
+          Ref();  // held by the job
+          jobs.push_back(s);
         }
-        stream_bytes_ += s.bytes;
         ++inflight_samples_;
-        ++jobs_running_;
-        Ref();  // held by the job
+        ++admitted;
         service_->stats().AddInflight(1);
         service_->stats().ObserveStreamInflight(static_cast<uint32_t>(inflight_samples_));
-        jobs.push_back(std::move(s));
         pending_.pop_front();
       }
+      if (admitted > 0) service_->stats().AddPendingRequestBytes(-kPendingSampleBytes * admitted);
       if (!jobs.empty()) job_message = message_;
+      const absl::Time now = service_->Now();
       // Write what is ready, one message at a time.
       if (error_.ok() && !writing_ && !ready_.empty()) {
         int64_t payload = 0;
@@ -172,8 +193,8 @@ void FetchReactor::Pump() {
           ready_.pop_front();
         }
         writing_ = true;
+        write_started_ = now;  // the client's turn from here
         start_write = true;
-        last_activity_ = now;  // idleness is measured from here: the client's turn
       }
       // Read the next request once this one is admitted and there is room.
       if (error_.ok() && !reading_ && !reads_done_ && pending_.empty() &&
@@ -201,7 +222,7 @@ void FetchReactor::Pump() {
       }
     }
     for (CheckedSample& s : jobs) {
-      service_->pool().Post(stream_id_, [this, s = std::move(s), m = job_message] {
+      service_->pool().Post(stream_id_, [this, s, m = job_message] {
         v1::Sample sample;
         // A stream that has ended skips the work; OnSampleDone drops it.
         if (!abandoned_.load(std::memory_order_relaxed)) {
@@ -240,27 +261,39 @@ void FetchReactor::Pump() {
 }
 
 void FetchReactor::OnSampleDone(v1::Sample sample, int64_t bytes) {
+  int64_t released = 0;
   {
     absl::MutexLock lock(&mu_);
     --jobs_running_;
     if (finished_ || !error_.ok()) {  // nobody will write it: drop it now
       stream_bytes_ -= bytes;
+      released = bytes;
       --inflight_samples_;
       service_->stats().AddInflight(-1);
     } else {
-      // A RAW sample can be larger than its manifest size (the file grew);
-      // hold what it really takes.
+      // A RAW sample whose file grew since the server listed it is larger
+      // than what was reserved for it: never hold more than the
+      // reservation, fail the sample instead.
       const int64_t actual = static_cast<int64_t>(sample.payload().size());
       if (actual > bytes) {
-        service_->budget().ForceAcquire(actual - bytes);
-        stream_bytes_ += actual - bytes;
-        bytes = actual;
+        const uint64_t id = sample.id();
+        const absl::Status grew = absl::ResourceExhaustedError(absl::StrCat(
+            "sample ", id, " (", service_->source().entry(id).relative_path, "): the file has ",
+            actual, " bytes, more than the ", bytes,
+            " reserved for it when the server listed the dataset (it grew since); restart the "
+            "server to serve it"));
+        const v1::Stage stage = sample.stage();
+        sample.Clear();
+        sample.set_id(id);
+        sample.set_label(service_->source().entry(id).label);
+        sample.set_stage(stage);
+        SetSampleStatus(grew, &sample);
+        service_->stats().RecordFailure(grew.code());
       }
       ready_.push_back(Ready{std::move(sample), bytes});
-      bytes = 0;
     }
   }
-  if (bytes > 0) service_->budget().Release(bytes);
+  service_->budget().Release(peer_address_, released);
   Pump();
 }
 
@@ -270,7 +303,7 @@ void FetchReactor::OnReadDone(bool ok) {
   {
     absl::MutexLock lock(&mu_);
     reading_ = false;
-    last_activity_ = absl::Now();
+    last_activity_ = service_->Now();
     if (!ok) {
       reads_done_ = true;  // half-close, or the call ended
     } else if (error_.ok() && !finished_) {
@@ -286,7 +319,7 @@ void FetchReactor::OnWriteDone(bool ok) {
   {
     absl::MutexLock lock(&mu_);
     writing_ = false;
-    last_activity_ = absl::Now();
+    last_activity_ = service_->Now();
     released = write_bytes_;
     stream_bytes_ -= write_bytes_;
     inflight_samples_ -= write_samples_;
@@ -301,7 +334,7 @@ void FetchReactor::OnWriteDone(bool ok) {
     write_samples_ = 0;
     write_buf_.Clear();
   }
-  if (released > 0) service_->budget().Release(released);
+  service_->budget().Release(peer_address_, released);
   Pump();
 }
 
@@ -313,18 +346,40 @@ void FetchReactor::OnCancel() {
   Pump();
 }
 
-void FetchReactor::OnBytesReleased() {
+void FetchReactor::OnBytesGranted(int64_t bytes) {
+  int64_t unused = 0;
   {
     absl::MutexLock lock(&mu_);
-    --budget_waits_;
+    awaiting_grant_ = false;
+    // The grant is for pending_.front(), which cannot change while we wait
+    // (nothing is admitted and nothing read meanwhile); a stream that ended
+    // meanwhile gives it back at once.
+    if (error_.ok() && !finished_ && !pending_.empty()) {
+      stream_bytes_ += bytes;
+      front_paid_ = true;
+    } else {
+      unused = bytes;
+    }
   }
+  service_->budget().Release(peer_address_, unused);
   Pump();
   Unref();
 }
 
+void FetchReactor::Evict(absl::Status why) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || !error_.ok()) return;
+    FailLocked(std::move(why));
+    cancel_wanted_ = writing_;
+  }
+  Pump();
+}
+
 void FetchReactor::CheckIdle(absl::Time now) {
-  const absl::Duration timeout = service_->options().idle_stream_timeout;
+  const ServiceOptions& options = service_->options();
   absl::Status status;
+  Limit limit = Limit::kIdleStreamTimeout;
   {
     absl::MutexLock lock(&mu_);
     if (finished_) return;
@@ -332,39 +387,46 @@ void FetchReactor::CheckIdle(absl::Time now) {
       // An ended stream waits only for its outstanding write; a client that
       // does not take it within a second (or the idle timeout, if shorter)
       // is cancelled so that its bytes go back.
-      if (writing_ && now - error_at_ >= std::min(absl::Seconds(1), timeout)) {
+      if (writing_ && now - error_at_ >= std::min(absl::Seconds(1), options.idle_stream_timeout)) {
         cancel_wanted_ = true;
       } else {
         return;
       }
     } else {
-      // A stream waiting for the server (samples being prepared, or bytes of
-      // the budget) with nothing to send is not idle; one whose response the
-      // client does not take is, whatever else it waits for.
-      if (!writing_ && (jobs_running_ > 0 || budget_waits_ > 0)) return;
-      if (now - last_activity_ < timeout) return;
-      status = absl::ResourceExhaustedError(absl::StrCat(
-          "the stream was idle for ", absl::FormatDuration(now - last_activity_),
-          " (no request and no response taken), over the server's idle_stream_timeout limit (",
-          absl::FormatDuration(timeout), ")"));
-      error_limit_ = Limit::kIdleStreamTimeout;
+      const absl::Duration idle = ClientIdleFor(ActivityLocked(), now);
+      if (writing_ && idle >= options.write_stall_timeout && service_->budget().waiters() > 0) {
+        // Others wait for bytes this stream holds in a write its client does not take.
+        limit = Limit::kWriteStallTimeout;
+        status = absl::ResourceExhaustedError(absl::StrCat(
+            "a response was not taken for ", absl::FormatDuration(idle),
+            " while other streams waited for the server's memory, over the server's "
+            "write_stall_timeout limit (",
+            absl::FormatDuration(options.write_stall_timeout), ")"));
+      } else if (idle >= options.idle_stream_timeout) {
+        status = absl::ResourceExhaustedError(absl::StrCat(
+            "the stream was idle for ", absl::FormatDuration(idle),
+            " (no request and no response taken), over the server's idle_stream_timeout limit (",
+            absl::FormatDuration(options.idle_stream_timeout), ")"));
+      } else {
+        return;
+      }
       FailLocked(status);
       cancel_wanted_ = writing_;
     }
   }
-  if (!status.ok()) service_->RecordRejection(Limit::kIdleStreamTimeout, peer_, status);
+  if (!status.ok()) service_->RecordRejection(limit, peer_, status);
   Pump();
 }
 
 void FetchReactor::OnDone() {
   if (registered_) {
-    service_->registry().Unregister(PeerAddress(peer_), this);
+    service_->registry().Unregister(peer_address_, this);
     service_->stats().StreamClosed();
   }
-  if (service_->budget().RemoveWaiter(this)) {
+  if (service_->budget().Cancel(this)) {
     {
       absl::MutexLock lock(&mu_);
-      --budget_waits_;
+      awaiting_grant_ = false;
     }
     Unref();  // the budget's reference; gRPC's below keeps us alive
   }
@@ -372,16 +434,15 @@ void FetchReactor::OnDone() {
     std::string line;
     {
       absl::MutexLock lock(&mu_);
-      const std::string ended =
-          error_.ok() ? std::string("the client finished and every sample was sent")
-                      : absl::StrCat(absl::StatusCodeToString(error_.code()), ": ",
-                                     error_.message());
       line = absl::StrFormat(
           "stream %d from %s closed after %.1f s: %d requests, %d samples, %.1f MB sent; %s",
-          stream_id_, peer_, absl::ToDoubleSeconds(absl::Now() - opened_), requests_,
-          samples_sent_, bytes_sent_ / 1e6, ended);
+          stream_id_, peer_, absl::ToDoubleSeconds(service_->Now() - opened_), requests_,
+          samples_sent_, bytes_sent_ / 1e6,
+          error_.ok() ? std::string("the client finished and every sample was sent")
+                      : absl::StrCat(absl::StatusCodeToString(error_.code()), ": ",
+                                     error_.message()));
     }
-    spdlog::info(line);
+    service_->LogStreamEnd(line);
   }
   Unref();
 }

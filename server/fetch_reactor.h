@@ -22,6 +22,7 @@
 #include "server/byte_budget.h"
 #include "server/fetch_request.h"
 #include "server/service_impl.h"
+#include "server/stream_activity.h"
 #include "server/stream_registry.h"
 
 namespace sophon {
@@ -32,7 +33,7 @@ class FetchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
  public:
   // Starts serving the stream (or refuses it when the server or the peer
   // has too many open). Deletes itself once gRPC is done with it and no
-  // prep job refers to it.
+  // prep job, grant or reaper pass refers to it.
   FetchReactor(SampleServiceImpl* service, grpc::CallbackServerContext* context);
 
   void OnReadDone(bool ok) override;
@@ -43,7 +44,8 @@ class FetchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   void Ref() override { refs_.fetch_add(1, std::memory_order_relaxed); }
   void Unref() override;
   void CheckIdle(absl::Time now) override;
-  void OnBytesReleased() override;
+  void Evict(absl::Status why) override;
+  void OnBytesGranted(int64_t bytes) override;
 
  private:
   struct Ready {  // a finished sample waiting to be written
@@ -67,10 +69,14 @@ class FetchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   // refused request ends the stream, and its status is returned for logging.
   absl::Status HandleRequestLocked(Limit* limit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnSampleDone(v1::Sample sample, int64_t bytes);
+  // Drops the pending samples, and their memory from the server's count.
+  void ClearPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  StreamActivity ActivityLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   SampleServiceImpl* const service_;
   grpc::CallbackServerContext* const context_;
-  const std::string peer_;
+  const std::string peer_;          // as gRPC names it (with the port)
+  const std::string peer_address_;  // without the port: the unit of fairness
   const uint64_t stream_id_;
   const absl::Time opened_;
   std::atomic<int> refs_{1};  // gRPC's, released in OnDone
@@ -80,27 +86,28 @@ class FetchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   grpc::ByteBuffer read_buf_;   // owned by gRPC while reading_
   grpc::ByteBuffer write_buf_;  // owned by gRPC while writing_
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;  // the client half-closed
   bool finished_ ABSL_GUARDED_BY(mu_) = false;    // Finish called (or decided)
   absl::Status error_ ABSL_GUARDED_BY(mu_);       // ends the stream when set
-  Limit error_limit_ ABSL_GUARDED_BY(mu_) = Limit::kInvalidRequest;
   Message message_ ABSL_GUARDED_BY(mu_);
   std::deque<CheckedSample> pending_ ABSL_GUARDED_BY(mu_);  // read, not yet admitted
   std::deque<Ready> ready_ ABSL_GUARDED_BY(mu_);
   int jobs_running_ ABSL_GUARDED_BY(mu_) = 0;
   int inflight_samples_ ABSL_GUARDED_BY(mu_) = 0;  // admitted, not yet written
-  int64_t stream_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // reserved by this stream
+  int64_t stream_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // reserved by this stream (grants included)
   int write_samples_ ABSL_GUARDED_BY(mu_) = 0;     // in the outstanding write
   int64_t write_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  int budget_waits_ ABSL_GUARDED_BY(mu_) = 0;      // registrations with the budget
+  bool awaiting_grant_ ABSL_GUARDED_BY(mu_) = false;  // queued in the budget (holds a ref)
+  bool front_paid_ ABSL_GUARDED_BY(mu_) = false;  // pending_.front()'s bytes were granted
   int issuing_ ABSL_GUARDED_BY(mu_) = 0;  // Pump passes starting gRPC operations: no Finish
   bool cancel_wanted_ ABSL_GUARDED_BY(mu_) = false;  // end an outstanding write by cancelling
   bool cancel_sent_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time error_at_ ABSL_GUARDED_BY(mu_);        // when error_ was set
-  absl::Time last_activity_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_activity_ ABSL_GUARDED_BY(mu_);   // request read or response taken
+  absl::Time write_started_ ABSL_GUARDED_BY(mu_);
   uint64_t requests_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t samples_sent_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_sent_ ABSL_GUARDED_BY(mu_) = 0;

@@ -48,6 +48,13 @@ absl::StatusOr<CheckedRequest> CheckFetchRequest(const v1::FetchRequest& request
         absl::StrCat("crop size ", request.augment().crop_size(),
                      " is over the server's max_crop_size limit (", options.max_crop_size, ")"));
   }
+  if (request.augment().crop_size() < 1) {
+    *limit = Limit::kInvalidRequest;
+    return absl::InvalidArgumentError(
+        absl::StrCat("crop size ", request.augment().crop_size(),
+                     " is not in [1, ", options.max_crop_size,
+                     "] (the server's max_crop_size limit)"));
+  }
   absl::StatusOr<AugmentOptions> augment = FromProto(request.augment());
   if (!augment.ok()) {
     *limit = Limit::kInvalidRequest;
@@ -65,28 +72,43 @@ absl::StatusOr<CheckedRequest> CheckFetchRequest(const v1::FetchRequest& request
   for (const v1::SampleRequest& sr : request.samples()) {
     CheckedSample& s = out.samples.emplace_back();
     s.id = sr.id();
+    s.wire_stage = static_cast<int32_t>(sr.target_stage());
     if (sr.id() >= source.size()) {
-      s.error = absl::OutOfRangeError(absl::StrCat(
-          "sample ", sr.id(), " is outside the manifest of ", source.size(), " samples"));
+      s.refusal = SampleRefusal::kOutOfRange;
       continue;
     }
     const absl::StatusOr<Stage> stage = StageFromProto(sr.target_stage());
     if (!stage.ok()) {
-      s.error = absl::InvalidArgumentError(
-          absl::StrCat("sample ", sr.id(), ": unknown target stage ", sr.target_stage()));
+      s.refusal = SampleRefusal::kUnknownStage;
       continue;
     }
     s.stage = *stage;
     s.bytes = SampleOutputBytes(s.stage, pipeline->augment.crop_size, source, sr.id());
-    if (s.bytes > options.max_stream_inflight_bytes) {
-      s.error = absl::ResourceExhaustedError(absl::StrCat(
-          "sample ", sr.id(), " (", source.entry(sr.id()).relative_path, ") at stage ", StageName(s.stage), " would take ", s.bytes,
-          " bytes, over the server's max_stream_inflight_bytes limit (",
-          options.max_stream_inflight_bytes, ")"));
-    }
+    if (s.bytes > options.max_stream_inflight_bytes) s.refusal = SampleRefusal::kTooLarge;
   }
   out.pipeline = std::move(pipeline);
   return out;
+}
+
+absl::Status SampleError(const CheckedSample& s, const SampleSource& source,
+                         const ServiceOptions& options) {
+  switch (s.refusal) {
+    case SampleRefusal::kNone:
+      break;
+    case SampleRefusal::kOutOfRange:
+      return absl::OutOfRangeError(absl::StrCat("sample ", s.id, " is outside the manifest of ",
+                                                source.size(), " samples"));
+    case SampleRefusal::kUnknownStage:
+      return absl::InvalidArgumentError(
+          absl::StrCat("sample ", s.id, ": unknown target stage ", s.wire_stage));
+    case SampleRefusal::kTooLarge:
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "sample ", s.id, " (", source.entry(s.id).relative_path, ") at stage ",
+          StageName(s.stage), " would take ", s.bytes,
+          " bytes, over the server's max_stream_inflight_bytes limit (",
+          options.max_stream_inflight_bytes, ")"));
+  }
+  return absl::InternalError(absl::StrCat("sample ", s.id, " was not refused"));
 }
 
 }  // namespace sophon

@@ -22,12 +22,30 @@
 namespace sophon {
 
 
+// Why a sample of an accepted message is answered with an error instead of
+// being prepared. Kept as a code, not a status, so that a pending message of
+// max_ids_per_request bad ids costs 32 bytes an id (the message is built when
+// the sample is answered).
+enum class SampleRefusal : uint8_t {
+  kNone = 0,
+  kOutOfRange,    // the id is outside the manifest
+  kUnknownStage,  // the target stage is not one this server knows
+  kTooLarge,      // the sample alone is over max_stream_inflight_bytes
+};
+
 struct CheckedSample {
   uint64_t id = 0;
+  int64_t bytes = 0;  // output bytes reserved while in flight
   Stage stage = Stage::kRaw;
-  int64_t bytes = 0;   // output bytes reserved while in flight
-  absl::Status error;  // if not OK, the sample is answered with this error, not prepared
+  SampleRefusal refusal = SampleRefusal::kNone;  // if set, answered with SampleError
+  int32_t wire_stage = 0;                        // the stage as asked, for the error
 };
+static_assert(sizeof(CheckedSample) <= 32, "pending samples are held per stream: keep them small");
+
+// The error a refused sample is answered with, naming the id, the path and
+// the limit. REQUIRES: s.refusal != kNone.
+absl::Status SampleError(const CheckedSample& s, const SampleSource& source,
+                         const ServiceOptions& options);
 
 struct CheckedRequest {
   std::shared_ptr<const PipelineOptions> pipeline;  // shared by the message's samples

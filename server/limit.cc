@@ -12,6 +12,8 @@ const char* LimitName(Limit limit) {
     case Limit::kMaxStreams: return "max_streams";
     case Limit::kMaxStreamsPerPeer: return "max_streams_per_peer";
     case Limit::kIdleStreamTimeout: return "idle_stream_timeout";
+    case Limit::kWriteStallTimeout: return "write_stall_timeout";
+    case Limit::kStreamEvicted: return "max_streams_evicted";
   }
   return "unknown";
 }

@@ -16,8 +16,10 @@ enum class Limit : int {
   kMaxStreams,
   kMaxStreamsPerPeer,
   kIdleStreamTimeout,
+  kWriteStallTimeout,
+  kStreamEvicted,          // a full server made room for an address with fewer streams
 };
-inline constexpr int kNumLimits = 8;
+inline constexpr int kNumLimits = 10;
 const char* LimitName(Limit limit);
 
 }  // namespace sophon

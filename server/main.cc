@@ -21,15 +21,32 @@ ABSL_FLAG(int, port, 50051, "Port to listen on; 0 picks a free one. Default 5005
 ABSL_FLAG(int, prep_workers, 4,
           "Threads that decode and transform samples: the storage node's CPU budget. Default 4.");
 ABSL_FLAG(int, max_inflight_per_stream, 128,
-          "Samples a stream may have accepted but not yet sent; bounds server memory per "
-          "client. Default 128.");
+          "Samples one stream may have accepted but not yet sent (a client may open several "
+          "streams: see --max-streams-per-peer and --max-peer-inflight-bytes). Default 128.");
 ABSL_FLAG(int64_t, max_stream_inflight_bytes, int64_t{256} << 20,
           "Bytes of prepared samples one stream may hold before the client takes them (each "
           "sample's output size is reserved when it is admitted). Default 268435456 (256 MiB).");
 ABSL_FLAG(int64_t, inflight_budget_bytes, int64_t{1} << 30,
-          "Bytes of prepared samples all streams together may hold; a stream over it waits. "
-          "Bounds the server's sample memory. Default 1073741824 (1 GiB).");
-ABSL_FLAG(int, max_streams, 4096, "Open Fetch streams in all; more are refused. Default 4096.");
+          "Bytes of samples all streams together may have admitted and not yet sent; a stream "
+          "over it waits, and waiters are admitted in order, client addresses under their fair "
+          "share first. Default 1073741824 (1 GiB).");
+ABSL_FLAG(int64_t, max_peer_inflight_bytes, 0,
+          "Bytes of samples all the streams of one client address may hold (a backstop behind "
+          "the fair shares); 0 = half of --inflight-budget-bytes. Default 0.");
+ABSL_FLAG(absl::Duration, write_stall_timeout, absl::Seconds(5),
+          "A stream whose client has not taken a response for this long, while other streams "
+          "wait for the budget's bytes, is ended so that its bytes go back. Default 5s.");
+ABSL_FLAG(int, max_streams, 4096,
+          "Open Fetch streams in all. When full, a stream from a client address with fewer "
+          "streams ends the oldest stream of the address holding the most; otherwise it is "
+          "refused. Default 4096.");
+ABSL_FLAG(int64_t, transport_memory_bytes, int64_t{512} << 20,
+          "Memory gRPC may use for its own buffers (requests being received, responses being "
+          "sent, the state of every call); over it gRPC shrinks its windows, then ends calls. "
+          "0 = no quota. Default 536870912 (512 MiB).");
+ABSL_FLAG(int, max_calls_per_connection, 256,
+          "Concurrent calls (Fetch streams and unary calls) one connection may have open. "
+          "Default 256.");
 ABSL_FLAG(int, max_streams_per_peer, 256,
           "Open Fetch streams from one client address; more are refused. Default 256.");
 ABSL_FLAG(absl::Duration, idle_stream_timeout, absl::Minutes(5),
@@ -110,6 +127,10 @@ const sophon::FlagNames kFlagNames = {
     {"ServiceOptions.cpu_limit", "--cpu-limit"},
     {"ServiceOptions.max_stream_inflight_bytes", "--max-stream-inflight-bytes"},
     {"ServiceOptions.inflight_budget_bytes", "--inflight-budget-bytes"},
+    {"ServiceOptions.max_peer_inflight_bytes", "--max-peer-inflight-bytes"},
+    {"ServiceOptions.write_stall_timeout", "--write-stall-timeout"},
+    {"ServiceOptions.transport_memory_bytes", "--transport-memory-bytes"},
+    {"ServiceOptions.max_calls_per_connection", "--max-calls-per-connection"},
     {"ServiceOptions.max_streams", "--max-streams"},
     {"ServiceOptions.max_streams_per_peer", "--max-streams-per-peer"},
     {"ServiceOptions.idle_stream_timeout", "--idle-stream-timeout"},
@@ -166,6 +187,10 @@ int main(int argc, char** argv) {
   options.service.cpu_limit = absl::GetFlag(FLAGS_cpu_limit);
   options.service.max_stream_inflight_bytes = absl::GetFlag(FLAGS_max_stream_inflight_bytes);
   options.service.inflight_budget_bytes = absl::GetFlag(FLAGS_inflight_budget_bytes);
+  options.service.max_peer_inflight_bytes = absl::GetFlag(FLAGS_max_peer_inflight_bytes);
+  options.service.write_stall_timeout = absl::GetFlag(FLAGS_write_stall_timeout);
+  options.service.transport_memory_bytes = absl::GetFlag(FLAGS_transport_memory_bytes);
+  options.service.max_calls_per_connection = absl::GetFlag(FLAGS_max_calls_per_connection);
   options.service.max_streams = absl::GetFlag(FLAGS_max_streams);
   options.service.max_streams_per_peer = absl::GetFlag(FLAGS_max_streams_per_peer);
   options.service.idle_stream_timeout = absl::GetFlag(FLAGS_idle_stream_timeout);

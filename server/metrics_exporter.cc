@@ -222,10 +222,13 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
   std::string errors;
   start_errors = &errors;
   try {
-    // Two HTTP threads: scrapes are rare and small; a stalled one times out.
+    // Four HTTP threads: scrapes are rare and small. A connection that sends
+    // nothing holds a thread for at most request_timeout_ms, so half-open
+    // connections delay scrapes (never the gRPC service, which has its own
+    // threads) by at most that much per connection in line.
     exporter->exposer_ = std::make_unique<prometheus::Exposer>(
-        std::vector<std::string>{"listening_ports", address, "num_threads", "2",
-                                 "request_timeout_ms", "10000"},
+        std::vector<std::string>{"listening_ports", address, "num_threads", "4",
+                                 "request_timeout_ms", "2000", "keep_alive_timeout_ms", "500"},
         &callbacks);
   } catch (const std::exception& e) {
     start_errors = nullptr;

@@ -46,6 +46,8 @@ void ServerStats::Snapshot(v1::ServerStats* out) const {
   out->set_active_streams(static_cast<uint32_t>(std::max(0, streams_.load())));
   out->set_inflight_samples(static_cast<uint32_t>(std::max<int64_t>(0, inflight_.load())));
   out->set_peak_stream_inflight(peak_stream_inflight_.load());
+  out->set_pending_request_bytes(
+      static_cast<uint64_t>(std::max<int64_t>(0, pending_request_bytes_.load())));
   out->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - start_));
 }
 

@@ -32,6 +32,11 @@ class ServerStats {
   void StreamOpened() { streams_.fetch_add(1); }
   void StreamClosed() { streams_.fetch_sub(1); }
   void AddInflight(int delta) { inflight_.fetch_add(delta); }
+  // Memory of request messages read but not yet admitted (CheckedSample
+  // entries of the streams' pending queues).
+  void AddPendingRequestBytes(int64_t delta) {
+    pending_request_bytes_.fetch_add(delta, std::memory_order_relaxed);
+  }
   void ObserveStreamInflight(uint32_t n);
 
   // Fills the counters; the caller adds the pool's, the budget's and the
@@ -48,6 +53,7 @@ class ServerStats {
   std::array<std::atomic<uint64_t>, kNumLimits> rejected_{};
   std::atomic<int32_t> streams_{0};
   std::atomic<int64_t> inflight_{0};
+  std::atomic<int64_t> pending_request_bytes_{0};
   std::atomic<uint32_t> peak_stream_inflight_{0};
 };
 

@@ -18,13 +18,25 @@ absl::Duration ReaperPeriod(absl::Duration idle_timeout) {
   return std::min(absl::Seconds(1), std::max(absl::Milliseconds(10), idle_timeout / 20));
 }
 
+ByteBudget::Options BudgetOptions(const ServiceOptions& options) {
+  ByteBudget::Options o;
+  o.capacity = options.inflight_budget_bytes;
+  o.max_peer_bytes = options.PeerInflightBytes();
+  // Freed memory goes back to the system once the bytes in flight fall to a
+  // thirty-second of the budget (32 MiB at the defaults), not only when
+  // nothing at all is in flight: a light client must not keep a burst's
+  // memory resident.
+  o.quiet_bytes = options.inflight_budget_bytes / 32;
+  return o;
+}
+
 }  // namespace
 
 SampleServiceImpl::SampleServiceImpl(const SampleSource* source, const ServiceOptions& options)
     : source_(source),
       options_(options),
       memory_releaser_(options.memory_release),
-      budget_(options.inflight_budget_bytes,
+      budget_(BudgetOptions(options),
               [this](bool busy) {
                 if (busy) {
                   memory_releaser_.OnBusy();
@@ -33,7 +45,8 @@ SampleServiceImpl::SampleServiceImpl(const SampleSource* source, const ServiceOp
                 }
               }),
       registry_(options.max_streams, options.max_streams_per_peer,
-                ReaperPeriod(options.idle_stream_timeout)),
+                ReaperPeriod(std::min(options.idle_stream_timeout, options.write_stall_timeout)),
+                [this] { return Now(); }),
       pool_(options.prep_workers, /*queue_capacity=*/options.prep_workers * 4) {}
 
 absl::Status SampleServiceImpl::GetManifest(const v1::GetManifestRequest&,
@@ -74,6 +87,8 @@ absl::Status SampleServiceImpl::GetStats(const v1::GetStatsRequest&, v1::ServerS
   response->set_inflight_bytes(static_cast<uint64_t>(std::max<int64_t>(0, budget_.used())));
   response->set_inflight_budget_bytes(static_cast<uint64_t>(budget_.capacity()));
   response->set_streams_opened(registry_.streams_opened());
+  response->set_peak_inflight_bytes(static_cast<uint64_t>(budget_.peak()));
+  response->set_budget_waiters(static_cast<uint32_t>(budget_.waiters()));
   return absl::OkStatus();
 }
 
@@ -86,6 +101,17 @@ void SampleServiceImpl::RecordRejection(Limit limit, const std::string& peer,
                  std::string(status.message()),
                  suppressed > 0 ? absl::StrCat(" [", suppressed, " earlier refusals not logged]")
                                 : std::string());
+  }
+}
+
+void SampleServiceImpl::LogStreamEnd(const std::string& line) {
+  uint64_t suppressed = 0;
+  if (stream_log_.Allow(Now(), &suppressed)) {
+    spdlog::info("{}{}", line,
+                 suppressed > 0 ? absl::StrCat(" [", suppressed, " earlier stream ends not logged]")
+                                : std::string());
+  } else {
+    spdlog::debug(line);
   }
 }
 

@@ -43,6 +43,12 @@ class SampleServiceImpl {
   // Counts a refused request or stream and logs it (rate-limited).
   void RecordRejection(Limit limit, const std::string& peer, const absl::Status& status);
 
+  // Logs the end of a stream: at info level at most 20 lines per 10 s (with
+  // the count of lines left out), every line at debug level.
+  void LogStreamEnd(const std::string& line);
+  // The service's clock (ServiceOptions.clock, or absl::Now).
+  absl::Time Now() const { return options_.clock ? options_.clock() : absl::Now(); }
+
   const SampleSource& source() const { return *source_; }
   const ServiceOptions& options() const { return options_; }
   ServerStats& stats() { return stats_; }
@@ -58,6 +64,7 @@ class SampleServiceImpl {
   ByteBudget budget_;
   RateLimiter rejection_log_{10, absl::Seconds(10)};
   RateLimiter failure_log_{20, absl::Seconds(10)};  // failed samples: a client can repeat them
+  RateLimiter stream_log_{20, absl::Seconds(10)};   // stream ends: a client can churn streams
   absl::once_flag manifest_once_;
   std::string manifest_;
   StreamRegistry registry_;  // its reaper calls streams: joined before they go

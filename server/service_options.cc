@@ -1,7 +1,9 @@
 #include "server/service_options.h"
 
-#include "absl/strings/string_view.h"
+#include <algorithm>
 #include <tuple>
+
+#include "absl/strings/string_view.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -17,6 +19,11 @@ absl::Status AtLeast(absl::string_view field, int64_t value, int64_t min) {
 
 }  // namespace
 
+int64_t ServiceOptions::PeerInflightBytes() const {
+  if (max_peer_inflight_bytes > 0) return max_peer_inflight_bytes;
+  return std::max(max_stream_inflight_bytes, inflight_budget_bytes / 2);
+}
+
 absl::Status ServiceOptions::Validate() const {
   if (prep_workers < 1 || prep_workers > 1024) {
     return absl::InvalidArgumentError(
@@ -31,6 +38,9 @@ absl::Status ServiceOptions::Validate() const {
                                                           max_inflight_per_stream, 1},
            {"max_stream_inflight_bytes", max_stream_inflight_bytes, 1 << 10},
            {"inflight_budget_bytes", inflight_budget_bytes, 1 << 10},
+           {"max_peer_inflight_bytes", max_peer_inflight_bytes, 0},
+           {"transport_memory_bytes", transport_memory_bytes, 0},
+           {"max_calls_per_connection", max_calls_per_connection, 1},
            {"max_streams", max_streams, 1},
            {"max_streams_per_peer", max_streams_per_peer, 1},
            {"max_ids_per_request", max_ids_per_request, 1},
@@ -46,6 +56,23 @@ absl::Status ServiceOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "ServiceOptions.max_stream_inflight_bytes (", max_stream_inflight_bytes,
         ") must not exceed ServiceOptions.inflight_budget_bytes (", inflight_budget_bytes, ")"));
+  }
+  if (max_peer_inflight_bytes > 0 && (max_stream_inflight_bytes > max_peer_inflight_bytes ||
+                                      max_peer_inflight_bytes > inflight_budget_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServiceOptions.max_peer_inflight_bytes (", max_peer_inflight_bytes,
+        ") must lie between ServiceOptions.max_stream_inflight_bytes (", max_stream_inflight_bytes,
+        ") and ServiceOptions.inflight_budget_bytes (", inflight_budget_bytes, ")"));
+  }
+  if (transport_memory_bytes > 0 && transport_memory_bytes < (int64_t{16} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServiceOptions.transport_memory_bytes must be 0 (no quota) or at least 16 MiB, got ",
+        transport_memory_bytes));
+  }
+  if (write_stall_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServiceOptions.write_stall_timeout must be positive, got ",
+        absl::FormatDuration(write_stall_timeout)));
   }
   if (max_request_bytes > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -33,12 +33,33 @@ struct ServiceOptions {
   // not count.
   absl::Duration idle_stream_timeout = absl::Minutes(5);
 
+  // A response the client has not taken for this long, while other streams
+  // wait for bytes of the budget, ends its stream (RESOURCE_EXHAUSTED) so that
+  // its bytes go back; when nobody waits, only idle_stream_timeout applies.
+  absl::Duration write_stall_timeout = absl::Seconds(5);
+
   // --- All streams together.
   // Bytes of samples admitted and not yet written, across all streams; a
   // stream over it waits (stops reading requests) until bytes are released.
+  // Waiters are admitted in order, an address under its fair share
+  // (inflight_budget_bytes / addresses holding or waiting) first.
   int64_t inflight_budget_bytes = int64_t{1} << 30;
-  int max_streams = 4096;           // open Fetch streams; more are refused
+  // Bytes of samples all the streams of one client address may hold: the
+  // backstop behind the fair shares. 0 = half of inflight_budget_bytes (but
+  // at least max_stream_inflight_bytes).
+  int64_t max_peer_inflight_bytes = 0;
+  // Open Fetch streams; when full, a stream from an address with fewer
+  // streams than the largest holder ends that holder's oldest stream.
+  int max_streams = 4096;
   int max_streams_per_peer = 256;   // open Fetch streams from one client address
+
+  // --- The transport (gRPC), below the service's own accounting.
+  // Memory gRPC may use for its buffers (requests being received, responses
+  // being sent, per-call state); over it gRPC shrinks its windows, then ends
+  // calls. 0 = no quota (gRPC's default).
+  int64_t transport_memory_bytes = int64_t{512} << 20;
+  // Concurrent calls (streams and unary calls) on one connection.
+  int max_calls_per_connection = 256;
 
   // --- Per request message.
   int max_ids_per_request = 4096;                 // samples named in one FetchRequest
@@ -56,6 +77,12 @@ struct ServiceOptions {
   // For tests: runs on the prep worker before each sample (may block, e.g.
   // to hold samples back while the server is shut down). Empty in production.
   std::function<void(uint64_t id)> before_prep;
+  // For tests: the clock that idleness and stalls are measured with (the
+  // reaper reads it too). Empty in production: absl::Now.
+  std::function<absl::Time()> clock;
+
+  // max_peer_inflight_bytes with its default applied.
+  int64_t PeerInflightBytes() const;
 
   // InvalidArgument naming the first field out of range
   // ("ServiceOptions.max_streams must be ...").

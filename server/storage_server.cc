@@ -1,6 +1,7 @@
 #include "server/storage_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/resource_quota.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -50,10 +51,22 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
   builder.AddListeningPort(address, *credentials, &server->port_);
   builder.RegisterService(server->grpc_service_.get());
   builder.SetMaxSendMessageSize(-1);
-  // Twice the request limit: the service refuses what lies between with a
-  // message that names its limit; gRPC refuses the rest before parsing it.
+  // The request limit and a little: the service refuses what lies between
+  // with a message that names its limit; gRPC refuses the rest (a stream
+  // holds at most this much of a message being received).
   builder.SetMaxReceiveMessageSize(static_cast<int>(
-      std::min<int64_t>(INT32_MAX, 2 * options.service.max_request_bytes + 4096)));
+      std::min<int64_t>(INT32_MAX, options.service.max_request_bytes + 4096)));
+  // gRPC's own memory (messages being received and sent, per-call state of
+  // streams and unary calls alike) comes out of one quota: under pressure
+  // gRPC shrinks its flow-control windows, then ends calls, instead of
+  // growing without bound.
+  if (options.service.transport_memory_bytes > 0) {
+    grpc::ResourceQuota quota("sophon-server");
+    quota.Resize(static_cast<size_t>(options.service.transport_memory_bytes));
+    builder.SetResourceQuota(quota);
+  }
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             options.service.max_calls_per_connection);
   // Refuse a port another process listens on (gRPC sets SO_REUSEPORT by
   // default: two servers would split the connections between them).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

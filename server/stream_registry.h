@@ -5,6 +5,8 @@
 #define SOPHON_SERVER_STREAM_REGISTRY_H_
 
 #include <cstdint>
+#include <functional>
+#include <list>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -20,19 +22,25 @@ namespace sophon {
 
 class StreamRegistry {
  public:
-  // A registered stream. Ref/Unref keep it alive while the reaper calls it.
+  // A registered stream. Ref/Unref keep it alive while the registry calls it.
   class Member {
    public:
     virtual ~Member() = default;
     virtual void Ref() = 0;
     virtual void Unref() = 0;
     // Called from the reaper thread without the registry's lock held; the
-    // member ends itself if it has been idle since before `now - timeout`.
+    // member ends itself if its client has left it idle too long at `now`.
     virtual void CheckIdle(absl::Time now) = 0;
+    // Called without the registry's lock held when the registry makes room
+    // for another address's stream: the member ends itself with `why`.
+    virtual void Evict(absl::Status why) = 0;
   };
+  using Clock = std::function<absl::Time()>;
 
   // REQUIRES: max_streams >= 1, max_per_peer >= 1, check_period > 0.
-  StreamRegistry(int max_streams, int max_per_peer, absl::Duration check_period);
+  // `clock` (absl::Now if empty) is the time the reaper passes to CheckIdle.
+  StreamRegistry(int max_streams, int max_per_peer, absl::Duration check_period,
+                 Clock clock = nullptr);
   // Stops and joins the reaper. Members must have unregistered.
   ~StreamRegistry();
 
@@ -40,25 +48,35 @@ class StreamRegistry {
   StreamRegistry& operator=(const StreamRegistry&) = delete;
 
   // Admits a stream from `peer` (a client address without its port).
-  // RESOURCE_EXHAUSTED naming ServiceOptions.max_streams or
-  // ServiceOptions.max_streams_per_peer when full. Thread-safe.
-  // *limit (if not null) names the limit hit.
+  // RESOURCE_EXHAUSTED naming ServiceOptions.max_streams_per_peer when the
+  // address is at its cap. When the server is at max_streams, slots are
+  // shared max-min fairly across addresses: a stream from an address with
+  // fewer streams than the largest holder evicts that holder's oldest
+  // stream; otherwise it is refused naming ServiceOptions.max_streams.
+  // Thread-safe. *limit (if not null) names the limit hit.
   absl::Status Register(const std::string& peer, Member* member, Limit* limit = nullptr);
   // REQUIRES: `member` was registered from `peer`.
   void Unregister(const std::string& peer, Member* member);
+  // One reaper pass: CheckIdle(now) on every member. The reaper thread calls
+  // it once per period; tests call it to decide at a time of their choosing.
+  void CheckAll(absl::Time now);
 
   int open_streams() const;
   uint64_t streams_opened() const;
+  uint64_t streams_evicted() const;
 
  private:
   void ReaperLoop(absl::Duration period);
 
   const int max_streams_;
   const int max_per_peer_;
+  const Clock clock_;
   mutable absl::Mutex mu_;
   std::unordered_set<Member*> members_ ABSL_GUARDED_BY(mu_);
-  std::unordered_map<std::string, int> per_peer_ ABSL_GUARDED_BY(mu_);
+  // Each address's members, oldest first (the eviction order).
+  std::unordered_map<std::string, std::list<Member*>> per_peer_ ABSL_GUARDED_BY(mu_);
   uint64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t evicted_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Notification stop_;
   std::thread reaper_;
 };

@@ -64,11 +64,11 @@ TEST_F(FetchRequestTest, PerSampleProblemsDoNotRefuseTheMessage) {
   absl::StatusOr<CheckedRequest> c = CheckFetchRequest(r, *source_, options_, &limit);
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_EQ(c->samples.size(), 4u);
-  EXPECT_TRUE(c->samples[0].error.ok());
+  EXPECT_EQ(c->samples[0].refusal, SampleRefusal::kNone);
   EXPECT_EQ(c->samples[0].bytes, static_cast<int64_t>(source_->entry(0).raw_size));
-  EXPECT_EQ(c->samples[1].error.code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(c->samples[2].error.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(c->samples[3].error.ok());
+  EXPECT_EQ(SampleError(c->samples[1], *source_, options_).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(SampleError(c->samples[2], *source_, options_).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->samples[3].refusal, SampleRefusal::kNone);
   EXPECT_EQ(c->samples[3].bytes, 64 * 64 * 3 * 4);
 }
 
@@ -86,9 +86,11 @@ TEST_F(FetchRequestTest, WholeMessageLimits) {
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(limit, Limit::kMaxIdsPerRequest);
   v1::FetchRequest zero_crop = Request(0);
-  EXPECT_EQ(CheckFetchRequest(zero_crop, *source_, options_, &limit).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  const absl::Status zero = CheckFetchRequest(zero_crop, *source_, options_, &limit).status();
+  EXPECT_EQ(zero.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(limit, Limit::kInvalidRequest);
+  // The range named is the server's, not the library's.
+  EXPECT_NE(zero.message().find("[1, 128]"), std::string::npos) << zero;
 }
 
 TEST_F(FetchRequestTest, ASampleLargerThanAStreamMayHoldFailsAlone) {
@@ -101,9 +103,10 @@ TEST_F(FetchRequestTest, ASampleLargerThanAStreamMayHoldFailsAlone) {
   Limit limit;
   absl::StatusOr<CheckedRequest> c = CheckFetchRequest(r, *source_, options_, &limit);
   ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->samples[0].error.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(c->samples[0].error.message().find("max_stream_inflight_bytes"), std::string::npos);
-  EXPECT_TRUE(c->samples[1].error.ok());
+  const absl::Status error = SampleError(c->samples[0], *source_, options_);
+  EXPECT_EQ(error.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(error.message().find("max_stream_inflight_bytes"), std::string::npos) << error;
+  EXPECT_EQ(c->samples[1].refusal, SampleRefusal::kNone);
 }
 
 TEST(ServiceOptionsTest, ValidateNamesTheField) {

@@ -379,6 +379,7 @@ int ThreadCount() {
 TEST_F(ServerLimitsTest, IdleStreamsCostNoThreads) {
   ServiceOptions o;
   o.max_streams_per_peer = 1000;
+  o.max_calls_per_connection = 1000;  // all 300 on the test's one connection
   Start(o);
   std::map<uint64_t, v1::Sample> got;
   ASSERT_TRUE(FetchAll(Request({0}), &got).ok());  // warm up gRPC's threads
