@@ -37,7 +37,9 @@ start=$(date +%s)
 
 # Instrumented Abseil synchronisation (see above), each library under the
 # installed one's soname: absl::Mutex and what it stands on (SpinLock, the
-# per-thread identities and the arena they are allocated from).
+# per-thread identities and the arena they are allocated from), and absl::Now
+# (an inline SpinLock user: TSan aborts when an instrumented SpinLock meets
+# an uninstrumented caller).
 libdir=""
 absl_lib() {  # name sources...: builds $libdir/libabsl_NAME.so.VERSION
   local name=$1 so soname objs=() src obj
@@ -52,7 +54,8 @@ absl_lib() {  # name sources...: builds $libdir/libabsl_NAME.so.VERSION
   done
   locked clang++ -shared -fsanitize=thread -Wl,-soname,"$soname" -o "$libdir/$soname" "${objs[@]}" \
     -L"$libdir" -Wl,--as-needed -labsl_base -labsl_spinlock_wait -labsl_raw_logging_internal -labsl_malloc_internal \
-    -labsl_graphcycles_internal -labsl_stacktrace -labsl_symbolize -labsl_time -lpthread
+    -labsl_graphcycles_internal -labsl_stacktrace -labsl_symbolize -labsl_time -labsl_time_zone \
+    -labsl_int128 -labsl_strings -lpthread
   ln -sf "$soname" "$libdir/libabsl_$name.so"
 }
 if [ -n "${ABSL_SOURCE:-}" ]; then
@@ -62,6 +65,8 @@ if [ -n "${ABSL_SOURCE:-}" ]; then
   absl_lib base base/internal/cycleclock base/internal/spinlock base/internal/sysinfo \
     base/internal/thread_identity base/internal/unscaledcycleclock
   absl_lib malloc_internal base/internal/low_level_alloc
+  # absl::Now takes a SpinLock inline: its callers must be annotated as SpinLock is.
+  absl_lib time time/civil_time time/clock time/duration time/format time/time
   absl_lib graphcycles_internal synchronization/internal/graphcycles
   absl_lib synchronization synchronization/barrier synchronization/blocking_counter \
     synchronization/internal/create_thread_identity synchronization/internal/per_thread_sem \
