@@ -1,12 +1,15 @@
 #include "server/prep_pool.h"
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <set>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include <vector>
 
 #include "gtest/gtest.h"
 #include "sophon/base/cpu_time.h"
@@ -15,13 +18,42 @@
 namespace sophon {
 namespace {
 
+// Threads of this process named by the pool ("sophon-prep-N").
+int PrepThreads() {
+  int n = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name) && name.rfind("sophon-prep-", 0) == 0) ++n;
+  }
+  return n;
+}
+
 TEST(PrepPoolTest, RunsEveryJobOnExactlyTheConfiguredThreads) {
-  std::atomic<int> done{0};
+  constexpr int kWorkers = 3;
   absl::Mutex mu;
-  std::set<std::thread::id> ids;
+  int at_barrier = 0;
+  int barrier_timeouts = 0;
+  int done = 0;
+  std::set<std::thread::id> barrier_ids, ids;
   {
-    PrepPool pool(3, 4);
-    EXPECT_EQ(pool.workers(), 3);
+    PrepPool pool(kWorkers, 4);
+    EXPECT_EQ(pool.workers(), kWorkers);
+    // A barrier that only opens once kWorkers jobs run at the same time: it
+    // proves that kWorkers distinct threads take jobs (with fewer, it times
+    // out and the test fails rather than hangs).
+    for (int i = 0; i < kWorkers; ++i) {
+      pool.Submit([&] {
+        absl::MutexLock lock(&mu);
+        barrier_ids.insert(std::this_thread::get_id());
+        ++at_barrier;
+        if (!mu.AwaitWithTimeout(absl::Condition(
+                                     +[](int* n) { return *n == kWorkers; }, &at_barrier),
+                                 absl::Seconds(10))) {
+          ++barrier_timeouts;
+        }
+      });
+    }
     for (int i = 0; i < 200; ++i) {
       pool.Submit([&] {
         volatile double x = 0;
@@ -31,10 +63,15 @@ TEST(PrepPoolTest, RunsEveryJobOnExactlyTheConfiguredThreads) {
         done++;
       });
     }
+    EXPECT_EQ(PrepThreads(), kWorkers);  // and no more threads than that
   }  // destructor drains the queue
-  EXPECT_EQ(done.load(), 200);
-  EXPECT_LE(ids.size(), 3u);
+  EXPECT_EQ(barrier_timeouts, 0) << "fewer than " << kWorkers << " jobs ran at once";
+  EXPECT_EQ(barrier_ids.size(), static_cast<size_t>(kWorkers));
+  EXPECT_EQ(done, 200);
+  EXPECT_LE(ids.size(), static_cast<size_t>(kWorkers));
+  for (std::thread::id id : ids) EXPECT_EQ(barrier_ids.count(id), 1u);
   EXPECT_EQ(ids.count(std::this_thread::get_id()), 0u);
+  EXPECT_EQ(PrepThreads(), 0);  // joined
 }
 
 TEST(PrepPoolTest, SubmitBlocksWhenTheQueueIsFull) {
