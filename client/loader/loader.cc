@@ -270,6 +270,7 @@ void Loader::SendLoop() {
       absl::MutexLock lock(&mu_);
       if (stopping_ || !error_.ok()) break;
       requested_ += batch->n;
+      stats_.requested += batch->n;
       pending_[k] = std::move(batch);
       sender_has_buffer_ = false;
       ++opened_batches_;

@@ -66,6 +66,7 @@ struct LoaderEpochStats {
   double server_cpu_seconds = 0;  // as reported per sample by the server
   int stream_breaks = 0;          // Fetch streams that broke (server gone or restarting)
   int reconnects = 0;             // Fetch streams re-opened after the server went away
+  uint64_t requested = 0;         // sample requests made (once each; resends in `resent`)
   uint64_t resent = 0;            // sample requests sent again on a re-opened stream
   // Fetch streams the server refused because it was full (its max_streams or
   // max_streams_per_peer), each retried after a backoff.
