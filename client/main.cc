@@ -46,7 +46,7 @@ ABSL_FLAG(int, workers, 2, "Local prep threads that finish each sample's ops. De
 ABSL_FLAG(int, prefetch_batches, 3,
           "Batches requested ahead of the trainer, P. Bounds the loader's memory: up to 2P+1 "
           "image buffers of batch*12*S^2 bytes (P requested, 1 being set up, up to P kept for "
-          "reuse; P+1 in training, which hands each batch back), plus the received payloads of "
+          "reuse; P+2 in training, which hands each batch back), plus the received payloads of "
           "the P requested batches waiting for --workers (per sample 12*S^2 bytes with alloff, "
           "3*S^2 with resizeoff, the file's size with nooff). Default 3.");
 ABSL_FLAG(int, fused_models, 0,

@@ -34,8 +34,9 @@ struct LoaderOptions {
   // Bounds the loader's memory, with B = batch_size and S = crop size:
   //   - image buffers of B * 12 * S^2 bytes each: at most 2P + 1 (P batches
   //     requested, 1 being set up, up to P handed back through Next and kept
-  //     for reuse); P + 1 while the caller hands its previous batch back to
-  //     every Next (the train loop does), plus the caller's own batch;
+  //     for reuse); P + 2 while the caller hands its previous batch back to
+  //     every Next (the train loop does; one is handed back while the next
+  //     batch is being set up), plus the caller's own batch;
   //   - received payloads waiting for the prep threads: at most the samples
   //     of the P requested batches, P * B payloads (12 * S^2 bytes at the
   //     tensor stage, 3 * S^2 cropped or flipped, the file's size raw);
