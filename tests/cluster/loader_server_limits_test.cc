@@ -142,7 +142,12 @@ TEST_F(LoaderServerLimitsTest, StreamRefusedForWantOfASlotIsRetriedUntilOneFrees
     EXPECT_EQ(static_cast<uint64_t>(stats.streams_refused), Rejections(limit));
     (*loader)->Stop();
 
-    // The same epoch with the slot free from the start: the same batches.
+    // The same epoch with the slot free from the start (once the server has
+    // closed the last stream): the same batches.
+    ASSERT_TRUE(PollUntil([&] {
+      absl::StatusOr<v1::ServerStats> s = client_->GetStats();
+      return s.ok() && s->active_streams() == 0;
+    }));
     absl::StatusOr<std::unique_ptr<Loader>> fresh =
         Loader::Create(client_.get(), options, &policy);
     ASSERT_TRUE(fresh.ok());
