@@ -44,8 +44,11 @@ ABSL_FLAG(int64_t, warmup_batches, 0,
           "one-time costs such as first-touch memory out of epoch 0). Default 0.");
 ABSL_FLAG(int, workers, 2, "Local prep threads that finish each sample's ops. Default 2.");
 ABSL_FLAG(int, prefetch_batches, 3,
-          "Batches requested ahead of the trainer (bounds memory: ~batch*12*S^2 bytes each). "
-          "Default 3.");
+          "Batches requested ahead of the trainer, P. Bounds the loader's memory: up to 2P+1 "
+          "image buffers of batch*12*S^2 bytes (P requested, 1 being set up, up to P kept for "
+          "reuse; P+2 in training, which hands each batch back), plus the received payloads of "
+          "the P requested batches waiting for --workers (per sample 12*S^2 bytes with alloff, "
+          "3*S^2 with resizeoff, the file's size with nooff). Default 3.");
 ABSL_FLAG(int, fused_models, 0,
           "Train a fused array of B models of --arch on the one data stream (the HFTA design: "
           "each batch is prepared once and trains all B models in one pass), model k "
@@ -137,7 +140,10 @@ ABSL_FLAG(double, replan_threshold, 0.25,
           "smartoff: re-plan the samples not yet requested when a measured resource drifts by "
           "more than this fraction from the assumed one. Default 0.25.");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(30),
-          "How long to retry reaching the storage server. Default 30s.");
+          "How long to keep retrying the storage server, with exponential backoff and jitter: "
+          "while it is unreachable at start, after it went away mid-epoch, and while it "
+          "refuses the fetch stream because it is full (its --max-streams or "
+          "--max-streams-per-peer). Default 30s.");
 ABSL_FLAG(std::string, credentials, "auto",
           "Transport security: insecure (plaintext), tls, or auto (tls when any --tls-* flag is "
           "given, else insecure). --credentials=tls alone checks the server against the "
@@ -158,7 +164,8 @@ ABSL_FLAG(std::string, auth_token_file, "",
 ABSL_FLAG(bool, lenient_jpeg, false,
           "Accept JPEGs that libjpeg decodes with corrupt-data warnings when this node decodes "
           "(samples fetched at the raw stage); by default such a sample fails, as on a server "
-          "without --lenient-jpeg. Default false.");
+          "without --lenient-jpeg. Must match the server's --lenient-jpeg (it says which in "
+          "its manifest), or the run refuses to start. Default false.");
 ABSL_FLAG(bool, progress, true, "Show a progress line while training. Default true.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error. Default info.");
 
@@ -191,6 +198,8 @@ const sophon::FlagNames kFlagNames = {
     {"TrainerOptions.threads", "--torch-threads"},
     {"EmulatedTrainerOptions.fused_models", "--fused-models"},
     {"ClientOptions.address", "--server"},
+    {"ClientOptions.connect_timeout", "--connect-timeout"},
+    {"LoaderOptions.pipeline.limits.lenient", "--lenient-jpeg"},
     {"CredentialsOptions.kind", "--credentials"},
     {"CredentialsOptions.tls_ca", "--tls-ca"},
     {"CredentialsOptions.tls_cert", "--tls-cert"},
@@ -469,6 +478,12 @@ int main(int argc, char** argv) {
       sophon::SampleClient::Connect(client_options);
   if (!client.ok()) return Fail(client.status());
   const sophon::v1::Manifest& manifest = (*client)->manifest();
+  // Before profiling or building a model: the loader would refuse it later.
+  if (absl::Status s = sophon::CheckJpegDecodingAgrees(manifest, client_options.address,
+                                                       loader_options.pipeline.limits);
+      !s.ok()) {
+    return Fail(s);
+  }
   spdlog::info("connected to {}: dataset '{}', {} samples, {} classes, server prep workers {}",
                client_options.address, manifest.dataset_name(), manifest.num_samples(),
                manifest.class_names_size(), manifest.prep_workers());

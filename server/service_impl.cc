@@ -64,6 +64,7 @@ absl::Status SampleServiceImpl::GetManifest(const v1::GetManifestRequest&,
   }
   response->set_prep_workers(static_cast<uint32_t>(pool_.workers()));
   response->set_cpu_limit(options_.cpu_limit > 0 ? options_.cpu_limit : ProcessCpuLimit());
+  response->set_lenient_jpeg(options_.limits.lenient);
   return absl::OkStatus();
 }
 

@@ -4,8 +4,10 @@
 
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/loader/sampler.h"
+#include "sophon/net/grpc_util.h"
 #include "sophon/net/wire.h"
 #include "spdlog/spdlog.h"
 
@@ -52,10 +54,32 @@ absl::Status LoaderOptions::Validate() const {
   return absl::OkStatus();
 }
 
+absl::Status CheckJpegDecodingAgrees(const v1::Manifest& manifest, absl::string_view address,
+                                     const DecodeLimits& limits) {
+  if (manifest.lenient_jpeg() == limits.lenient) return absl::OkStatus();
+  const auto describe = [](bool lenient) {
+    return lenient ? "leniently (accepting corrupt-data warnings)" : "strictly";
+  };
+  return absl::FailedPreconditionError(absl::StrCat(
+      "storage server ", address, " decodes JPEGs ", describe(manifest.lenient_jpeg()),
+      " but this training node ", describe(limits.lenient),
+      " (LoaderOptions.pipeline.limits.lenient): a sample with corrupt data would succeed on "
+      "one side and fail on the other, so batches would depend on where each sample is "
+      "decoded. Give both or neither of sophon-server --lenient-jpeg and sophon-train "
+      "--lenient-jpeg (the server is ",
+      manifest.lenient_jpeg() ? "lenient" : "strict", ", this node ",
+      limits.lenient ? "lenient" : "strict", ")"));
+}
+
 absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(SampleClient* client,
                                                        const LoaderOptions& options,
                                                        OffloadPolicy* policy) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
+  if (absl::Status s =
+          CheckJpegDecodingAgrees(client->manifest(), client->address(), options.pipeline.limits);
+      !s.ok()) {
+    return s;
+  }
   return std::unique_ptr<Loader>(new Loader(client, options, policy));
 }
 
@@ -93,6 +117,10 @@ absl::Status Loader::StartEpoch(uint64_t epoch, int64_t max_batches) {
     stopping_ = false;
     error_ = absl::OkStatus();
     stats_ = LoaderEpochStats();
+    sender_has_buffer_ = false;
+    queued_payload_bytes_ = 0;
+    opened_at_break_ = 0;
+    NotePeaksLocked();
   }
   {
     absl::MutexLock lock(&mu_);
@@ -114,6 +142,14 @@ void Loader::FailLocked(absl::Status status) {
   if (error_.ok()) error_ = std::move(status);
 }
 
+void Loader::NotePeaksLocked() {
+  const int buffers = static_cast<int>(pending_.size() + spare_images_.size()) +
+                      (sender_has_buffer_ ? 1 : 0);
+  stats_.peak_batch_buffers = std::max(stats_.peak_batch_buffers, buffers);
+  stats_.peak_queued_payload_bytes =
+      std::max(stats_.peak_queued_payload_bytes, queued_payload_bytes_);
+}
+
 void Loader::WriteRequests(FetchCall* call,
                            const std::vector<std::pair<uint64_t, Stage>>& requests) {
   FetchRequestBuilder builder(epoch_, options_.seed, options_.pipeline.augment);
@@ -127,6 +163,7 @@ void Loader::WriteRequests(FetchCall* call,
 
 void Loader::ResendIfReconnected(uint64_t* gen, std::shared_ptr<FetchCall>* call) {
   std::vector<std::pair<uint64_t, Stage>> missing;
+  size_t owed = 0;  // of batches registered before the stream ended
   {
     absl::MutexLock lock(&mu_);
     if (stream_gen_ == *gen) return;
@@ -134,13 +171,19 @@ void Loader::ResendIfReconnected(uint64_t* gen, std::shared_ptr<FetchCall>* call
     *call = call_;
     for (const auto& [index, batch] : pending_) {
       for (int i = 0; i < batch->n; ++i) {
-        if (!batch->arrived[i]) missing.emplace_back(batch->ids[i], batch->assigned[i].stage);
+        if (batch->arrived[i]) continue;
+        missing.emplace_back(batch->ids[i], batch->assigned[i].stage);
+        if (index < opened_at_break_) ++owed;
       }
     }
     stats_.resent += missing.size();
   }
-  spdlog::info("requesting again from storage server {} the {} samples not received yet",
-               client_->address(), missing.size());
+  if (missing.empty()) return;
+  // Batches the trainer made room for while the stream was down were
+  // written to the dead stream: they are requested here too.
+  spdlog::info("requesting again from storage server {} the {} samples not received yet: {} "
+               "owed when the stream ended, {} requested on it after that",
+               client_->address(), missing.size(), owed, missing.size() - owed);
   // A failed write means this stream broke too: the receiver re-opens it and
   // the next call resends again.
   WriteRequests(call->get(), missing);
@@ -172,6 +215,8 @@ void Loader::SendLoop() {
         batch->images = std::move(spare_images_.back());
         spare_images_.pop_back();
       }
+      sender_has_buffer_ = true;
+      NotePeaksLocked();
     }
     batch->images.resize(static_cast<size_t>(batch->n) * sample_floats_);
     batch->bad.assign(batch->n, 0);
@@ -225,7 +270,9 @@ void Loader::SendLoop() {
       absl::MutexLock lock(&mu_);
       if (stopping_ || !error_.ok()) break;
       requested_ += batch->n;
+      stats_.requested += batch->n;
       pending_[k] = std::move(batch);
+      sender_has_buffer_ = false;
       ++opened_batches_;
       reconnected = stream_gen_ != gen;
     }
@@ -263,6 +310,14 @@ bool StreamBreakIsRetryable(absl::StatusCode code) {
          code == absl::StatusCode::kCancelled;
 }
 
+// The server refused the stream for want of a slot (its max_streams, or
+// max_streams_per_peer for this client): the same stream may be admitted
+// once others end.
+bool IsStreamSlotRefusal(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kResourceExhausted &&
+         absl::StrContains(status.message(), "max_streams");
+}
+
 }  // namespace
 
 void Loader::ReceiveLoop() {
@@ -275,6 +330,9 @@ void Loader::ReceiveLoop() {
     call = call_;
   }
   int fruitless = 0;  // re-opened streams in a row that delivered nothing
+  Backoff refusal_backoff(SampleClient::RetryBackoff());
+  int refusals = 0;  // streams refused in a row for want of a slot
+  absl::Time refused_since;
   while (true) {
     int64_t delivered = 0;
     while (call->Read(&response)) {
@@ -291,6 +349,8 @@ void Loader::ReceiveLoop() {
           break;
         }
         it->second->arrived[slot] = 1;
+        queued_payload_bytes_ += sample.payload().size();
+        NotePeaksLocked();
         WorkItem item;
         item.sample = std::move(sample);
         item.batch = it->second.get();
@@ -302,6 +362,7 @@ void Loader::ReceiveLoop() {
     }
     const absl::Status status = call->Finish();
     int64_t outstanding = 0;
+    absl::Duration refusal_wait;
     {
       absl::MutexLock lock(&mu_);
       if (stopping_ || !error_.ok()) break;
@@ -313,30 +374,73 @@ void Loader::ReceiveLoop() {
         }
         break;
       }
-      stats_.stream_breaks++;
       outstanding = requested_ - received_;
+      opened_at_break_ = opened_batches_;
       // Everything the epoch needs has arrived: nothing to reconnect for.
       if (outstanding == 0 && opened_batches_ == num_batches_) break;
-      // Only a break with samples owed and none delivered counts as fruitless.
-      if (delivered > 0) {
-        fruitless = 0;
-      } else if (outstanding > 0) {
-        ++fruitless;
-      }
-      const std::string what = absl::StrCat("fetch stream from storage server ",
-                                            client_->address(), " failed: ", status.message());
-      if (!StreamBreakIsRetryable(status.code()) || fruitless >= kMaxFruitlessReconnects) {
-        FailLocked(absl::Status(
-            status.code(),
-            fruitless >= kMaxFruitlessReconnects
-                ? absl::StrCat(what, " (it broke ", fruitless,
-                               " times in a row without delivering a sample)")
-                : what));
-        break;
+      if (IsStreamSlotRefusal(status) && delivered == 0) {
+        stats_.streams_refused++;
+        const absl::Time now = absl::Now();
+        if (refusals++ == 0) {
+          refused_since = now;
+          refusal_backoff.Reset();
+        }
+        const absl::Duration left = refused_since + client_->connect_timeout() - now;
+        if (left <= absl::ZeroDuration()) {
+          FailLocked(absl::ResourceExhaustedError(absl::StrCat(
+              "storage server ", client_->address(), " refused a fetch stream ", refusals,
+              " times in a row over ", absl::FormatDuration(absl::Trunc(now - refused_since,
+                                                                         absl::Milliseconds(1))),
+              " (ClientOptions.connect_timeout = ",
+              absl::FormatDuration(client_->connect_timeout()), "): ", status.message())));
+          break;
+        }
+        refusal_wait = std::min(refusal_backoff.Next(), left);
+      } else {
+        refusals = 0;
+        stats_.stream_breaks++;
+        // Only a break with samples owed and none delivered counts as fruitless.
+        if (delivered > 0) {
+          fruitless = 0;
+        } else if (outstanding > 0) {
+          ++fruitless;
+        }
+        const std::string what = absl::StrCat("fetch stream from storage server ",
+                                              client_->address(), " failed: ", status.message());
+        if (!StreamBreakIsRetryable(status.code()) || fruitless >= kMaxFruitlessReconnects) {
+          FailLocked(absl::Status(
+              status.code(),
+              fruitless >= kMaxFruitlessReconnects
+                  ? absl::StrCat(what, " (it broke ", fruitless,
+                                 " times in a row without delivering a sample)")
+                  : what));
+          break;
+        }
       }
     }
+    if (refusal_wait > absl::ZeroDuration()) {
+      client_->LogRetry(
+          absl::StrCat("opening a fetch stream from storage server ", client_->address()), status,
+          refusal_wait);
+      std::shared_ptr<FetchCall> fresh;
+      {
+        // The backoff, cut short if the loader stops or fails meanwhile.
+        absl::MutexLock lock(&mu_);
+        auto done = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_ || !error_.ok(); };
+        mu_.AwaitWithTimeout(absl::Condition(&done), refusal_wait);
+        if (stopping_ || !error_.ok()) break;
+      }
+      fresh = client_->OpenFetch();
+      absl::MutexLock lock(&mu_);
+      if (stopping_ || !error_.ok()) break;
+      call_ = fresh;
+      call = std::move(fresh);
+      ++stream_gen_;  // the sender requests again what had not arrived
+      continue;
+    }
     spdlog::warn("fetch stream from storage server {} broke ({}: {}) with {} requested samples "
-                 "not received; waiting up to {} for it to come back",
+                 "not received; waiting up to {} for it to come back, then requesting those "
+                 "again with any requested while it is away",
                  client_->address(), absl::StatusCodeToString(status.code()),
                  std::string(status.message()), outstanding,
                  absl::FormatDuration(client_->connect_timeout()));
@@ -414,6 +518,7 @@ void Loader::WorkerLoop() {
     obs.ok = status.ok();
     policy_->OnSample(obs);  // outside the lock: the policy has its own
     absl::MutexLock lock(&mu_);
+    queued_payload_bytes_ -= std::min<uint64_t>(queued_payload_bytes_, bytes);
     stats_.local_cpu_seconds += times.Total();
     stats_.server_cpu_seconds += item.sample.server_cpu_seconds();
     if (status.ok()) {
@@ -478,6 +583,7 @@ absl::StatusOr<bool> Loader::Next(Batch* out) {
       absl::MutexLock lock(&mu_);
       if (static_cast<int>(spare_images_.size()) < options_.prefetch_batches) {
         spare_images_.push_back(std::move(out->images));
+        NotePeaksLocked();
       }
     }
     out->index = batch->index;

@@ -30,8 +30,19 @@ absl::StatusOr<BadSamplePolicy> ParseBadSamplePolicy(absl::string_view name);
 struct LoaderOptions {
   int batch_size = 256;        // samples per batch
   int workers = 2;             // local prep threads (the training node's CPU budget)
-  // Batches requested ahead of the trainer, including ready ones. Bounds
-  // memory: about prefetch_batches * batch_size * 12 * S^2 bytes.
+  // Batches requested ahead of the trainer, including ready ones (P below).
+  // Bounds the loader's memory, with B = batch_size and S = crop size:
+  //   - image buffers of B * 12 * S^2 bytes each: at most 2P + 1 (P batches
+  //     requested, 1 being set up, up to P handed back through Next and kept
+  //     for reuse); P + 2 while the caller hands its previous batch back to
+  //     every Next (the train loop does; one is handed back while the next
+  //     batch is being set up), plus the caller's own batch;
+  //   - received payloads waiting for the prep threads: at most the samples
+  //     of the P requested batches, P * B payloads (12 * S^2 bytes at the
+  //     tensor stage, 3 * S^2 cropped or flipped, the file's size raw);
+  //   - the response message being read (at most the server's message size).
+  // LoaderEpochStats.peak_batch_buffers and peak_queued_payload_bytes report
+  // the first two as they were.
   int prefetch_batches = 3;
   int requests_per_message = 32;  // sample requests per FetchRequest message
   bool shuffle = true;
@@ -56,14 +67,31 @@ struct LoaderEpochStats {
   double server_cpu_seconds = 0;  // as reported per sample by the server
   int stream_breaks = 0;          // Fetch streams that broke (server gone or restarting)
   int reconnects = 0;             // Fetch streams re-opened after the server went away
+  uint64_t requested = 0;         // sample requests made (once each; resends in `resent`)
   uint64_t resent = 0;            // sample requests sent again on a re-opened stream
+  // Fetch streams the server refused because it was full (its max_streams or
+  // max_streams_per_peer), each retried after a backoff.
+  int streams_refused = 0;
+  // Memory (see LoaderOptions.prefetch_batches): most image buffers the
+  // loader held at once (requested batches, the one being set up, spares),
+  // and most received payload bytes waiting for (or in) the prep threads.
+  int peak_batch_buffers = 0;
+  uint64_t peak_queued_payload_bytes = 0;
   std::vector<std::string> first_errors;  // up to 5 bad-sample messages
 };
+
+// OK if the server decodes JPEGs as strictly as `limits` (the manifest's
+// lenient_jpeg; a server that does not send it is strict); otherwise
+// FAILED_PRECONDITION naming `address` and both sides' setting: a sample
+// would succeed where one side decodes it and fail where the other does.
+absl::Status CheckJpegDecodingAgrees(const v1::Manifest& manifest, absl::string_view address,
+                                     const DecodeLimits& limits);
 
 class Loader {
  public:
   // `client` and `policy` must outlive the loader. The policy is asked where
   // every sample goes just before it is requested, and told what arrived.
+  // Fails if the server's JPEG decoding disagrees (CheckJpegDecodingAgrees).
   static absl::StatusOr<std::unique_ptr<Loader>> Create(SampleClient* client,
                                                         const LoaderOptions& options,
                                                         OffloadPolicy* policy);
@@ -81,6 +109,11 @@ class Loader {
   // connect_timeout), and every requested sample that had not arrived is
   // requested again, so each still arrives exactly once. Three breaks in a row
   // that owed samples and delivered none end the epoch with the last error.
+  // A stream the server refuses because it is full (RESOURCE_EXHAUSTED naming
+  // its max_streams or max_streams_per_peer) is opened again after a backoff
+  // with jitter, for up to the client's connect_timeout since the first
+  // refusal in a row; then RESOURCE_EXHAUSTED naming the server. Any other
+  // error ends the epoch at once, naming the server.
   // `batch`'s previous image buffer is recycled for a later batch (every slot
   // is overwritten, so buffers are neither zeroed nor faulted in anew).
   absl::StatusOr<bool> Next(Batch* batch);
@@ -124,6 +157,8 @@ class Loader {
   void ReceiveLoop();
   void WorkerLoop();
   void FailLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Updates the peaks of LoaderEpochStats from the current holdings.
+  void NotePeaksLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void JoinThreads();
 
   // Constant after construction.
@@ -156,6 +191,11 @@ class Loader {
   LoaderEpochStats stats_ ABSL_GUARDED_BY(mu_);
   // Image buffers handed back through Next(), for SendLoop's next batches.
   std::vector<std::vector<float>> spare_images_ ABSL_GUARDED_BY(mu_);
+  bool sender_has_buffer_ ABSL_GUARDED_BY(mu_) = false;  // a batch being set up
+  uint64_t queued_payload_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // received, not yet prepared
+  // When the stream last broke or was refused: batches registered before it,
+  // and samples owed then (for the resend's log line).
+  int64_t opened_at_break_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace sophon

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "sophon/base/status_macros.h"
 #include "sophon/net/grpc_util.h"
+#include "spdlog/spdlog.h"
 
 namespace sophon {
 namespace {
@@ -57,7 +58,43 @@ FetchCall::~FetchCall() = default;
 bool FetchCall::Write(const v1::FetchRequest& request) { return stream_->Write(request); }
 bool FetchCall::WritesDone() { return stream_->WritesDone(); }
 bool FetchCall::Read(v1::FetchResponse* response) { return stream_->Read(response); }
-absl::Status FetchCall::Finish() { return FromGrpcStatus(stream_->Finish()); }
+absl::Status FetchCall::Finish() {
+  return WithMessageTooLargeHint(
+      FromGrpcStatus(stream_->Finish()),
+      "a request message was larger than the storage server accepts (about twice its "
+      "sophon-server --max-request-bytes); raise that limit there, or send fewer sample "
+      "requests per message (LoaderOptions.requests_per_message)");
+}
+
+BackoffOptions SampleClient::RetryBackoff() {
+  BackoffOptions backoff;
+  backoff.initial = absl::Milliseconds(100);
+  backoff.max = absl::Seconds(2);  // as the channel's own reconnect backoff
+  backoff.multiplier = 2;
+  backoff.jitter = 0.5;
+  return backoff;
+}
+
+void SampleClient::LogRetry(absl::string_view what, const absl::Status& reason,
+                            absl::Duration wait) {
+  uint64_t suppressed = 0;
+  if (!retry_log_.Allow(absl::Now(), &suppressed)) return;
+  spdlog::warn("{} failed ({}: {}); trying again in {}{}", std::string(what),
+               absl::StatusCodeToString(reason.code()), std::string(reason.message()),
+               absl::FormatDuration(absl::Trunc(wait, absl::Milliseconds(1))),
+               suppressed > 0 ? absl::StrCat(" [", suppressed, " earlier retries not logged]")
+                              : std::string());
+}
+
+RetryOptions SampleClient::LoggedRetryOptions(absl::string_view what) {
+  RetryOptions retry;
+  retry.backoff = RetryBackoff();
+  retry.on_retry = [this, what = std::string(what)](int, absl::Duration wait,
+                                                    const absl::Status& status) {
+    LogRetry(what, status, wait);
+  };
+  return retry;
+}
 void FetchCall::Cancel() { context_.TryCancel(); }
 
 absl::StatusOr<std::unique_ptr<SampleClient>> SampleClient::Connect(const ClientOptions& options) {
@@ -89,7 +126,8 @@ absl::StatusOr<std::unique_ptr<SampleClient>> SampleClient::Connect(const Client
         return WrapError(what, client->stub_->GetManifest(&context, {}, &client->manifest_));
       },
       absl::StrCat("connect to storage server ", options.address),
-      absl::Now() + options.connect_timeout);
+      absl::Now() + options.connect_timeout,
+      client->LoggedRetryOptions(absl::StrCat("connecting to storage server ", options.address)));
   if (!status.ok()) return WithConnectHint(status, options);
   const v1::Manifest& m = client->manifest_;
   if (static_cast<uint32_t>(m.labels_size()) != m.num_samples() ||
@@ -130,7 +168,8 @@ absl::Status SampleClient::AwaitSameServer(const std::function<bool()>& stop) {
   const absl::Time deadline = absl::Now() + options_.connect_timeout;
   v1::ServerStats stats;
   const std::string what = absl::StrCat("GetStats from storage server ", options_.address);
-  RetryOptions retry;
+  RetryOptions retry = LoggedRetryOptions(
+      absl::StrCat("waiting for storage server ", options_.address, " to come back"));
   retry.stop = stop;
   absl::Status status = Retry(
       [&] {

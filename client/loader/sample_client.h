@@ -10,7 +10,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "sophon/base/rate_limiter.h"
 #include "sophon/net/credentials.h"
+#include "sophon/net/grpc_util.h"
 #include "sophon/v1/sophon.grpc.pb.h"
 
 namespace sophon {
@@ -18,7 +20,11 @@ namespace sophon {
 struct ClientOptions {
   std::string address;                          // HOST:PORT of sophon-server
   CredentialsOptions credentials;               // transport security; default insecure
-  absl::Duration connect_timeout = absl::Seconds(30);  // retry budget to reach the server
+  // Retry budget, with backoff and jitter, while the server is unreachable:
+  // at start (Connect), after a Fetch stream broke (AwaitSameServer), and
+  // while it refuses Fetch streams because it is full (its max_streams or
+  // max_streams_per_peer; the loader retries those).
+  absl::Duration connect_timeout = absl::Seconds(30);
   absl::Duration rpc_timeout = absl::Seconds(30);      // deadline of each unary call
 };
 
@@ -31,7 +37,9 @@ class FetchCall {
   bool Write(const v1::FetchRequest& request);
   bool WritesDone();
   bool Read(v1::FetchResponse* response);
-  // After Read returned false: the stream's final status.
+  // After Read returned false: the stream's final status. gRPC's "message
+  // larger than max" (a request over what the server accepts) gets a hint
+  // naming the server's --max-request-bytes.
   absl::Status Finish();
   // Ends the call early from any thread.
   void Cancel();
@@ -64,14 +72,21 @@ class SampleClient {
   // come back, FAILED_PRECONDITION if its dataset changed, CANCELLED once
   // `stop` returns true.
   absl::Status AwaitSameServer(const std::function<bool()>& stop);
+  // Logs (warn, at most one line per 5 s, counting the others) that
+  // `what` failed with `reason` and is tried again in `wait`. Thread-safe.
+  void LogRetry(absl::string_view what, const absl::Status& reason, absl::Duration wait);
+  // The backoff of this client's retries (exponential, with jitter).
+  static BackoffOptions RetryBackoff();
 
  private:
   SampleClient() = default;
+  RetryOptions LoggedRetryOptions(absl::string_view what);
 
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::SampleService::Stub> stub_;
   v1::Manifest manifest_;
+  RateLimiter retry_log_{1, absl::Seconds(5)};
 };
 
 }  // namespace sophon

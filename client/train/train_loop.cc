@@ -271,6 +271,10 @@ std::string FormatEpochReport(const EpochReport& r, const std::vector<std::strin
     absl::StrAppendFormat(&out, "; stream re-opened %d times, %d requests resent", l.reconnects,
                           l.resent);
   }
+  if (l.streams_refused > 0) {
+    absl::StrAppendFormat(&out, "; server full: fetch stream refused %d times and retried",
+                          l.streams_refused);
+  }
   if (r.predicted_seconds > 0) {
     absl::StrAppendFormat(&out, "; planner predicted %.2fs (measured/predicted %.2f)",
                           r.predicted_seconds, r.wall_seconds / r.predicted_seconds);
@@ -333,6 +337,9 @@ std::string EpochReportsToJson(const std::vector<EpochReport>& reports,
     w.Key("server_prep_cpu_seconds").Fixed(r.server_prep_busy_seconds, 6);
     w.Key("server_prep_workers").Int(r.server_prep_workers);
     w.Key("reconnects").Int(l.reconnects);
+    w.Key("streams_refused").Int(l.streams_refused);
+    w.Key("peak_batch_buffers").Int(l.peak_batch_buffers);
+    w.Key("peak_queued_payload_bytes").Uint(l.peak_queued_payload_bytes);
     w.Key("predicted_seconds").Fixed(r.predicted_seconds, 6);
     w.Key("model_images_per_second")
         .Fixed(r.images_per_second * std::max<size_t>(1, r.models.size()), 3);

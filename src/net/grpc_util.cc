@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "spdlog/spdlog.h"
@@ -35,6 +36,37 @@ bool IsRetryable(absl::StatusCode code) {
          code == absl::StatusCode::kDeadlineExceeded;
 }
 
+bool IsMessageTooLarge(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kResourceExhausted &&
+         (absl::StrContains(status.message(), "Received message larger than max") ||
+          absl::StrContains(status.message(), "Sent message larger than max"));
+}
+
+absl::Status WithMessageTooLargeHint(const absl::Status& status, absl::string_view hint) {
+  if (!IsMessageTooLarge(status)) return status;
+  return absl::Status(status.code(), absl::StrCat(status.message(), "; ", hint));
+}
+
+Backoff::Backoff(const BackoffOptions& options, uint64_t seed)
+    : initial_(std::max(options.initial, absl::Milliseconds(1))),
+      max_(std::max(options.max, initial_)),
+      multiplier_(std::max(options.multiplier, 1.0)),
+      jitter_(std::clamp(options.jitter, 0.0, 1.0)),
+      nominal_(initial_),
+      rng_(seed) {}
+
+absl::Duration Backoff::Next() {
+  absl::Duration wait = nominal_;
+  if (jitter_ > 0) {
+    wait -= wait * (jitter_ * std::uniform_real_distribution<double>(0, 1)(rng_));
+    wait = std::max(wait, absl::Milliseconds(1));
+  }
+  nominal_ = std::min(nominal_ * multiplier_, max_);
+  return wait;
+}
+
+void Backoff::Reset() { nominal_ = initial_; }
+
 absl::Status Retry(const std::function<absl::Status()>& f, absl::string_view description,
                    absl::Time deadline, const RetryOptions& options) {
   const auto now = [&] { return options.now ? options.now() : absl::Now(); };
@@ -49,15 +81,11 @@ absl::Status Retry(const std::function<absl::Status()>& f, absl::string_view des
   const auto cancelled = [&] {
     return absl::CancelledError(absl::StrCat("stopped trying to ", description));
   };
-  // The one place the backoff options are clamped.
-  const absl::Duration initial = std::max(options.backoff.initial, absl::Milliseconds(1));
-  const absl::Duration max_wait = std::max(options.backoff.max, initial);
-  const double multiplier = std::max(options.backoff.multiplier, 1.0);
+  Backoff backoff(options.backoff);
   // While `stop` may end the retries, waits are cut into slices this long.
   constexpr absl::Duration kStopPoll = absl::Milliseconds(50);
 
   const absl::Time start = now();
-  absl::Duration backoff = initial;
   for (int tries = 1;; ++tries) {
     if (stopped()) return cancelled();
     const absl::Status status = f();
@@ -69,9 +97,13 @@ absl::Status Retry(const std::function<absl::Status()>& f, absl::string_view des
                                        tries == 1 ? " try" : " tries", " in ",
                                        absl::FormatDuration(t - start), ": ", status.message()));
     }
-    const absl::Duration wait = std::min(backoff, deadline - t);
-    spdlog::debug("{}: retrying in {} after: {}", std::string(description),
-                  absl::FormatDuration(wait), std::string(status.message()));
+    const absl::Duration wait = std::min(backoff.Next(), deadline - t);
+    if (options.on_retry) {
+      options.on_retry(tries, wait, status);
+    } else {
+      spdlog::debug("{}: retrying in {} after: {}", std::string(description),
+                    absl::FormatDuration(wait), std::string(status.message()));
+    }
     if (!options.stop) {
       sleep(wait);
     } else {
@@ -80,7 +112,6 @@ absl::Status Retry(const std::function<absl::Status()>& f, absl::string_view des
         sleep(std::min(left, kStopPoll));
       }
     }
-    backoff = std::min(backoff * multiplier, max_wait);
   }
 }
 

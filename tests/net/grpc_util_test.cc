@@ -184,5 +184,72 @@ TEST(GrpcUtilTest, RetryWithTheRealClockEndsAtTheDeadline) {
   EXPECT_GE(absl::Now(), start + absl::Milliseconds(100));
 }
 
+// gRPC's own text for a message over the receiver's limit names no option;
+// the hint is appended to exactly that status.
+TEST(GrpcUtilTest, MessageTooLargeGetsTheHint) {
+  const absl::Status grpc_text = absl::ResourceExhaustedError(
+      "Received message larger than max (14036 vs. 4224)");
+  EXPECT_TRUE(IsMessageTooLarge(grpc_text));
+  EXPECT_TRUE(IsMessageTooLarge(
+      absl::ResourceExhaustedError("Sent message larger than max (70000000 vs. 67108864)")));
+  const absl::Status hinted = WithMessageTooLargeHint(grpc_text, "see --max-request-bytes");
+  EXPECT_EQ(hinted.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(hinted.message(),
+            "Received message larger than max (14036 vs. 4224); see --max-request-bytes");
+  // Same text, another code; another RESOURCE_EXHAUSTED: unchanged.
+  const absl::Status other_code =
+      absl::InternalError("Received message larger than max (14036 vs. 4224)");
+  EXPECT_EQ(WithMessageTooLargeHint(other_code, "hint"), other_code);
+  const absl::Status other_text = absl::ResourceExhaustedError("max_streams reached");
+  EXPECT_FALSE(IsMessageTooLarge(other_text));
+  EXPECT_EQ(WithMessageTooLargeHint(other_text, "hint"), other_text);
+  EXPECT_TRUE(WithMessageTooLargeHint(absl::OkStatus(), "hint").ok());
+}
+
+TEST(GrpcUtilTest, BackoffJitterShortensEachWaitWithinItsFraction) {
+  BackoffOptions options;
+  options.initial = absl::Milliseconds(100);
+  options.max = absl::Milliseconds(800);
+  options.jitter = 0.5;
+  Backoff backoff(options, /*seed=*/7);
+  std::vector<absl::Duration> waits;
+  for (int i = 0; i < 6; ++i) waits.push_back(backoff.Next());
+  const absl::Duration nominal[] = {absl::Milliseconds(100), absl::Milliseconds(200),
+                                    absl::Milliseconds(400), absl::Milliseconds(800),
+                                    absl::Milliseconds(800), absl::Milliseconds(800)};
+  bool any_shortened = false;
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_LE(waits[i], nominal[i]) << i;
+    EXPECT_GE(waits[i], nominal[i] / 2) << i;
+    any_shortened |= waits[i] < nominal[i];
+  }
+  EXPECT_TRUE(any_shortened);
+  // Reset starts the series again; no jitter gives the nominal waits.
+  backoff.Reset();
+  EXPECT_LE(backoff.Next(), absl::Milliseconds(100));
+  Backoff exact(BackoffOptions{});
+  EXPECT_EQ(exact.Next(), absl::Milliseconds(50));
+  EXPECT_EQ(exact.Next(), absl::Milliseconds(100));
+}
+
+TEST(GrpcUtilTest, RetryTellsOnRetryAboutEveryWait) {
+  FakeClock clock;
+  RetryOptions options = clock.Options();
+  std::vector<int> tries;
+  std::vector<std::string> messages;
+  options.on_retry = [&](int n, absl::Duration wait, const absl::Status& status) {
+    tries.push_back(n);
+    messages.push_back(std::string(status.message()));
+    EXPECT_GT(wait, absl::ZeroDuration());
+  };
+  int calls = 0;
+  const absl::Status s = Retry(
+      [&] { return ++calls < 3 ? absl::UnavailableError("down") : absl::OkStatus(); }, "connect",
+      clock.now + absl::Hours(1), options);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_THAT(tries, ElementsAre(1, 2));
+  EXPECT_THAT(messages, ElementsAre("down", "down"));
+}
+
 }  // namespace
 }  // namespace sophon
