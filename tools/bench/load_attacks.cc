@@ -126,9 +126,10 @@ absl::Status AttackOptions::Validate() const {
 }
 
 std::string AttackResult::Brief() const {
-  std::string s = absl::StrFormat("%d conn from %s; %u streams", connections,
-                                  sources.empty() ? "-" : absl::StrJoin(sources, ","),
-                                  streams_started);
+  const std::string from = sources.size() > 2 ? absl::StrCat(sources.size(), " addresses")
+                           : sources.empty()    ? std::string("-")
+                                                : absl::StrJoin(sources, ",");
+  std::string s = absl::StrFormat("%d conn from %s; %u streams", connections, from, streams_started);
   if (streams_reset_by_server > 0) absl::StrAppend(&s, ", ", streams_reset_by_server, " reset");
   if (streams_ended_by_server > 0) absl::StrAppend(&s, ", ", streams_ended_by_server, " ended");
   absl::StrAppend(&s, ", ", streams_open_at_end, " open at end");
