@@ -64,6 +64,11 @@ std::string Counts(const std::map<std::string, uint64_t>& m) {
   });
 }
 
+// The server's CPU time from before the run to its last sample.
+double ServerCpuSeconds(const LoadResult& r) {
+  return r.server.last.cpu_seconds - r.server_before.cpu_seconds;
+}
+
 double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 void JsonCounts(JsonWriter& w, absl::string_view key, const std::map<std::string, uint64_t>& m) {
@@ -109,6 +114,17 @@ std::string LoadSummary(const LoadResult& r) {
   absl::StrAppend(&s, "sample errors: ", Counts(r.sample_errors), "\n");
   absl::StrAppend(&s, "trainer streams ended: ", Counts(r.trainer_ends), "\n");
   if (!r.first_trainer_error.empty()) absl::StrAppend(&s, "  first: ", r.first_trainer_error, "\n");
+  if (r.attack_ran) {
+    const AttackResult& a = r.attack;
+    absl::StrAppendFormat(&s, "attack %s (%.1f s): %s\n", a.name, a.seconds, a.Brief());
+    if (!a.resets_by_code.empty()) {
+      absl::StrAppend(&s, "  streams reset by the server, by HTTP/2 code: ",
+                      absl::StrJoin(a.resets_by_code, ", ", absl::PairFormatter(" ")), "\n");
+    }
+    absl::StrAppendFormat(&s, "  request bytes sent %.1f MB, response bytes received %.1f MB\n",
+                          a.request_bytes_sent / 1e6, a.response_bytes_received / 1e6);
+    if (!a.first_error.empty()) absl::StrAppend(&s, "  error: ", a.first_error, "\n");
+  }
   absl::StrAppend(&s, "idle streams ended: ", Counts(r.idle_ends));
   if (r.idle_first_end_s >= 0) {
     absl::StrAppendFormat(&s, " (server-ended after %.1f..%.1f s)", r.idle_first_end_s,
@@ -132,6 +148,7 @@ std::string LoadSummary(const LoadResult& r) {
     if (f.cpu_ms_per_sample >= 0) {
       absl::StrAppendFormat(&s, "server CPU: %.2f ms per trainer sample\n", f.cpu_ms_per_sample);
     }
+    absl::StrAppendFormat(&s, "server CPU: %.1f s over the whole run\n", ServerCpuSeconds(r));
     if (p.exited) {
       absl::StrAppendFormat(&s, "SERVER EXITED %.1f s after the start%s\n", p.exited_after_s,
                             p.killed_by_cap ? " (killed by --kill-server-above-rss-mib)" : "");
@@ -169,6 +186,8 @@ std::string LoadJson(const LoadResult& r) {
   w.Key("trainer_samples_per_s").BeginArray();
   for (double x : f.rates) w.Fixed(x, 2);
   w.EndArray();
+  w.Key("trainer_min_samples_per_s").Fixed(f.min_rate, 2);
+  w.Key("trainer_max_samples_per_s").Fixed(f.max_rate, 2);
   w.Key("fairness_min_max").Fixed(f.max_rate > 0 ? f.min_rate / f.max_rate : 0.0, 4);
   w.Key("fairness_jain").Fixed(JainIndex(f.rates), 4);
   w.Key("first_finish_s").Fixed(r.first_finish_seconds, 3);
@@ -196,8 +215,34 @@ std::string LoadJson(const LoadResult& r) {
     w.Key("server_threads_idle").Int(r.server_idle.threads);
     w.Key("server_threads_peak").Int(p.peak_threads);
     w.Key("server_cpu_ms_per_sample").Fixed(f.cpu_ms_per_sample, 3);
+    w.Key("server_cpu_s").Fixed(ServerCpuSeconds(r), 2);
     w.Key("server_exited").Bool(p.exited).Key("server_exited_after_s").Fixed(p.exited_after_s, 1);
     w.Key("server_killed_by_cap").Bool(p.killed_by_cap);
+  }
+  if (r.attack_ran) {
+    const AttackResult& a = r.attack;
+    w.Key("attack").String(a.name).Key("attack_brief").String(a.Brief());
+    w.Key("attack_seconds").Fixed(a.seconds, 2);
+    w.Key("attack_sources").BeginArray();
+    for (const std::string& src : a.sources) w.String(src);
+    w.EndArray();
+    w.Key("attack_connections").Int(a.connections);
+    w.Key("attack_connections_failed").Int(a.connections_failed);
+    w.Key("attack_connections_lost").Int(a.connections_lost);
+    w.Key("attack_goaways").Int(a.goaways);
+    w.Key("attack_streams_started").Uint(a.streams_started);
+    w.Key("attack_streams_reset_by_server").Uint(a.streams_reset_by_server);
+    w.Key("attack_streams_ended_by_server").Uint(a.streams_ended_by_server);
+    w.Key("attack_streams_open_at_end").Uint(a.streams_open_at_end);
+    w.Key("attack_request_bytes_sent").Uint(a.request_bytes_sent);
+    w.Key("attack_response_bytes_received").Uint(a.response_bytes_received);
+    w.Key("attack_resets_by_code").BeginObject();
+    for (const auto& [code, n] : a.resets_by_code) w.Key(absl::StrCat(code)).Uint(n);
+    w.EndObject();
+    w.Key("attack_figures").BeginObject();
+    for (const auto& [k, v] : a.figures) w.Key(k).Fixed(v, 1);
+    w.EndObject();
+    w.Key("attack_error").String(a.first_error);
   }
   w.Key("stats_ok").Bool(r.stats_ok);
   if (r.stats_ok) {

@@ -6,6 +6,7 @@
 #include <random>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -46,6 +47,10 @@ absl::Status LoadOptions::Validate() const {
   if (sample_interval <= absl::ZeroDuration()) {
     return bad("sample_interval", "> 0", absl::FormatDuration(sample_interval));
   }
+  if (attack_lead < absl::ZeroDuration()) {
+    return bad("attack_lead", ">= 0", absl::FormatDuration(attack_lead));
+  }
+  if (absl::Status s = attack.Validate(); !s.ok()) return s;
   if (kill_server_above_rss_bytes < 0) {
     return bad("kill_server_above_rss_bytes", ">= 0", kill_server_above_rss_bytes);
   }
@@ -102,9 +107,20 @@ void CloseAll(std::vector<std::unique_ptr<Stream>>& streams, std::map<std::strin
 }  // namespace
 
 absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
-  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  LoadOptions checked = options;
+  if (options.attack.kind != AttackKind::kNone) {
+    // The attack's target: the server's port (and its host, for IPv4).
+    const size_t colon = options.address.rfind(':');
+    if (colon != std::string::npos) {
+      int port = 0;
+      if (absl::SimpleAtoi(options.address.substr(colon + 1), &port)) checked.attack.port = port;
+      const std::string host = options.address.substr(0, colon);
+      checked.attack.host = host == "localhost" ? "127.0.0.1" : host;
+    }
+  }
+  if (absl::Status s = checked.Validate(); !s.ok()) return s;
   LoadResult r;
-  r.options = options;
+  r.options = checked;
 
   ClientOptions copts;
   copts.address = options.address;
@@ -173,7 +189,15 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
     hostile.back()->Start();
   }
 
-  // 3. Trainers, one connection each; trainer t owns the ids with
+  // 3. The attack, if any: its streams open before the trainers start.
+  std::unique_ptr<Attack> attack;
+  if (checked.attack.kind != AttackKind::kNone) {
+    attack = std::make_unique<Attack>(checked.attack, &manifest);
+    attack->Start();
+    attack->WaitStarted(options.attack_lead);
+  }
+
+  // 4. Trainers, one connection each; trainer t owns the ids with
   // id % trainers == t, in an order shuffled per epoch.
   const int T = options.trainers;
   ReceiptLedger ledger(r.num_samples, options.epochs);
@@ -251,6 +275,11 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
   }
   r.server_end = sample_server();
   r.seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+  if (attack != nullptr) {
+    attack->Stop();
+    r.attack_ran = true;
+    r.attack = attack->result();
+  }
   r.client_cpu_seconds = ProcessCpuSeconds() - client_cpu_start;
 
   // The server's own account, if it still answers.

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "sophon/ops/stage.h"
+#include "tools/bench/load_attacks.h"
 #include "tools/bench/load_streams.h"
 #include "tools/bench/proc_sampler.h"
 
@@ -39,6 +40,10 @@ struct LoadOptions {
   int hostile_crop = 4096;
   Stage hostile_stage = Stage::kTensor;
   int hostile_samples = 1024;                    // ids each hostile stream requests
+  // An attack beside the trainers (its host and port are taken from
+  // `address`); it starts before them and ends with them at the latest.
+  AttackOptions attack;
+  absl::Duration attack_lead = absl::Seconds(2);  // wait for its streams, at most
   absl::Duration max_time = absl::Seconds(300);  // the trainers' time limit
   absl::Duration sample_interval = absl::Milliseconds(100);
   int64_t kill_server_above_rss_bytes = 0;  // 0: never; else the sampler kills the server
@@ -79,6 +84,8 @@ struct LoadResult {
   std::vector<std::string> hostile_messages;  // status messages of server-ended ones
   uint64_t hostile_ids_written = 0;
   std::string first_trainer_error;  // a message, for the summary
+  bool attack_ran = false;
+  AttackResult attack;
   // Server process: before anything, with the idle streams open, at the
   // trainers' start and end, and over the whole run.
   ProcSample server_before, server_idle, server_start, server_end;
