@@ -352,10 +352,14 @@ TEST_F(LoaderServerLimitsTest, ResendAfterARestartLogsWhatItResends) {
   ASSERT_TRUE(PollUntil([&] { return (*loader)->stats().requested == 20; }));
   StartServer(root, nullptr, absl::Seconds(20), port);
   absl::StatusOr<std::vector<Batch>> rest = Drain(loader->get());
+  const LoaderEpochStats stats = (*loader)->stats();
+  // No thread may log into `log` once the capture logger is gone: the
+  // loader's threads and the servers' stop first.
+  loader->reset();
+  server_.reset();
   spdlog::set_default_logger(previous);
   ASSERT_TRUE(rest.ok()) << rest.status();
   EXPECT_EQ(rest->size(), 2u);
-  const LoaderEpochStats stats = (*loader)->stats();
   EXPECT_EQ(stats.resent, 10u);
   EXPECT_EQ(stats.samples, 20u);
 

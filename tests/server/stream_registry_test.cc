@@ -26,6 +26,19 @@ class FakeMember : public StreamRegistry::Member {
     absl::MutexLock lock(&mu_);
     --refs_;
   }
+  void Evict(absl::Status why) override {
+    absl::MutexLock lock(&mu_);
+    evicted_ = std::move(why);
+    refs_in_evict_ = refs_;
+  }
+  absl::Status evicted() {
+    absl::MutexLock lock(&mu_);
+    return evicted_;
+  }
+  int refs_in_evict() {
+    absl::MutexLock lock(&mu_);
+    return refs_in_evict_;
+  }
   void CheckIdle(absl::Time now) override {
     std::function<void()> on_check;
     {
@@ -78,10 +91,12 @@ class FakeMember : public StreamRegistry::Member {
   std::vector<int> refs_in_check_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Time> nows_ ABSL_GUARDED_BY(mu_);
   std::function<void()> on_check_ ABSL_GUARDED_BY(mu_);
+  absl::Status evicted_ ABSL_GUARDED_BY(mu_);
+  int refs_in_evict_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 TEST(StreamRegistryTest, CapsStreamsInAllAndPerPeerNamingTheLimit) {
-  FakeMember a, b, c, d;
+  FakeMember a, b, c, d, e;
   StreamRegistry registry(/*max_streams=*/3, /*max_per_peer=*/2, absl::Seconds(10));
   Limit limit = Limit::kInvalidRequest;
   ASSERT_TRUE(registry.Register("ipv4:10.0.0.1", &a, &limit).ok());
@@ -91,15 +106,46 @@ TEST(StreamRegistryTest, CapsStreamsInAllAndPerPeerNamingTheLimit) {
   EXPECT_NE(s.message().find("max_streams_per_peer"), std::string::npos) << s;
   EXPECT_EQ(limit, Limit::kMaxStreamsPerPeer);
   ASSERT_TRUE(registry.Register("ipv4:10.0.0.2", &c, &limit).ok());
-  s = registry.Register("ipv4:10.0.0.3", &d, &limit);
+  // Full, and every address holds one stream: nobody holds more than its share.
+  registry.Unregister("ipv4:10.0.0.1", &a);
+  ASSERT_TRUE(registry.Register("ipv4:10.0.0.3", &d, &limit).ok());
+  s = registry.Register("ipv4:10.0.0.3", &e, &limit);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(limit, Limit::kMaxStreams);
   EXPECT_NE(s.message().find("max_streams = 3"), std::string::npos) << s;
-  registry.Unregister("ipv4:10.0.0.1", &a);
-  EXPECT_TRUE(registry.Register("ipv4:10.0.0.1", &d, &limit).ok());
   EXPECT_EQ(registry.open_streams(), 3);
   EXPECT_EQ(registry.streams_opened(), 4u);
-  for (FakeMember* m : {&b, &d}) registry.Unregister("ipv4:10.0.0.1", m);
-  registry.Unregister("ipv4:10.0.0.2", &c);
+  EXPECT_EQ(registry.streams_evicted(), 0u);
+  for (auto [peer, m] : {std::pair{"ipv4:10.0.0.1", &b}, {"ipv4:10.0.0.2", &c},
+                         {"ipv4:10.0.0.3", &d}}) {
+    registry.Unregister(peer, m);
+  }
+  EXPECT_EQ(registry.open_streams(), 0);
+  for (FakeMember* m : {&a, &b, &c, &d, &e}) EXPECT_TRUE(m->evicted().ok());
+}
+
+TEST(StreamRegistryTest, AFullServerMakesRoomByEvictingTheLargestHoldersOldestStream) {
+  FakeMember a1, a2, a3, b1, c1;
+  StreamRegistry registry(/*max_streams=*/4, /*max_per_peer=*/10, absl::Seconds(10));
+  for (FakeMember* m : {&a1, &a2, &a3}) ASSERT_TRUE(registry.Register("hog", m).ok());
+  ASSERT_TRUE(registry.Register("b", &b1).ok());
+  // Full: "c" holds none, "hog" holds three, so hog's oldest stream goes.
+  Limit limit = Limit::kInvalidRequest;
+  ASSERT_TRUE(registry.Register("c", &c1, &limit).ok());
+  EXPECT_EQ(a1.evicted().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(a1.evicted().message().find("max_streams = 4"), std::string::npos) << a1.evicted();
+  EXPECT_NE(a1.evicted().message().find("hog"), std::string::npos) << a1.evicted();
+  EXPECT_EQ(a1.refs_in_evict(), 2);  // told while the registry holds a reference
+  EXPECT_EQ(a1.refs(), 1);
+  for (FakeMember* m : {&a2, &a3, &b1, &c1}) EXPECT_TRUE(m->evicted().ok());
+  EXPECT_EQ(registry.open_streams(), 4);
+  EXPECT_EQ(registry.streams_evicted(), 1u);
+  // The evicted stream unregisters when it ends: a no-op, its slot is taken.
+  registry.Unregister("hog", &a1);
+  EXPECT_EQ(registry.open_streams(), 4);
+  for (auto [peer, m] : {std::pair{"hog", &a2}, {"hog", &a3}, {"b", &b1}, {"c", &c1}}) {
+    registry.Unregister(peer, m);
+  }
   EXPECT_EQ(registry.open_streams(), 0);
 }
 
