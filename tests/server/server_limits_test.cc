@@ -7,6 +7,7 @@
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/impl/codegen/sync_stream.h>
 
+#include <atomic>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -14,7 +15,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/loader/sample_client.h"
 #include "gtest/gtest.h"
@@ -319,6 +323,137 @@ TEST_F(ServerLimitsTest, TheByteBudgetBoundsAllStreamsAndIdleHogsAreReaped) {
   for (auto& [id, s] : got) EXPECT_EQ(s.error_code(), 0) << id;
   EXPECT_GE(Stats().rejections_by_limit().at("idle_stream_timeout"), 1u);
   for (auto& h : hogs) h->Cancel();
+}
+
+TEST_F(ServerLimitsTest, NonReadingStreamsReleaseTheirShareAfterTheWriteStallTimeout) {
+  // Four streams from one address ask for more than the whole budget and
+  // never read. A good client then needs the budget: the hogs' untaken writes
+  // end them after write_stall_timeout (the idle timeout is 5 minutes, so
+  // nothing else can free the bytes in time), and the good client is served.
+  ServiceOptions o;
+  o.prep_workers = 2;
+  o.max_crop_size = 512;
+  o.max_stream_inflight_bytes = 8 << 20;
+  o.inflight_budget_bytes = 10 << 20;
+  o.idle_stream_timeout = absl::Minutes(5);
+  o.write_stall_timeout = absl::Milliseconds(300);
+  Start(o, /*per_class=*/20);
+  std::vector<uint64_t> all;
+  for (uint64_t i = 0; i < 20; ++i) all.push_back(i);
+  std::vector<std::unique_ptr<v1::SampleService::Stub>> stubs;
+  std::vector<std::unique_ptr<FetchCall>> hogs;
+  for (int h = 0; h < 4; ++h) {
+    stubs.push_back(v1::SampleService::NewStub(NewChannel()));
+    hogs.push_back(std::make_unique<FetchCall>(stubs.back().get()));
+    ASSERT_TRUE(hogs.back()->Write(Request(all, Stage::kTensor, 512)));
+  }
+  // The hogs hold the budget before the good client arrives.
+  ASSERT_GT(SettledInflightBytes(server_.get()), 0u);
+  std::map<uint64_t, v1::Sample> got;
+  absl::Status status;
+  absl::Notification served;
+  std::thread good([&] {
+    status = FetchAll(Request(all, Stage::kTensor, 512), &got);
+    served.Notify();
+  });
+  // Generous: the mechanism needs write_stall_timeout plus a reaper period;
+  // without it the good client would wait for the 5-minute idle timeout.
+  const bool in_time = served.WaitForNotificationWithTimeout(absl::Seconds(60));
+  for (auto& h : hogs) h->Cancel();
+  good.join();
+  ASSERT_TRUE(in_time) << "the good client was not served while the hogs held the budget";
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(got.size(), 20u);
+  for (auto& [id, sample] : got) EXPECT_EQ(sample.error_code(), 0) << id;
+  const v1::ServerStats stats = Stats();
+  EXPECT_GE(stats.rejections_by_limit().at("write_stall_timeout"), 1u);
+  EXPECT_EQ(stats.rejections_by_limit().count("idle_stream_timeout"), 0u);
+  // The budget was never over its capacity but by one sample admitted into
+  // an empty budget.
+  EXPECT_LE(stats.peak_inflight_bytes(),
+            static_cast<uint64_t>(o.inflight_budget_bytes + StagePayloadBytes(Stage::kTensor, 512)));
+}
+
+TEST_F(ServerLimitsTest, AStreamWaitingForTheServerIsNeverIdleWhateverTheClockSays) {
+  // The clock is the test's: time passes only when the test says so, and
+  // every reaper decision below is made at a time the test chose.
+  absl::Mutex clock_mu;
+  absl::Time fake_now = absl::FromUnixSeconds(1'000'000);
+  const auto now = [&] {
+    absl::MutexLock lock(&clock_mu);
+    return fake_now;
+  };
+  const auto advance = [&](absl::Duration d) {
+    absl::MutexLock lock(&clock_mu);
+    fake_now += d;
+    return fake_now;
+  };
+  absl::Notification holding[2], release[2];
+  std::atomic<int> held{0};
+  ServiceOptions o;
+  o.prep_workers = 1;
+  o.max_crop_size = 512;
+  o.max_stream_inflight_bytes = 4 << 20;
+  o.inflight_budget_bytes = 4 << 20;  // one tensor sample of crop 512 (3.1 MB) at a time
+  o.idle_stream_timeout = absl::Seconds(10);
+  o.write_stall_timeout = absl::Seconds(10);
+  o.clock = now;
+  o.before_prep = [&](uint64_t) {
+    const int n = held.fetch_add(1);
+    if (n < 2) {  // the first two samples are held until the test lets them go
+      holding[n].Notify();
+      release[n].WaitForNotification();
+    }
+  };
+  Start(o, /*per_class=*/4);
+  // Whatever happens below, the server stops before what it refers to.
+  absl::Cleanup stop = [&] {
+    for (absl::Notification& r : release) {
+      if (!r.HasBeenNotified()) r.Notify();
+    }
+    server_.reset();
+  };
+  // Stream A's sample is being prepared (and holds the whole budget); stream
+  // B's sample waits for bytes behind it.
+  auto stub_b = v1::SampleService::NewStub(NewChannel());
+  FetchCall a(stub_.get());
+  FetchCall b(stub_b.get());
+  ASSERT_TRUE(a.Write(Request({0}, Stage::kTensor, 512)));
+  ASSERT_TRUE(a.WritesDone());  // A's stream ends once its sample is taken
+  holding[0].WaitForNotification();
+  ASSERT_TRUE(b.Write(Request({1}, Stage::kTensor, 512)));
+  for (int i = 0; i < 5000 && Stats().budget_waiters() < 1; ++i) {  // B has read its request
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(Stats().budget_waiters(), 1u);
+  StreamRegistry& registry = server_->service()->registry();
+  // Far past both timeouts, at several moments of the server's work.
+  registry.CheckAll(advance(absl::Minutes(10)));  // B waits for bytes
+  release[0].Notify();
+  v1::FetchResponse r;
+  ASSERT_TRUE(a.Read(&r));  // A's sample was written and taken: its bytes go to B
+  EXPECT_FALSE(a.Read(&r));
+  EXPECT_TRUE(a.Finish().ok());
+  holding[1].WaitForNotification();
+  registry.CheckAll(advance(absl::Minutes(10)));  // B's sample is being prepared
+  release[1].Notify();
+  ASSERT_TRUE(b.Read(&r));
+  ASSERT_EQ(r.samples_size(), 1);
+  EXPECT_EQ(r.samples(0).error_code(), 0);
+  EXPECT_EQ(Stats().rejections_by_limit().count("idle_stream_timeout"), 0u);
+  // The client has the message; wait for the server to see the write done.
+  for (int i = 0; i < 5000 && Stats().inflight_samples() > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  // Now it is B's client's turn: just short of the timeout it is kept, past
+  // it, it is idle.
+  registry.CheckAll(advance(absl::Seconds(9)));
+  EXPECT_EQ(Stats().rejections_by_limit().count("idle_stream_timeout"), 0u);
+  registry.CheckAll(advance(absl::Seconds(2)));
+  EXPECT_FALSE(b.Read(&r));
+  const absl::Status s = b.Finish();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("idle_stream_timeout"), std::string::npos) << s;
 }
 
 TEST_F(ServerLimitsTest, ARefusedRequestBehindAnUntakenWriteStillFreesTheStreamsBytes) {
