@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/grpc_service.h"
+#include "server/memory_bound.h"
 #include "sophon/data/image_folder.h"
 #include "spdlog/spdlog.h"
 
@@ -93,6 +94,10 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
   spdlog::info("serving {} samples in {} classes from {} on {}:{} with {} prep workers",
                server->source_->size(), server->source_->class_names().size(),
                options.data_dir, options.host, server->port_, options.service.prep_workers);
+  const ServerMemoryBound bound = ComputeServerMemoryBound(
+      options.service, static_cast<int64_t>(server->impl_->EncodedManifest().size()),
+      options.source.max_file_bytes);
+  spdlog::info("memory bound: {}", bound.ToString());
   if (options.stats_interval > absl::ZeroDuration()) {
     server->stats_thread_ = std::thread([s = server.get()] { s->StatsLoop(); });
   }

@@ -20,16 +20,17 @@ absl::StatusOr<ProcessStatus> ReadProcessStatus(const std::string& path) {
   std::string line;
   while (std::getline(in, line)) {
     absl::string_view rest = line;
-    if (absl::ConsumePrefix(&rest, "VmRSS:")) {
+    const bool rss = absl::ConsumePrefix(&rest, "VmRSS:");
+    if (rss || absl::ConsumePrefix(&rest, "VmHWM:")) {
       // "VmRSS:	  123456 kB"
       rest = absl::StripAsciiWhitespace(rest);
       absl::ConsumeSuffix(&rest, "kB");
       uint64_t kb = 0;
       if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(rest), &kb)) {
-        return absl::DataLossError(absl::StrCat(path, ": bad VmRSS line: ", line));
+        return absl::DataLossError(absl::StrCat(path, ": bad memory line: ", line));
       }
-      status.rss_bytes = kb * 1024;
-      have_rss = true;
+      (rss ? status.rss_bytes : status.peak_rss_bytes) = kb * 1024;
+      have_rss = have_rss || rss;
     } else if (absl::ConsumePrefix(&rest, "Threads:")) {
       if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(rest), &status.threads)) {
         return absl::DataLossError(absl::StrCat(path, ": bad Threads line: ", line));

@@ -10,7 +10,8 @@
 namespace sophon {
 
 struct ProcessStatus {
-  uint64_t rss_bytes = 0;  // VmRSS: resident set size
+  uint64_t rss_bytes = 0;       // VmRSS: resident set size
+  uint64_t peak_rss_bytes = 0;  // VmHWM: the most ever resident (0 if not reported)
   int threads = 0;         // Threads
 };
 

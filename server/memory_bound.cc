@@ -1,0 +1,45 @@
+#include "server/memory_bound.h"
+
+#include "absl/strings/str_format.h"
+
+namespace sophon {
+
+int64_t ServerMemoryBound::total() const {
+  if (transport < 0) return -1;
+  const int64_t terms = samples + transport + requests + streams + prep;
+  return base + static_cast<int64_t>(static_cast<double>(terms) * (1 + allocator_overhead));
+}
+
+std::string ServerMemoryBound::ToString() const {
+  const auto mib = [](int64_t b) { return static_cast<double>(b) / (1 << 20); };
+  const std::string transport_text =
+      transport < 0 ? std::string("unbounded transport (no quota)")
+                    : absl::StrFormat("%.0f transport", mib(transport));
+  const std::string head = total() < 0 ? std::string("unbounded")
+                                       : absl::StrFormat("%.0f MiB", mib(total()));
+  return absl::StrFormat(
+      "%s = %.0f base + (%.0f samples + %s + %.0f pending requests + %.0f streams + %.0f prep "
+      "workers) x %.2f allocator overhead",
+      head, mib(base), mib(samples), transport_text, mib(requests), mib(streams), mib(prep),
+      1 + allocator_overhead);
+}
+
+ServerMemoryBound ComputeServerMemoryBound(const ServiceOptions& options, int64_t manifest_bytes,
+                                           int64_t max_file_bytes) {
+  ServerMemoryBound b;
+  b.base = kServerBaseBytes + 3 * manifest_bytes;
+  b.samples = options.inflight_budget_bytes + options.max_stream_inflight_bytes;
+  b.transport = options.transport_memory_bytes > 0 ? options.transport_memory_bytes : -1;
+  b.requests = int64_t{options.max_streams} * options.max_ids_per_request * 32;
+  b.streams = int64_t{options.max_streams} * kStreamStateBytes;
+  // A worker holds one file, libjpeg's memory, the decoded region (at most
+  // twice the crop side after DCT scaling), the crop and its tensor.
+  const int64_t crop = options.max_crop_size;
+  const int64_t pixels = (2 * crop) * (2 * crop) * 3 + crop * crop * 3 + crop * crop * 12;
+  b.prep = int64_t{options.prep_workers} *
+           (max_file_bytes + options.limits.max_memory_bytes + pixels);
+  b.allocator_overhead = kAllocatorOverhead;
+  return b;
+}
+
+}  // namespace sophon

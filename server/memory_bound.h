@@ -1,0 +1,46 @@
+// The most memory a storage server can hold, from its options: the bound
+// that every way a client (or a file) can make the server hold memory falls
+// under (ARCHITECTURE.md lists them, and docs/server-memory.md explains the
+// formula). The server logs it at start-up; tests check the server's peak
+// resident memory against it.
+#ifndef SOPHON_SERVER_MEMORY_BOUND_H_
+#define SOPHON_SERVER_MEMORY_BOUND_H_
+
+#include <cstdint>
+#include <string>
+
+#include "server/service_options.h"
+
+namespace sophon {
+
+struct ServerMemoryBound {
+  int64_t base = 0;        // code, libraries, threads' stacks, the manifest (x3: entries, proto, encoded)
+  int64_t samples = 0;     // the byte budget, and one sample admitted into an empty budget
+  int64_t transport = 0;   // gRPC's buffers and call state (the resource quota); -1 = unbounded
+  int64_t requests = 0;    // pending request messages: max_streams x max_ids_per_request x 32 B
+  int64_t streams = 0;     // each open stream's own state: max_streams x kStreamStateBytes
+  int64_t prep = 0;        // each prep worker's file buffer, decoder memory and pixel buffers
+  double allocator_overhead = 0;  // fraction on top of the terms (malloc's arenas and fragmentation)
+
+  // The bound in bytes; -1 when the transport is unbounded.
+  int64_t total() const;
+  // "1234 MiB = 40 base + 1025 samples + ..." for the start-up log.
+  std::string ToString() const;
+};
+
+// Bytes of a stream's own state: the reactor, its queues' blocks, and its
+// registry and budget entries (gRPC's per-call state is in the transport term).
+inline constexpr int64_t kStreamStateBytes = 4 << 10;
+// Fixed memory of an idle server besides the manifest.
+inline constexpr int64_t kServerBaseBytes = int64_t{64} << 20;
+inline constexpr double kAllocatorOverhead = 0.25;
+
+// REQUIRES: options validated. `manifest_bytes` is the encoded manifest's
+// size; `max_file_bytes` and `max_decoder_memory_bytes` are the source's
+// and the decoder's caps.
+ServerMemoryBound ComputeServerMemoryBound(const ServiceOptions& options, int64_t manifest_bytes,
+                                           int64_t max_file_bytes);
+
+}  // namespace sophon
+
+#endif  // SOPHON_SERVER_MEMORY_BOUND_H_
