@@ -456,6 +456,29 @@ TEST_F(ServerLimitsTest, AStreamWaitingForTheServerIsNeverIdleWhateverTheClockSa
   EXPECT_NE(s.message().find("idle_stream_timeout"), std::string::npos) << s;
 }
 
+TEST_F(ServerLimitsTest, AFileThatGrewAfterStartUpFailsItsSampleInsteadOfOvershootingItsReservation) {
+  Start(ServiceOptions(), /*per_class=*/2);
+  const ManifestEntry& entry = server_->source().entry(0);
+  const int64_t listed = static_cast<int64_t>(entry.raw_size);
+  {
+    std::ofstream grow(root_ + "/" + entry.relative_path, std::ios::binary | std::ios::app);
+    grow << std::string(4 << 20, 'x');  // 4 MiB more than the manifest says
+  }
+  std::map<uint64_t, v1::Sample> got;
+  std::vector<uint64_t> ids(10, 0);
+  ids.push_back(1);
+  ASSERT_TRUE(FetchAll(Request(ids, Stage::kRaw), &got).ok());
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].error_code(), static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_NE(got[0].error_message().find(entry.relative_path), std::string::npos)
+      << got[0].error_message();
+  EXPECT_NE(got[0].error_message().find("grew"), std::string::npos) << got[0].error_message();
+  EXPECT_EQ(got[1].error_code(), 0);  // the other file is served
+  // Never more than what was reserved: the listed sizes of what was asked.
+  EXPECT_LE(Stats().peak_inflight_bytes(),
+            static_cast<uint64_t>(10 * listed + server_->source().entry(1).raw_size));
+}
+
 TEST_F(ServerLimitsTest, ARefusedRequestBehindAnUntakenWriteStillFreesTheStreamsBytes) {
   ServiceOptions o;
   o.prep_workers = 2;
