@@ -146,6 +146,15 @@ std::vector<MetricFamily> ServerStatsToMetrics(const v1::ServerStats& stats) {
   out.push_back(Single("sophon_server_inflight_budget_bytes",
                        "The server's bound on sophon_server_inflight_bytes.", MetricType::Gauge,
                        stats.inflight_budget_bytes()));
+  out.push_back(Single("sophon_server_inflight_peak_bytes",
+                       "The most bytes ever reserved at once, all streams.", MetricType::Gauge,
+                       stats.peak_inflight_bytes()));
+  out.push_back(Single("sophon_server_budget_waiters",
+                       "Streams waiting for bytes of the budget now.", MetricType::Gauge,
+                       stats.budget_waiters()));
+  out.push_back(Single("sophon_server_pending_request_bytes",
+                       "Memory of request messages read and not yet admitted.", MetricType::Gauge,
+                       stats.pending_request_bytes()));
   out.push_back(Single("sophon_server_stream_inflight_peak_samples",
                        "The most samples any one stream has held in flight at once.",
                        MetricType::Gauge, stats.peak_stream_inflight()));

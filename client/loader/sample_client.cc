@@ -61,9 +61,9 @@ bool FetchCall::Read(v1::FetchResponse* response) { return stream_->Read(respons
 absl::Status FetchCall::Finish() {
   return WithMessageTooLargeHint(
       FromGrpcStatus(stream_->Finish()),
-      "a request message was larger than the storage server accepts (about twice its "
-      "sophon-server --max-request-bytes); raise that limit there, or send fewer sample "
-      "requests per message (LoaderOptions.requests_per_message)");
+      "a request message was larger than the storage server accepts (its "
+      "sophon-server --max-request-bytes, and 4 KiB); raise that limit there, or send fewer "
+      "sample requests per message (LoaderOptions.requests_per_message)");
 }
 
 BackoffOptions SampleClient::RetryBackoff() {

@@ -40,6 +40,9 @@ v1::ServerStats FakeStats() {
   s.set_inflight_samples(17);
   s.set_inflight_bytes(123456789);
   s.set_inflight_budget_bytes(1073741824);
+  s.set_peak_inflight_bytes(2048);
+  s.set_budget_waiters(3);
+  s.set_pending_request_bytes(4096);
   s.set_peak_stream_inflight(64);
   s.set_max_inflight_per_stream(128);
   s.set_requests_rejected(5);
@@ -99,6 +102,9 @@ TEST(MetricsExporterTest, ServesEveryStatWithNamesLabelsAndValues) {
   EXPECT_THAT(*body, HasSubstr("sophon_server_inflight_samples 17\n"));
   EXPECT_THAT(*body, HasSubstr("sophon_server_inflight_bytes 123456789\n"));
   EXPECT_THAT(*body, HasSubstr("sophon_server_inflight_budget_bytes 1073741824\n"));
+  EXPECT_THAT(*body, HasSubstr("sophon_server_inflight_peak_bytes 2048\n"));
+  EXPECT_THAT(*body, HasSubstr("sophon_server_budget_waiters 3\n"));
+  EXPECT_THAT(*body, HasSubstr("sophon_server_pending_request_bytes 4096\n"));
   EXPECT_THAT(*body, HasSubstr("sophon_server_stream_inflight_peak_samples 64\n"));
   EXPECT_THAT(*body, HasSubstr("sophon_server_stream_inflight_limit_samples 128\n"));
   EXPECT_THAT(*body, HasSubstr("sophon_server_uptime_seconds 99.5\n"));
