@@ -7,18 +7,14 @@
 # runs each one and prints a summary: pass/fail and the ThreadSanitizer
 # reports (SUMMARY lines, counted). Full logs: build-tsan/tsan-logs/TEST.log.
 #
-# The system gRPC, protobuf and Abseil are not instrumented, so TSan cannot
-# see the synchronisation inside them. absl::Mutex matters most (our code and
-# gRPC lock with it): with ABSL_SOURCE set to an abseil-cpp checkout of the
-# installed version (20220623: `git clone -b 20220623.1
-# https://github.com/abseil/abseil-cpp`), the script compiles Abseil's
-# synchronization library (absl::Mutex, CondVar, Notification) and the base
-# libraries under it from that checkout against the installed headers,
-# instrumented, and runs the tests with them ahead of the system ones on
-# LD_LIBRARY_PATH. Without it every absl::Mutex hand-over looks
-# like a race. tools/tsan.supp silences what is left inside uninstrumented
-# library code (each entry says why).
-# Environment: JOBS (build jobs, default 2), ABSL_SOURCE (above), BUILD_LOCK (a
+# The system gRPC, protobuf and Abseil are Debian's uninstrumented builds, so
+# TSan cannot see the synchronisation inside them. absl::Mutex matters most
+# (our code and gRPC lock with it): without an instrumented Abseil every
+# absl::Mutex hand-over looks like a race. TSAN_LIBDIR may name a folder of
+# TSan-instrumented libabsl_*.so built elsewhere under the installed sonames;
+# it is put first on LD_LIBRARY_PATH. tools/tsan.supp silences what is left
+# inside uninstrumented library code (each entry says why).
+# Environment: JOBS (build jobs, default 2), TSAN_LIBDIR (above), BUILD_LOCK (a
 # file to flock while building, e.g. /tmp/sophon-build.lock), TSAN_EXTRA
 # (appended to TSAN_OPTIONS).
 set -euo pipefail
@@ -35,45 +31,9 @@ locked() { if [ -n "${BUILD_LOCK:-}" ]; then flock "$BUILD_LOCK" "$@"; else "$@"
 mkdir -p "$build/tsan-logs"
 start=$(date +%s)
 
-# Instrumented Abseil synchronisation (see above), each library under the
-# installed one's soname: absl::Mutex and what it stands on (SpinLock, the
-# per-thread identities and the arena they are allocated from), and absl::Now
-# (an inline SpinLock user: TSan aborts when an instrumented SpinLock meets
-# an uninstrumented caller).
-libdir=""
-absl_lib() {  # name sources...: builds $libdir/libabsl_NAME.so.VERSION
-  local name=$1 so soname objs=() src obj
-  shift
-  so=$(basename "$(readlink -f "/usr/lib/x86_64-linux-gnu/libabsl_$name.so")")
-  soname=${so%.*.*}  # libabsl_NAME.so.20220623
-  for src in "$@"; do
-    obj="$libdir/obj/${src//\//_}.o"
-    # The installed headers (not the checkout's): the same options and inline namespace.
-    locked clang++ -std=c++17 -O1 -g -fPIC -fsanitize=thread -c "$ABSL_SOURCE/absl/$src.cc" -o "$obj"
-    objs+=("$obj")
-  done
-  locked clang++ -shared -fsanitize=thread -Wl,-soname,"$soname" -o "$libdir/$soname" "${objs[@]}" \
-    -L"$libdir" -Wl,--as-needed -labsl_base -labsl_spinlock_wait -labsl_raw_logging_internal -labsl_malloc_internal \
-    -labsl_graphcycles_internal -labsl_stacktrace -labsl_symbolize -labsl_time -labsl_time_zone \
-    -labsl_int128 -labsl_strings -lpthread
-  ln -sf "$soname" "$libdir/libabsl_$name.so"
-}
-if [ -n "${ABSL_SOURCE:-}" ]; then
-  libdir="$build/absl-tsan"
-  mkdir -p "$libdir/obj"
-  absl_lib spinlock_wait base/internal/spinlock_wait
-  absl_lib base base/internal/cycleclock base/internal/spinlock base/internal/sysinfo \
-    base/internal/thread_identity base/internal/unscaledcycleclock
-  absl_lib malloc_internal base/internal/low_level_alloc
-  # absl::Now takes a SpinLock inline: its callers must be annotated as SpinLock is.
-  absl_lib time time/civil_time time/clock time/duration time/format time/time
-  absl_lib graphcycles_internal synchronization/internal/graphcycles
-  absl_lib synchronization synchronization/barrier synchronization/blocking_counter \
-    synchronization/internal/create_thread_identity synchronization/internal/per_thread_sem \
-    synchronization/internal/waiter synchronization/notification synchronization/mutex
-  libdir=$(readlink -f "$libdir")
-else
-  echo "tsan.sh: ABSL_SOURCE not set: absl::Mutex is not instrumented, expect false reports" >&2
+libdir=${TSAN_LIBDIR:-}
+if [ -z "$libdir" ]; then
+  echo "tsan.sh: no TSAN_LIBDIR: absl::Mutex is not instrumented, expect false reports" >&2
 fi
 
 launcher=()
