@@ -60,12 +60,14 @@ void ByteBudget::GrantLocked(std::vector<Grant>* grants) {
     // An empty budget admits anything, so that one sample larger than the
     // capacity cannot wait forever.
     if (used_ != 0 && used_ + pick->bytes > options_.capacity) return;
-    Peer& peer = peers_[pick->peer];
+    const std::string name = pick->peer;
+    Peer& peer = peers_[name];
     AddLocked(peer, pick->bytes);
     --peer.waiting;
     ++grants_;
     grants->push_back(Grant{pick->waiter, pick->bytes});
     queue_.erase(pick);
+    ForgetIfEmptyLocked(name);  // a grant of 0 bytes leaves nothing held
   }
 }
 

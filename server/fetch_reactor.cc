@@ -84,6 +84,12 @@ void FetchReactor::FailLocked(absl::Status status) {
   }
   ClearPendingLocked();
   abandoned_.store(true, std::memory_order_relaxed);
+  // A failed stream gives up its place in the budget's queue at once (it
+  // could be the head, holding back everyone behind it).
+  if (awaiting_grant_ && service_->budget().Cancel(this)) {
+    awaiting_grant_ = false;
+    Unref();  // the budget's; never the last: whoever fails us holds one
+  }
 }
 
 absl::Status FetchReactor::HandleRequestLocked(Limit* limit) {
@@ -369,10 +375,14 @@ void FetchReactor::OnBytesGranted(int64_t bytes) {
 void FetchReactor::Evict(absl::Status why) {
   {
     absl::MutexLock lock(&mu_);
-    if (finished_ || !error_.ok()) return;
-    FailLocked(std::move(why));
-    cancel_wanted_ = writing_;
+    if (finished_) return;
+    // The reaper no longer visits an evicted stream: whatever state it is in
+    // (even already failed, with a write the client does not take), it ends
+    // now.
+    if (error_.ok()) FailLocked(why);
+    if (writing_) cancel_wanted_ = true;
   }
+  service_->RecordRejection(Limit::kStreamEvicted, peer_, why);
   Pump();
 }
 
@@ -394,7 +404,8 @@ void FetchReactor::CheckIdle(absl::Time now) {
       }
     } else {
       const absl::Duration idle = ClientIdleFor(ActivityLocked(), now);
-      if (writing_ && idle >= options.write_stall_timeout && service_->budget().waiters() > 0) {
+      if (writing_ && idle >= options.write_stall_timeout &&
+          service_->budget().waiters() > (awaiting_grant_ ? 1 : 0)) {
         // Others wait for bytes this stream holds in a write its client does not take.
         limit = Limit::kWriteStallTimeout;
         status = absl::ResourceExhaustedError(absl::StrCat(

@@ -305,9 +305,23 @@ namespace {
 
 // Codes with which a Fetch stream breaks when the server went away or is
 // restarting (CANCELLED: the server shut down with the call open).
-bool StreamBreakIsRetryable(absl::StatusCode code) {
-  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kAborted ||
-         code == absl::StatusCode::kCancelled;
+// A break the stream may recover from: the transport failed, or the server
+// shed load (gRPC under memory pressure resets streams with ENHANCE_YOUR_CALM,
+// RST_STREAM code 11; the server ends a stream whose write was not taken while
+// others waited, or evicts one to make room for another client).
+bool StreamBreakIsRetryable(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kCancelled:
+      return true;
+    case absl::StatusCode::kResourceExhausted:
+      return absl::StrContains(status.message(), "RST_STREAM with error code 11") ||
+             absl::StrContains(status.message(), "write_stall_timeout") ||
+             absl::StrContains(status.message(), "max_streams");
+    default:
+      return false;
+  }
 }
 
 // The server refused the stream for want of a slot (its max_streams, or
@@ -407,7 +421,7 @@ void Loader::ReceiveLoop() {
         }
         const std::string what = absl::StrCat("fetch stream from storage server ",
                                               client_->address(), " failed: ", status.message());
-        if (!StreamBreakIsRetryable(status.code()) || fruitless >= kMaxFruitlessReconnects) {
+        if (!StreamBreakIsRetryable(status) || fruitless >= kMaxFruitlessReconnects) {
           FailLocked(absl::Status(
               status.code(),
               fruitless >= kMaxFruitlessReconnects

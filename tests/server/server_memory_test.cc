@@ -105,7 +105,7 @@ TEST(ServerMemoryTest, PeakMemoryWithEveryStreamHoldingAMaximalPendingRequestIsU
   service.max_ids_per_request = kIds;
   service.inflight_budget_bytes = 16 << 20;
   service.max_stream_inflight_bytes = 1 << 20;
-  service.transport_memory_bytes = 64 << 20;
+  service.transport_memory_bytes = 256 << 20;  // room for 4096 calls: no stream reset under pressure
   service.max_crop_size = 64;
   service.limits.max_memory_bytes = 16 << 20;
   service.max_calls_per_connection = kPerConnection;
@@ -124,7 +124,10 @@ TEST(ServerMemoryTest, PeakMemoryWithEveryStreamHoldingAMaximalPendingRequestIsU
       absl::StrCat("--max-crop-size=", service.max_crop_size),
       absl::StrCat("--max-decoder-memory-bytes=", service.limits.max_memory_bytes),
       absl::StrCat("--max-calls-per-connection=", service.max_calls_per_connection),
-      absl::StrCat("--max-file-bytes=", max_file_bytes)};
+      absl::StrCat("--max-file-bytes=", max_file_bytes),
+      // Not the subject here: the streams that got a sample hold an untaken
+      // write while the others wait, which would end them after 5 s.
+      "--write-stall-timeout=10m"};
   ServerProcess server;
   ASSERT_TRUE(server.Start(flags).ok());
 
@@ -136,21 +139,19 @@ TEST(ServerMemoryTest, PeakMemoryWithEveryStreamHoldingAMaximalPendingRequestIsU
   const absl::StatusOr<ProcessStatus> idle = server.Status();
   ASSERT_TRUE(idle.ok()) << idle.status();
 
-  // Maximal requests of 4096 ids, RAW (the server answers one at a time):
-  // valid ids, and ids outside the manifest (each answered with an error
-  // that names it, which must not be held as a string per pending id).
-  v1::FetchRequest request, bad_request;
+  // One maximal request: 4096 ids, RAW (the server answers one at a time).
+  // (Ids outside the manifest cost the same 32 bytes pending: CheckedSample
+  // keeps a refusal code, not a message; fetch_request.h asserts its size.
+  // They are not used here because the server answers them without waiting
+  // for the budget, draining them into the transport's window.)
+  v1::FetchRequest request;
   AugmentOptions aug;
   aug.crop_size = 32;
   *request.mutable_augment() = ToProto(aug);
-  *bad_request.mutable_augment() = ToProto(aug);
   for (int i = 0; i < kIds; ++i) {
     v1::SampleRequest* s = request.add_samples();
     s->set_id(static_cast<uint64_t>(i) % manifest.num_samples());
     s->set_target_stage(v1::STAGE_RAW);
-    v1::SampleRequest* b = bad_request.add_samples();
-    b->set_id(manifest.num_samples() + static_cast<uint64_t>(i));
-    b->set_target_stage(v1::STAGE_RAW);
   }
   // kStreams streams over connections of kPerConnection calls each; none reads.
   std::vector<std::shared_ptr<grpc::Channel>> channels;
@@ -166,16 +167,20 @@ TEST(ServerMemoryTest, PeakMemoryWithEveryStreamHoldingAMaximalPendingRequestIsU
       stubs.push_back(v1::SampleService::NewStub(channels.back()));
     }
     calls.push_back(std::make_unique<FetchCall>(stubs.back().get()));
-    ASSERT_TRUE(calls.back()->Write(i % 2 == 0 ? request : bad_request)) << "stream " << i;
+    ASSERT_TRUE(calls.back()->Write(request)) << "stream " << i;
   }
-  // Wait until the server holds every request (its pending count says so).
+  // Wait until the server holds every stream and every request (a stream's
+  // first samples may be answered into its transport window: 99%).
   const uint64_t pending_full = uint64_t{kStreams} * (kIds - 1) * sizeof(CheckedSample);
   v1::ServerStats stats;
   for (int i = 0; i < 600; ++i) {
     absl::StatusOr<v1::ServerStats> s = (*client)->GetStats();
     ASSERT_TRUE(s.ok()) << s.status();
     stats = *s;
-    if (stats.pending_request_bytes() >= pending_full * 95 / 100) break;
+    if (stats.active_streams() == static_cast<uint32_t>(kStreams) &&
+        stats.pending_request_bytes() >= pending_full * 99 / 100) {
+      break;
+    }
     absl::SleepFor(absl::Milliseconds(100));
   }
   const absl::StatusOr<ProcessStatus> peak = server.Status();
@@ -189,9 +194,13 @@ TEST(ServerMemoryTest, PeakMemoryWithEveryStreamHoldingAMaximalPendingRequestIsU
               idle->rss_bytes / mib, peak->peak_rss_bytes / mib,
               stats.pending_request_bytes() / mib, stats.active_streams(),
               bound.ToString().c_str());
+  for (const auto& [limit, n] : stats.rejections_by_limit()) {
+    std::printf("streams refused or ended by %s: %llu\n", limit.c_str(),
+                static_cast<unsigned long long>(n));
+  }
   // The test exercises what it claims: every stream open, every request held.
   EXPECT_EQ(stats.active_streams(), static_cast<uint32_t>(kStreams));
-  EXPECT_GE(stats.pending_request_bytes(), pending_full * 95 / 100);
+  EXPECT_GE(stats.pending_request_bytes(), pending_full * 99 / 100);
   // The pending requests are real memory...
   EXPECT_GE(peak->peak_rss_bytes, idle->rss_bytes + pending_full / 2);
   // ...and stay under the documented bound.
