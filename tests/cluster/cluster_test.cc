@@ -22,6 +22,7 @@
 #include "sophon/net/wire.h"
 #include "server/storage_server.h"
 #include "tests/client/train/tiny_emulated_trainer.h"
+#include "tests/cluster/local_server.h"
 #include "tests/test_util.h"
 
 namespace sophon {
@@ -32,23 +33,15 @@ class ClusterTest : public ::testing::Test {
   void StartServer(const std::string& root, int prep_workers = 2, int max_inflight = 128,
                    std::function<void(uint64_t)> before_prep = nullptr,
                    absl::Duration connect_timeout = absl::Seconds(10)) {
-    StorageServerOptions options;
-    options.data_dir = root;
-    options.host = "127.0.0.1";
-    options.port = 0;
-    options.service.prep_workers = prep_workers;
-    options.service.max_inflight_per_stream = max_inflight;
-    options.service.before_prep = std::move(before_prep);
-    options.stats_interval = absl::ZeroDuration();
-    absl::StatusOr<std::unique_ptr<StorageServer>> server = StorageServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    ClientOptions copts;
-    copts.address = server_->address();
-    copts.connect_timeout = connect_timeout;
-    absl::StatusOr<std::unique_ptr<SampleClient>> client = SampleClient::Connect(copts);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = *std::move(client);
+    ServiceOptions service;
+    service.prep_workers = prep_workers;
+    service.max_inflight_per_stream = max_inflight;
+    service.before_prep = std::move(before_prep);
+    absl::StatusOr<testing::LocalServer> local =
+        testing::StartLocalServer(root, std::move(service), connect_timeout);
+    ASSERT_TRUE(local.ok()) << local.status();
+    server_ = std::move(local->server);
+    client_ = std::move(local->client);
   }
 
   LoaderOptions SmallLoaderOptions() {

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "server/storage_server.h"
 #include "sophon/planning/planner.h"
+#include "tests/cluster/local_server.h"
 #include "tests/test_util.h"
 
 namespace sophon {
@@ -29,20 +30,13 @@ class FusedTrainingTest : public ::testing::Test {
     testing::TestDatasetOptions dopts;
     dopts.classes = 2;
     dopts.per_class = 10;
-    StorageServerOptions options;
-    options.data_dir = testing::MakeTestDataset("fused_training", dopts);
-    options.host = "127.0.0.1";
-    options.port = 0;
-    options.service.prep_workers = 1;
-    options.stats_interval = absl::ZeroDuration();
-    absl::StatusOr<std::unique_ptr<StorageServer>> server = StorageServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    ClientOptions copts;
-    copts.address = server_->address();
-    absl::StatusOr<std::unique_ptr<SampleClient>> client = SampleClient::Connect(copts);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = *std::move(client);
+    ServiceOptions service;
+    service.prep_workers = 1;
+    absl::StatusOr<testing::LocalServer> local =
+        testing::StartLocalServer(testing::MakeTestDataset("fused_training", dopts), std::move(service));
+    ASSERT_TRUE(local.ok()) << local.status();
+    server_ = std::move(local->server);
+    client_ = std::move(local->client);
   }
 
   // Trains `options` for kEpochs epochs over the whole dataset (batches of 5,

@@ -13,6 +13,7 @@
 #include "client/loader/sample_client.h"
 #include "client/offload/fixed_policy.h"
 #include "server/storage_server.h"
+#include "tests/cluster/local_server.h"
 #include "tests/test_util.h"
 
 namespace sophon {
@@ -24,20 +25,13 @@ class LoaderMemoryTest : public ::testing::Test {
     testing::TestDatasetOptions dopts;
     dopts.classes = 2;
     dopts.per_class = 30;  // 60 samples: 12 batches of 5
-    StorageServerOptions options;
-    options.data_dir = testing::MakeTestDataset("loader_memory", dopts);
-    options.host = "127.0.0.1";
-    options.port = 0;
-    options.service.prep_workers = 2;
-    options.stats_interval = absl::ZeroDuration();
-    absl::StatusOr<std::unique_ptr<StorageServer>> server = StorageServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    ClientOptions copts;
-    copts.address = server_->address();
-    absl::StatusOr<std::unique_ptr<SampleClient>> client = SampleClient::Connect(copts);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = *std::move(client);
+    ServiceOptions service;
+    service.prep_workers = 2;
+    absl::StatusOr<testing::LocalServer> local =
+        testing::StartLocalServer(testing::MakeTestDataset("loader_memory", dopts), std::move(service));
+    ASSERT_TRUE(local.ok()) << local.status();
+    server_ = std::move(local->server);
+    client_ = std::move(local->client);
   }
 
   // One epoch; `recycle`: the caller hands its previous batch back to every
