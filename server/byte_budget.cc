@@ -45,9 +45,20 @@ void ByteBudget::GrantLocked(std::vector<Grant>* grants) {
     const int64_t share = options_.capacity / static_cast<int64_t>(std::max<size_t>(1, peers_.size()));
     auto pick = queue_.end();
     auto first_allowed = queue_.end();
+    // Addresses whose first waiter is held back by the address's own cap:
+    // their later waiters wait behind it (first come, first served within an
+    // address too), while other addresses go on.
+    std::vector<const std::string*> capped;
     for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+      if (std::any_of(capped.begin(), capped.end(),
+                      [&](const std::string* c) { return *c == it->peer; })) {
+        continue;
+      }
       const Peer& peer = peers_[it->peer];
-      if (!PeerAllowsLocked(peer, it->bytes)) continue;  // waits for its own address
+      if (!PeerAllowsLocked(peer, it->bytes)) {  // waits for its own address
+        capped.push_back(&it->peer);
+        continue;
+      }
       if (peer.held < share) {
         pick = it;
         break;

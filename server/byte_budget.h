@@ -16,7 +16,9 @@
 //   a steady flow of small ones.
 // - A backstop: one address never holds more than max_peer_bytes (unless it
 //   holds nothing: one sample always fits an address's empty share); its
-//   waiters wait for its own releases and do not hold up the others.
+//   first waiter that does not fit waits for the address's own releases,
+//   with the address's later waiters behind it, and holds up no other
+//   address.
 #ifndef SOPHON_SERVER_BYTE_BUDGET_H_
 #define SOPHON_SERVER_BYTE_BUDGET_H_
 

@@ -146,6 +146,24 @@ TEST_F(ByteBudgetTest, OneAddressHoldsAtMostItsCapAndItsWaitersDoNotHoldUpOthers
   EXPECT_EQ(budget.peer_used("hog"), 30);
 }
 
+TEST_F(ByteBudgetTest, WithinAnAddressAtItsCapTheFirstWaiterIsServedFirst) {
+  // One address (several ranks of a node) at its cap: a large request of one
+  // of its streams must not be passed by the small ones of its others.
+  ByteBudget budget(Opts(100, /*per_peer=*/50));
+  RecordingWaiter* large = NewWaiter("large");
+  RecordingWaiter* small = NewWaiter("small");
+  ASSERT_TRUE(budget.Acquire("node", 45, nullptr));
+  EXPECT_FALSE(budget.Acquire("node", 40, large));  // 85 > 50
+  EXPECT_FALSE(budget.Acquire("node", 5, small));   // would fit the cap, but comes later
+  budget.Release("node", 10);                        // 35 held: still no room for 40
+  EXPECT_EQ(budget.peer_used("node"), 35);
+  budget.Release("node", 35);                        // empty: the large one goes first
+  large->AwaitGrants(1);
+  small->AwaitGrants(1);
+  EXPECT_EQ(order_, (std::vector<std::string>{"large", "small"}));
+  EXPECT_EQ(budget.peer_used("node"), 45);
+}
+
 TEST_F(ByteBudgetTest, AnAddressUnderItsFairShareGoesBeforeOneOverIt) {
   ByteBudget budget(Opts(100));
   RecordingWaiter* hog = NewWaiter("hog");

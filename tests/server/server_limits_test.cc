@@ -375,6 +375,73 @@ TEST_F(ServerLimitsTest, NonReadingStreamsReleaseTheirShareAfterTheWriteStallTim
   EXPECT_LE(stats.peak_inflight_bytes(), static_cast<uint64_t>(o.inflight_budget_bytes));
 }
 
+TEST_F(ServerLimitsTest, ALargeSampleIsAdmittedUnderAFloodOfSmallOnes) {
+  // Four streams keep asking for small samples and read them as they come,
+  // so the budget is always nearly full and its releases are refilled at
+  // once. A stream that needs most of the budget for one sample must still
+  // get in: greedy admission would let the flood take every release.
+  ServiceOptions o;
+  o.prep_workers = 2;
+  o.max_crop_size = 512;
+  o.max_stream_inflight_bytes = 4 << 20;
+  o.inflight_budget_bytes = 4 << 20;      // the large sample (3.1 MB) needs 3/4 of it
+  o.max_peer_inflight_bytes = 4 << 20;    // all streams share 127.0.0.1: no per-address cap
+  Start(o, /*per_class=*/20);
+  std::vector<uint64_t> all;
+  for (uint64_t i = 0; i < 20; ++i) all.push_back(i);
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> flood_samples{0};
+  std::vector<std::unique_ptr<v1::SampleService::Stub>> stubs;
+  std::vector<std::unique_ptr<FetchCall>> floods;
+  std::vector<std::thread> threads;
+  for (int f = 0; f < 4; ++f) {
+    stubs.push_back(v1::SampleService::NewStub(NewChannel()));
+    floods.push_back(std::make_unique<FetchCall>(stubs.back().get()));
+    FetchCall* call = floods.back().get();
+    threads.emplace_back([&, call] {  // writer: requests until told to stop
+      while (!stop.load() && call->Write(Request(all, Stage::kCropped, 64))) {
+      }
+    });
+    threads.emplace_back([&, call] {  // reader: takes everything as it comes
+      v1::FetchResponse r;
+      while (call->Read(&r)) flood_samples += r.samples_size();
+    });
+  }
+  // The flood is under way and the budget contended before the large request.
+  ASSERT_TRUE(WaitForStats(server_.get(), [](const v1::ServerStats& s) {
+    return s.budget_waiters() >= 1 && s.samples_by_stage(StageIndex(Stage::kCropped)) > 200;
+  }));
+  auto large_stub = v1::SampleService::NewStub(NewChannel());
+  std::map<uint64_t, v1::Sample> got;
+  absl::Status status;
+  absl::Notification served;
+  std::thread large([&] {
+    FetchCall call(large_stub.get());
+    call.Write(Request({7}, Stage::kTensor, 512));
+    v1::FetchResponse r;
+    if (call.Read(&r)) {
+      for (const v1::Sample& sample : r.samples()) got[sample.id()] = sample;
+    }
+    call.Cancel();
+    status = call.Finish();
+    served.Notify();
+  });
+  const bool in_time = served.WaitForNotificationWithTimeout(absl::Seconds(60));
+  const int64_t flood_at_admission = flood_samples.load();
+  stop = true;
+  for (auto& c : floods) c->Cancel();
+  large.join();
+  for (std::thread& t : threads) t.join();
+  ASSERT_TRUE(in_time) << "the large sample was starved by the flood";
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[7].error_code(), 0) << got[7].error_message();
+  EXPECT_EQ(got[7].payload().size(), static_cast<size_t>(StagePayloadBytes(Stage::kTensor, 512)));
+  // The flood was still running when the large sample went through.
+  EXPECT_GT(flood_samples.load(), 0);
+  EXPECT_GT(flood_at_admission, 0);
+  EXPECT_LE(Stats().peak_inflight_bytes(), static_cast<uint64_t>(o.inflight_budget_bytes));
+}
+
 TEST_F(ServerLimitsTest, AStreamWaitingForTheServerIsNeverIdleWhateverTheClockSays) {
   // The clock is the test's: time passes only when the test says so, and
   // every reaper decision below is made at a time the test chose.
