@@ -70,14 +70,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(static_cast<int>(checked->samples.size()) == request.samples_size(), "samples dropped");
   int prepared = 0;
   for (const sophon::CheckedSample& s : checked->samples) {
-    if (s.refusal != SampleRefusal::kNone) continue;
+    if (s.refusal != sophon::SampleRefusal::kNone) continue;
     Check(s.id < w.source->size(), "accepted an id outside the manifest");
     Check(s.bytes >= 0 && s.bytes <= w.options.max_stream_inflight_bytes,
           "accepted a sample larger than a stream may hold");
     if (prepared++ >= 2) continue;  // keep each input cheap
     sophon::v1::Sample out;
     w.service->ProcessSample(s.stage, sophon::SampleKey{checked->seed, checked->epoch, s.id},
-                             *checked->pipeline, &out);
+                             *checked->pipeline, s.bytes, &out);
     if (out.error_code() == 0) {
       Check(static_cast<int64_t>(out.payload().size()) == s.bytes,
             "prepared sample size differs from its estimate");

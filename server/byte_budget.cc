@@ -87,7 +87,16 @@ bool ByteBudget::Acquire(const std::string& peer_name, int64_t bytes, Waiter* wa
   bool granted_now = false;
   {
     absl::MutexLock lock(&mu_);
-    ++peers_[peer_name].waiting;
+    Peer& peer = peers_[peer_name];
+    // Nobody waits: what the queue would decide for a lone waiter, without
+    // queueing it (the path of every sample while bytes are plentiful).
+    if (queue_.empty() && PeerAllowsLocked(peer, bytes) &&
+        (used_ == 0 || used_ + bytes <= options_.capacity)) {
+      AddLocked(peer, bytes);
+      ForgetIfEmptyLocked(peer_name);  // a reservation of 0 bytes leaves nothing held
+      return true;
+    }
+    ++peer.waiting;
     queue_.push_back(Queued{waiter, peer_name, bytes});
     GrantLocked(&grants);
     // Granted in this very call: the caller goes on without a notification.

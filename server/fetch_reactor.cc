@@ -148,14 +148,8 @@ void FetchReactor::Pump() {
         CheckedSample& s = pending_.front();
         if (s.refusal != SampleRefusal::kNone) {  // answered with its error: no work, no bytes
           Ready r;
-          r.sample.set_id(s.id);
-          if (s.id < service_->source().size()) {
-            r.sample.set_label(service_->source().entry(s.id).label);
-          }
-          r.sample.set_stage(static_cast<v1::Stage>(s.stage));
-          const absl::Status error = SampleError(s, service_->source(), options);
-          SetSampleStatus(error, &r.sample);
-          service_->stats().RecordFailure(error.code());
+          service_->FailSample(s.id, s.stage, SampleError(s, service_->source(), options),
+                               &r.sample);
           ready_.push_back(std::move(r));
         } else {
           if (!front_paid_) {
@@ -233,7 +227,7 @@ void FetchReactor::Pump() {
         // A stream that has ended skips the work; OnSampleDone drops it.
         if (!abandoned_.load(std::memory_order_relaxed)) {
           service_->ProcessSample(s.stage, SampleKey{m.seed, m.epoch, s.id}, *m.pipeline,
-                                  &sample);
+                                  s.bytes, &sample);
         }
         OnSampleDone(std::move(sample), s.bytes);
         Unref();
@@ -276,26 +270,7 @@ void FetchReactor::OnSampleDone(v1::Sample sample, int64_t bytes) {
       released = bytes;
       --inflight_samples_;
       service_->stats().AddInflight(-1);
-    } else {
-      // A RAW sample whose file grew since the server listed it is larger
-      // than what was reserved for it: never hold more than the
-      // reservation, fail the sample instead.
-      const int64_t actual = static_cast<int64_t>(sample.payload().size());
-      if (actual > bytes) {
-        const uint64_t id = sample.id();
-        const absl::Status grew = absl::ResourceExhaustedError(absl::StrCat(
-            "sample ", id, " (", service_->source().entry(id).relative_path, "): the file has ",
-            actual, " bytes, more than the ", bytes,
-            " reserved for it when the server listed the dataset (it grew since); restart the "
-            "server to serve it"));
-        const v1::Stage stage = sample.stage();
-        sample.Clear();
-        sample.set_id(id);
-        sample.set_label(service_->source().entry(id).label);
-        sample.set_stage(stage);
-        SetSampleStatus(grew, &sample);
-        service_->stats().RecordFailure(grew.code());
-      }
+    } else {  // never more than `bytes`: ProcessSample fails a larger sample
       ready_.push_back(Ready{std::move(sample), bytes});
     }
   }

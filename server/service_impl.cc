@@ -116,8 +116,19 @@ void SampleServiceImpl::LogStreamEnd(const std::string& line) {
   }
 }
 
+void SampleServiceImpl::FailSample(uint64_t id, Stage stage, const absl::Status& error,
+                                   v1::Sample* out) {
+  out->clear_payload();
+  out->set_id(id);
+  if (id < source_->size()) out->set_label(source_->entry(id).label);
+  out->set_stage(static_cast<v1::Stage>(stage));
+  SetSampleStatus(error, out);
+  stats_.RecordFailure(error.code());
+}
+
 void SampleServiceImpl::ProcessSample(Stage target, const SampleKey& key,
-                                      const PipelineOptions& options, v1::Sample* out) {
+                                      const PipelineOptions& options, int64_t reserved_bytes,
+                                      v1::Sample* out) {
   const uint64_t id = key.id;
   if (options_.before_prep) options_.before_prep(id);
   const ManifestEntry& entry = source_->entry(id);
@@ -134,6 +145,13 @@ void SampleServiceImpl::ProcessSample(Stage target, const SampleKey& key,
     absl::StatusOr<StageData> result = RunPipeline(std::move(raw), target, key, options);
     if (result.ok()) {
       StageDataToProto(*std::move(result), out);
+      if (static_cast<int64_t>(out->payload().size()) > reserved_bytes) {
+        status = absl::ResourceExhaustedError(absl::StrCat(
+            "sample ", id, " (", entry.relative_path, "): the file has ", out->payload().size(),
+            " bytes, more than the ", reserved_bytes,
+            " reserved for it when the server listed the dataset (it grew since); restart the "
+            "server to serve it"));
+      }
     } else {
       status = absl::Status(result.status().code(),
                             absl::StrCat("sample ", id, " (", entry.relative_path,
@@ -143,9 +161,7 @@ void SampleServiceImpl::ProcessSample(Stage target, const SampleKey& key,
   out->set_server_cpu_seconds(ThreadCpuSeconds() - t0);
   out->set_server_wall_seconds(absl::ToDoubleSeconds(absl::Now() - wall0));
   if (!status.ok()) {
-    out->set_stage(static_cast<v1::Stage>(target));
-    SetSampleStatus(status, out);
-    stats_.RecordFailure(status.code());
+    FailSample(id, target, status, out);
     uint64_t suppressed = 0;
     if (failure_log_.Allow(absl::Now(), &suppressed)) {
       spdlog::warn("{}{}", std::string(status.message()),

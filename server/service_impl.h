@@ -38,8 +38,14 @@ class SampleServiceImpl {
 
   // Runs in a prep worker: read sample `key.id`, process it to `target`, fill
   // `out` (with its error if it fails; errors name the sample and its path).
+  // A payload over `reserved_bytes` (a RAW file that grew since the dataset
+  // was listed) fails the sample: the server never holds more than it
+  // reserved.
   void ProcessSample(Stage target, const SampleKey& key, const PipelineOptions& options,
-                     v1::Sample* out);
+                     int64_t reserved_bytes, v1::Sample* out);
+  // Fills `out` as sample `id` at `stage` answered with `error` instead of
+  // data, and counts the failure.
+  void FailSample(uint64_t id, Stage stage, const absl::Status& error, v1::Sample* out);
   // Counts a refused request or stream and logs it (rate-limited).
   void RecordRejection(Limit limit, const std::string& peer, const absl::Status& status);
 

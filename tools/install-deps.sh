@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Sophon builds and runs with, if any is missing.
-# Usage: tools/install-deps.sh [--bench]   (--bench adds the PyTorch reference)
+# Usage: tools/install-deps.sh
 set -euo pipefail
 
 packages=(
   cmake g++ make pkg-config
+  clang  # the thread-safety analysis test (tools/thread_safety.sh)
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libssl-dev openssl
   libjpeg62-turbo-dev libturbojpeg0-dev libabsl-dev libspdlog-dev libgtest-dev libgmock-dev
   libtorch-dev libopenblas0-pthread prometheus-cpp-dev
   python3 python3-pil python3-numpy python3-matplotlib
+  python3-torchvision  # PyTorch reference benchmark; the test that loads checkpoints into torchvision
 )
-if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torchvision)
-fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -305,6 +305,14 @@ namespace {
 
 // Codes with which a Fetch stream breaks when the server went away or is
 // restarting (CANCELLED: the server shut down with the call open).
+// The server refused the stream for want of a slot (its max_streams, or
+// max_streams_per_peer for this client), or evicted it to make room: the
+// same stream may be admitted once others end.
+bool IsStreamSlotRefusal(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kResourceExhausted &&
+         absl::StrContains(status.message(), "max_streams");
+}
+
 // A break the stream may recover from: the transport failed, or the server
 // shed load (gRPC under memory pressure resets streams with ENHANCE_YOUR_CALM,
 // RST_STREAM code 11; the server ends a stream whose write was not taken while
@@ -316,20 +324,12 @@ bool StreamBreakIsRetryable(const absl::Status& status) {
     case absl::StatusCode::kCancelled:
       return true;
     case absl::StatusCode::kResourceExhausted:
-      return absl::StrContains(status.message(), "RST_STREAM with error code 11") ||
-             absl::StrContains(status.message(), "write_stall_timeout") ||
-             absl::StrContains(status.message(), "max_streams");
+      return IsStreamSlotRefusal(status) ||
+             absl::StrContains(status.message(), "RST_STREAM with error code 11") ||
+             absl::StrContains(status.message(), "write_stall_timeout");
     default:
       return false;
   }
-}
-
-// The server refused the stream for want of a slot (its max_streams, or
-// max_streams_per_peer for this client): the same stream may be admitted
-// once others end.
-bool IsStreamSlotRefusal(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kResourceExhausted &&
-         absl::StrContains(status.message(), "max_streams");
 }
 
 }  // namespace

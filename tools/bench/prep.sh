@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 n=${1:-200}
 core=${2:-1}
-tools/install-deps.sh --bench
+tools/install-deps.sh
 tools/build.sh --target sophon-bench-prep >/dev/null
 
 build=${BUILD_DIR:-build}
