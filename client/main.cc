@@ -18,6 +18,10 @@
 #include "client/train/emulated_trainer.h"
 #include "client/loader/loader.h"
 #include "client/loader/sample_client.h"
+#include "client/loader/sampler.h"
+#include "client/loader/server_list.h"
+#include "client/loader/server_set.h"
+#include "client/train/launch_env.h"
 #include "client/offload/fixed_policy.h"
 #include "client/offload/profile_pass.h"
 #include "client/offload/smartoff_policy.h"
@@ -29,14 +33,47 @@
 #include "client/train/train_loop.h"
 #include "client/train/trainer.h"
 
-ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Storage server HOST:PORT. Default 127.0.0.1:50051.");
+ABSL_FLAG(std::string, server, "127.0.0.1:50051",
+          "Storage server(s) HOST:PORT, comma-separated. Servers with the same dataset "
+          "fingerprint are replicas (any of them serves any of its samples); servers with "
+          "different ones hold shards, whose union is the dataset (the layout is printed at "
+          "start). Default 127.0.0.1:50051.");
+ABSL_FLAG(std::string, servers_file, "",
+          "File listing the storage servers, one HOST:PORT a line ('#' comments); replaces "
+          "--server. Default none.");
+ABSL_FLAG(int, world_size, -1,
+          "Data-parallel ranks (processes) of the job; -1 = $WORLD_SIZE (torchrun), else 1. "
+          "Each rank takes a disjoint share of every epoch; gradients are all-reduced over "
+          "c10d (Gloo) every step. Default -1.");
+ABSL_FLAG(int, rank, -1, "This process's rank in [0, --world-size); -1 = $RANK, else 0. Default -1.");
+ABSL_FLAG(std::string, master_addr, "",
+          "Address of rank 0, which hosts the c10d store; empty = $MASTER_ADDR, else 127.0.0.1. "
+          "Default empty.");
+ABSL_FLAG(int, master_port, -1,
+          "Port of rank 0's c10d store; -1 = $MASTER_PORT, else 29500. Default -1.");
+ABSL_FLAG(absl::Duration, collective_timeout, absl::Minutes(5),
+          "With ranks: how long any collective (and the start-up rendezvous) may wait for the "
+          "other ranks before the run ends naming the rank that is gone. Default 5m.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Write the whole training state (model, optimizer state, learning rate, RNG, epoch "
+          "and the data cursor: the position in the epoch's global sample order) to "
+          "DIR/checkpoint.pt atomically, every --checkpoint-every steps and at the end; rank 0 "
+          "writes. Default none.");
+ABSL_FLAG(int64_t, checkpoint_every, 0,
+          "Steps between checkpoints into --checkpoint-dir; 0 = only at the end. Default 0.");
+ABSL_FLAG(bool, resume, false,
+          "Continue from --checkpoint-dir's checkpoint: same epoch, same sample order, at its "
+          "data cursor. Another world size is fine if --batch-size x --world-size (the global "
+          "batch) is the same; another dataset or global batch is refused. Default false.");
 ABSL_FLAG(std::string, mode, "nooff",
           "Where preprocessing runs: nooff (all on this node), resizeoff/piloff (storage node "
           "decodes, crops and flips), alloff (storage node does everything), smartoff (per "
           "sample, from a profile and the cost model; see --planner). Aliases remote_nooff, "
           "remote_piloff, remote_alloff. Default nooff.");
 ABSL_FLAG(std::string, arch, "resnet18", "Model: alexnet, resnet18, resnet50, tinycnn. Default resnet18.");
-ABSL_FLAG(int, batch_size, 256, "Samples per batch. Default 256.");
+ABSL_FLAG(int, batch_size, 256,
+          "Samples per batch of each rank (the global batch is this x --world-size). "
+          "Default 256.");
 ABSL_FLAG(int, epochs, 1, "Epochs to train. Default 1.");
 ABSL_FLAG(int64_t, max_batches, 0, "Stop each epoch after this many batches; 0 = whole epoch.");
 ABSL_FLAG(int64_t, warmup_batches, 0,
@@ -208,6 +245,12 @@ const sophon::FlagNames kFlagNames = {
     {"CredentialsOptions.auth_token_file", "--auth-token-file"},
     {"SmartoffOptions.profile_folder", "--profile-folder"},
     {"SyntheticRunOptions.samples", "--synthetic-samples"},
+    {"DistributedOptions.world_size", "--world-size"},
+    {"DistributedOptions.rank", "--rank"},
+    {"DistributedOptions.master_addr", "--master-addr"},
+    {"DistributedOptions.master_port", "--master-port"},
+    {"DistributedOptions.collective_timeout", "--collective-timeout"},
+    {"LoaderOptions.rank", "--rank"},
 };
 
 int Fail(const absl::Status& status) {
@@ -247,8 +290,23 @@ absl::Status HyperparametersFromFlags(sophon::TrainerOptions* options) {
   return absl::OkStatus();
 }
 
+// Rank, world size and master from the flags, else torchrun's environment.
+absl::StatusOr<sophon::DistributedOptions> DistributedFromFlags() {
+  sophon::LaunchFlags flags;
+  flags.world_size = absl::GetFlag(FLAGS_world_size);
+  flags.rank = absl::GetFlag(FLAGS_rank);
+  flags.master_addr = absl::GetFlag(FLAGS_master_addr);
+  flags.master_port = absl::GetFlag(FLAGS_master_port);
+  sophon::DistributedOptions base;
+  base.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
+  return sophon::ResolveLaunch(flags, base, [](const char* name) { return std::getenv(name); });
+}
+
 absl::StatusOr<sophon::TrainerOptions> TrainerOptionsFromFlags(int num_classes) {
   sophon::TrainerOptions options;
+  absl::StatusOr<sophon::DistributedOptions> distributed = DistributedFromFlags();
+  if (!distributed.ok()) return distributed.status();
+  options.distributed = *distributed;
   options.arch = absl::GetFlag(FLAGS_arch);
   options.num_classes = num_classes;
   options.device = absl::GetFlag(FLAGS_device);
@@ -452,49 +510,118 @@ int main(int argc, char** argv) {
   if (absl::Status s = CheckSavePath(); !s.ok()) return Fail(s);
   if (absl::GetFlag(FLAGS_synthetic_data)) return RunSynthetic(loader_options, epochs);
 
-  sophon::ClientOptions client_options;
-  client_options.address = absl::GetFlag(FLAGS_server);
-  client_options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
-  sophon::CredentialsOptions& credentials = client_options.credentials;
-  credentials.tls_ca = absl::GetFlag(FLAGS_tls_ca);
-  credentials.tls_cert = absl::GetFlag(FLAGS_tls_cert);
-  credentials.tls_key = absl::GetFlag(FLAGS_tls_key);
-  credentials.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
-  credentials.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
-  credentials.kind = absl::GetFlag(FLAGS_credentials) == "auto"
-                         ? sophon::DefaultCredentialsKind(credentials)
-                         : absl::GetFlag(FLAGS_credentials);
-  spdlog::info("transport to {}: {}", client_options.address,
-               sophon::DescribeCredentials(credentials, sophon::CredentialsSide::kChannel));
-  if (credentials.kind == "insecure" &&
-      !sophon::IsLoopbackHost(
-          client_options.address.substr(0, client_options.address.rfind(':')))) {
-    spdlog::warn("connecting to {} in plaintext: samples cross the network unencrypted and "
-                 "unauthenticated; if the server has TLS, give --tls-ca (and --tls-cert, "
-                 "--tls-key, --auth-token-file as it requires)",
-                 client_options.address);
+  absl::StatusOr<sophon::DistributedOptions> distributed = DistributedFromFlags();
+  if (!distributed.ok()) return Fail(distributed.status());
+  loader_options.rank = distributed->rank;
+  loader_options.world = distributed->world_size;
+  const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  if (absl::GetFlag(FLAGS_checkpoint_every) < 0) {
+    return Fail(absl::InvalidArgumentError("--checkpoint-every must be >= 0"));
   }
-  absl::StatusOr<std::unique_ptr<sophon::SampleClient>> client =
-      sophon::SampleClient::Connect(client_options);
-  if (!client.ok()) return Fail(client.status());
-  const sophon::v1::Manifest& manifest = (*client)->manifest();
+  if (absl::GetFlag(FLAGS_resume) && checkpoint_dir.empty()) {
+    return Fail(absl::InvalidArgumentError("--resume needs --checkpoint-dir"));
+  }
+  if (!checkpoint_dir.empty() && absl::GetFlag(FLAGS_device) == "emulate") {
+    return Fail(absl::InvalidArgumentError(
+        "--checkpoint-dir needs a model: --device=emulate emulates the GPU's time and trains "
+        "none"));
+  }
+  if (!checkpoint_dir.empty() && access(checkpoint_dir.c_str(), W_OK | X_OK) != 0) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--checkpoint-dir: the folder '", checkpoint_dir, "' does not exist or is not writable")));
+  }
+
+  absl::StatusOr<std::vector<std::string>> addresses =
+      absl::GetFlag(FLAGS_servers_file).empty()
+          ? sophon::ParseServerList(absl::GetFlag(FLAGS_server))
+          : sophon::ReadServersFile(absl::GetFlag(FLAGS_servers_file));
+  if (!addresses.ok()) {
+    return Fail(sophon::FlagError(
+        absl::GetFlag(FLAGS_servers_file).empty() ? "--server" : "--servers-file",
+        addresses.status()));
+  }
+  std::vector<sophon::ClientOptions> all_client_options;
+  for (const std::string& address : *addresses) {
+    sophon::ClientOptions client_options;
+    client_options.address = address;
+    client_options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
+    sophon::CredentialsOptions& credentials = client_options.credentials;
+    credentials.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+    credentials.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+    credentials.tls_key = absl::GetFlag(FLAGS_tls_key);
+    credentials.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+    credentials.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+    credentials.kind = absl::GetFlag(FLAGS_credentials) == "auto"
+                           ? sophon::DefaultCredentialsKind(credentials)
+                           : absl::GetFlag(FLAGS_credentials);
+    spdlog::info("transport to {}: {}", client_options.address,
+                 sophon::DescribeCredentials(credentials, sophon::CredentialsSide::kChannel));
+    if (credentials.kind == "insecure" &&
+        !sophon::IsLoopbackHost(
+            client_options.address.substr(0, client_options.address.rfind(':')))) {
+      spdlog::warn("connecting to {} in plaintext: samples cross the network unencrypted and "
+                   "unauthenticated; if the server has TLS, give --tls-ca (and --tls-cert, "
+                   "--tls-key, --auth-token-file as it requires)",
+                   client_options.address);
+    }
+    all_client_options.push_back(std::move(client_options));
+  }
+  absl::StatusOr<std::unique_ptr<sophon::ServerSet>> servers =
+      sophon::ServerSet::Connect(all_client_options);
+  if (!servers.ok()) return Fail(servers.status());
+  const sophon::GlobalManifest& manifest = (*servers)->manifest();
   // Before profiling or building a model: the loader would refuse it later.
-  if (absl::Status s = sophon::CheckJpegDecodingAgrees(manifest, client_options.address,
-                                                       loader_options.pipeline.limits);
-      !s.ok()) {
-    return Fail(s);
+  for (int i = 0; i < (*servers)->size(); ++i) {
+    const sophon::v1::Manifest& m = (*servers)->client(i)->manifest();
+    if (absl::Status s = sophon::CheckJpegDecodingAgrees(m, (*servers)->address(i),
+                                                         loader_options.pipeline.limits);
+        !s.ok()) {
+      return Fail(s);
+    }
+    spdlog::info("connected to {}: dataset '{}', {} samples, {} classes, server prep workers {}",
+                 (*servers)->address(i), m.dataset_name(), m.num_samples(), m.class_names_size(),
+                 m.prep_workers());
   }
-  spdlog::info("connected to {}: dataset '{}', {} samples, {} classes, server prep workers {}",
-               client_options.address, manifest.dataset_name(), manifest.num_samples(),
-               manifest.class_names_size(), manifest.prep_workers());
+  if ((*servers)->size() > 1) spdlog::info("dataset layout: {}", (*servers)->Describe());
+  if (loader_options.world > 1) {
+    spdlog::info("rank {} of {}: batches of {} per rank, global batch {}; every epoch's order "
+                 "padded by {} repeated samples so that every rank gets as many",
+                 loader_options.rank, loader_options.world, loader_options.batch_size,
+                 static_cast<int64_t>(loader_options.batch_size) * loader_options.world,
+                 sophon::PaddedEpochLength(manifest.num_samples(), loader_options.world) -
+                     static_cast<int64_t>(manifest.num_samples()));
+  }
 
   const absl::StatusOr<sophon::TrainerOptions> options =
-      TrainerOptionsFromFlags(std::max(1, manifest.class_names_size()));
+      TrainerOptionsFromFlags(std::max<int>(1, static_cast<int>(manifest.class_names().size())));
   if (!options.ok()) return Fail(options.status());
   const sophon::TrainerOptions& trainer_options = *options;
   absl::StatusOr<std::unique_ptr<sophon::Trainer>> trainer =
       CreateTrainer(trainer_options, loader_options.batch_size);
   if (!trainer.ok()) return Fail(trainer.status());
+
+  sophon::TrainLoopOptions loop_options;
+  loop_options.global_batch =
+      static_cast<int64_t>(loader_options.batch_size) * loader_options.world;
+  loop_options.dataset_fingerprint = manifest.fingerprint();
+  loop_options.seed = loader_options.seed;
+  if (!checkpoint_dir.empty()) loop_options.checkpoint_path = checkpoint_dir + "/checkpoint.pt";
+  loop_options.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  if (absl::GetFlag(FLAGS_resume)) {
+    absl::StatusOr<sophon::TrainingCursor> cursor =
+        (*trainer)->LoadCheckpoint(loop_options.checkpoint_path);
+    if (!cursor.ok()) return Fail(sophon::FlagError("--resume", cursor.status()));
+    if (absl::Status s = sophon::CheckResumable(*cursor, loop_options, loop_options.checkpoint_path);
+        !s.ok()) {
+      return Fail(s);
+    }
+    loop_options.start = *cursor;
+    loop_options.resumed = true;
+    spdlog::info("resuming from {}: step {}, epoch {} at sample {} of its order (written by {} "
+                 "rank{})",
+                 loop_options.checkpoint_path, cursor->steps, cursor->epoch, cursor->position,
+                 cursor->world_size, cursor->world_size == 1 ? "" : "s");
+  }
 
   sophon::SmartoffOptions smartoff_options;
   if (absl::Status s = SmartoffOptionsFromFlags(*mode, &smartoff_options); !s.ok()) {
@@ -502,9 +629,15 @@ int main(int argc, char** argv) {
   }
   const std::string profile_out = absl::GetFlag(FLAGS_profile_out);
   const bool fixed = sophon::IsFixedKind(*mode);
+  if ((!fixed || !profile_out.empty()) && (*servers)->size() > 1) {
+    return Fail(absl::UnimplementedError(absl::StrCat(
+        "--mode=smartoff and --profile-out plan for one storage server; with ",
+        (*servers)->size(), " servers use a fixed mode (nooff, resizeoff, alloff)")));
+  }
+  sophon::SampleClient* const first = (*servers)->client(0);
   if (!profile_out.empty() && fixed) {
     absl::Status s = sophon::WriteProfileOverNetwork(
-        client->get(), loader_options, smartoff_options.speed_probe_samples, profile_out);
+        first, loader_options, smartoff_options.speed_probe_samples, profile_out);
     if (!s.ok()) return Fail(s);
   }
   std::unique_ptr<sophon::OffloadPolicy> policy;
@@ -517,7 +650,7 @@ int main(int argc, char** argv) {
       smartoff_options.gpu_batch_seconds = step->copy_seconds + step->compute_seconds;
     }
     absl::StatusOr<std::unique_ptr<sophon::SmartoffPolicy>> created =
-        sophon::CreateSmartoffPolicy(client->get(), loader_options, smartoff_options);
+        sophon::CreateSmartoffPolicy(first, loader_options, smartoff_options);
     if (!created.ok()) return Fail(created.status());
     policy = *std::move(created);
   } else {
@@ -525,16 +658,15 @@ int main(int argc, char** argv) {
                                                    sophon::ModeName(*mode));
   }
   absl::StatusOr<std::unique_ptr<sophon::Loader>> loader =
-      sophon::Loader::Create(client->get(), loader_options, policy.get());
+      sophon::Loader::Create(servers->get(), loader_options, policy.get());
   if (!loader.ok()) return Fail(loader.status());
 
-  sophon::TrainLoopOptions loop_options;
   loop_options.epochs = epochs;
   loop_options.max_batches = absl::GetFlag(FLAGS_max_batches);
   loop_options.warmup_batches = absl::GetFlag(FLAGS_warmup_batches);
   loop_options.mode_name = policy->name();
   loop_options.arch = trainer_options.arch;
-  loop_options.progress = absl::GetFlag(FLAGS_progress);
+  loop_options.progress = absl::GetFlag(FLAGS_progress) && loader_options.rank == 0;
   loop_options.report_json = absl::GetFlag(FLAGS_report_json);
   loop_options.device = (*trainer)->DeviceName();
   loop_options.emulated = trainer_options.device == "emulate";
@@ -548,8 +680,10 @@ int main(int argc, char** argv) {
                loop_options.arch, (*trainer)->DeviceName(), loop_options.mode_name,
                loader_options.batch_size, loader_options.workers);
   absl::StatusOr<std::vector<sophon::EpochReport>> reports =
-      sophon::RunTraining(client->get(), loader->get(), trainer->get(), loop_options);
+      sophon::RunTraining(loader->get(), trainer->get(), loop_options);
   if (!reports.ok()) return Fail(reports.status());
-  if (absl::Status s = SaveModels(trainer->get(), trainer_options); !s.ok()) return Fail(s);
+  if (loader_options.rank == 0) {
+    if (absl::Status s = SaveModels(trainer->get(), trainer_options); !s.ok()) return Fail(s);
+  }
   return 0;
 }

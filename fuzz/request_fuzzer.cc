@@ -76,7 +76,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           "accepted a sample larger than a stream may hold");
     if (prepared++ >= 2) continue;  // keep each input cheap
     sophon::v1::Sample out;
-    w.service->ProcessSample(s.stage, sophon::SampleKey{checked->seed, checked->epoch, s.id},
+    w.service->ProcessSample(s.stage, s.id,
+                             sophon::SampleKey{checked->seed, checked->epoch, checked->key_offset + s.id},
                              *checked->pipeline, s.bytes, &out);
     if (out.error_code() == 0) {
       Check(static_cast<int64_t>(out.payload().size()) == s.bytes,

@@ -111,6 +111,7 @@ absl::Status FetchReactor::HandleRequestLocked(Limit* limit) {
   message_.pipeline = std::move(checked->pipeline);
   message_.seed = checked->seed;
   message_.epoch = checked->epoch;
+  message_.key_offset = checked->key_offset;
   for (CheckedSample& s : checked->samples) pending_.push_back(s);
   service_->stats().AddPendingRequestBytes(kPendingSampleBytes *
                                            static_cast<int64_t>(checked->samples.size()));
@@ -226,8 +227,8 @@ void FetchReactor::Pump() {
         v1::Sample sample;
         // A stream that has ended skips the work; OnSampleDone drops it.
         if (!abandoned_.load(std::memory_order_relaxed)) {
-          service_->ProcessSample(s.stage, SampleKey{m.seed, m.epoch, s.id}, *m.pipeline,
-                                  s.bytes, &sample);
+          service_->ProcessSample(s.stage, s.id, SampleKey{m.seed, m.epoch, m.key_offset + s.id},
+                                  *m.pipeline, s.bytes, &sample);
         }
         OnSampleDone(std::move(sample), s.bytes);
         Unref();

@@ -56,6 +56,7 @@ class FetchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
     std::shared_ptr<const PipelineOptions> pipeline;
     uint64_t seed = 0;
     uint64_t epoch = 0;
+    uint64_t key_offset = 0;
   };
 
   ~FetchReactor() override;

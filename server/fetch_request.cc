@@ -68,6 +68,7 @@ absl::StatusOr<CheckedRequest> CheckFetchRequest(const v1::FetchRequest& request
   CheckedRequest out;
   out.seed = request.seed();
   out.epoch = request.epoch();
+  out.key_offset = request.key_offset();
   out.samples.reserve(request.samples_size());
   for (const v1::SampleRequest& sr : request.samples()) {
     CheckedSample& s = out.samples.emplace_back();

@@ -51,6 +51,7 @@ struct CheckedRequest {
   std::shared_ptr<const PipelineOptions> pipeline;  // shared by the message's samples
   uint64_t seed = 0;
   uint64_t epoch = 0;
+  uint64_t key_offset = 0;  // the augmentation of sample id is keyed by key_offset + id
   std::vector<CheckedSample> samples;
 };
 

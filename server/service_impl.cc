@@ -126,10 +126,9 @@ void SampleServiceImpl::FailSample(uint64_t id, Stage stage, const absl::Status&
   stats_.RecordFailure(error.code());
 }
 
-void SampleServiceImpl::ProcessSample(Stage target, const SampleKey& key,
+void SampleServiceImpl::ProcessSample(Stage target, uint64_t id, const SampleKey& key,
                                       const PipelineOptions& options, int64_t reserved_bytes,
                                       v1::Sample* out) {
-  const uint64_t id = key.id;
   if (options_.before_prep) options_.before_prep(id);
   const ManifestEntry& entry = source_->entry(id);
   out->set_id(id);

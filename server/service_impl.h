@@ -41,8 +41,10 @@ class SampleServiceImpl {
   // A payload over `reserved_bytes` (a RAW file that grew since the dataset
   // was listed) fails the sample: the server never holds more than it
   // reserved.
-  void ProcessSample(Stage target, const SampleKey& key, const PipelineOptions& options,
-                     int64_t reserved_bytes, v1::Sample* out);
+  // `id` is the sample's id in this server's manifest; `key` keys its
+  // augmentation (key.id is its id in the client's global manifest).
+  void ProcessSample(Stage target, uint64_t id, const SampleKey& key,
+                     const PipelineOptions& options, int64_t reserved_bytes, v1::Sample* out);
   // Fills `out` as sample `id` at `stage` answered with `error` instead of
   // data, and counts the failure.
   void FailSample(uint64_t id, Stage stage, const absl::Status& error, v1::Sample* out);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/loader/sampler.h"
 #include "sophon/net/grpc_util.h"
 #include "sophon/net/wire.h"
@@ -71,33 +72,59 @@ absl::Status CheckJpegDecodingAgrees(const v1::Manifest& manifest, absl::string_
       limits.lenient ? "lenient" : "strict", ")"));
 }
 
-absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(SampleClient* client,
+absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(ServerSet* servers,
                                                        const LoaderOptions& options,
                                                        OffloadPolicy* policy) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
-  if (absl::Status s =
-          CheckJpegDecodingAgrees(client->manifest(), client->address(), options.pipeline.limits);
-      !s.ok()) {
-    return s;
+  for (int i = 0; i < servers->size(); ++i) {
+    if (absl::Status s = CheckJpegDecodingAgrees(servers->client(i)->manifest(),
+                                                 servers->address(i), options.pipeline.limits);
+        !s.ok()) {
+      return s;
+    }
   }
-  return std::unique_ptr<Loader>(new Loader(client, options, policy));
+  return std::unique_ptr<Loader>(new Loader(servers, options, policy));
 }
 
-Loader::Loader(SampleClient* client, const LoaderOptions& options, OffloadPolicy* policy)
-    : client_(client),
+absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(SampleClient* client,
+                                                       const LoaderOptions& options,
+                                                       OffloadPolicy* policy) {
+  absl::StatusOr<std::unique_ptr<ServerSet>> servers = ServerSet::Of({client});
+  if (!servers.ok()) return servers.status();
+  absl::StatusOr<std::unique_ptr<Loader>> loader = Create(servers->get(), options, policy);
+  if (loader.ok()) (*loader)->owned_servers_ = *std::move(servers);
+  return loader;
+}
+
+Loader::Loader(ServerSet* servers, const LoaderOptions& options, OffloadPolicy* policy)
+    : servers_(servers),
       options_(options),
       policy_(policy),
       sample_floats_(3LL * options.pipeline.augment.crop_size *
-                     options.pipeline.augment.crop_size) {}
+                     options.pipeline.augment.crop_size) {
+  absl::MutexLock lock(&mu_);
+  links_.resize(servers->size());
+  for (int i = 0; i < servers->size(); ++i) {
+    links_[i].server = i;
+    links_[i].client = servers->client(i);
+    links_[i].key_offset =
+        servers->manifest().shards()[servers->manifest().ShardOfServer(i)].base;
+  }
+}
 
 Loader::~Loader() { Stop(); }
 
-absl::Status Loader::StartEpoch(uint64_t epoch, int64_t max_batches) {
+absl::Status Loader::StartEpoch(uint64_t epoch, int64_t max_batches, int64_t start_position) {
   Stop();  // ends whatever is left of the previous epoch
-  const v1::Manifest& manifest = client_->manifest();
+  if (start_position < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("epoch start position must be >= 0 (got ", start_position, ")"));
+  }
+  const GlobalManifest& manifest = servers_->manifest();
   epoch_ = epoch;
-  order_ = EpochOrder(options_.seed, epoch, manifest.num_samples(), options_.shuffle,
-                      options_.rank, options_.world);
+  start_position_ = start_position;
+  order_ = RankSlice(EpochOrder(options_.seed, epoch, manifest.num_samples(), options_.shuffle),
+                     options_.rank, options_.world, start_position);
   if (absl::Status s = policy_->BeginEpoch(epoch, order_); !s.ok()) return s;
   position_of_id_.assign(manifest.num_samples(), -1);
   for (size_t i = 0; i < order_.size(); ++i) position_of_id_[order_[i]] = static_cast<int64_t>(i);
@@ -105,6 +132,7 @@ absl::Status Loader::StartEpoch(uint64_t epoch, int64_t max_batches) {
   const int64_t b = options_.batch_size;
   num_batches_ = options_.drop_last ? n / b : (n + b - 1) / b;
   if (max_batches > 0) num_batches_ = std::min(num_batches_, max_batches);
+  std::vector<int> live;
   {
     absl::MutexLock lock(&mu_);
     pending_.clear();
@@ -113,24 +141,41 @@ absl::Status Loader::StartEpoch(uint64_t epoch, int64_t max_batches) {
     opened_batches_ = 0;
     received_ = 0;
     requested_ = 0;
-    stream_done_ = false;
     stopping_ = false;
     error_ = absl::OkStatus();
     stats_ = LoaderEpochStats();
+    stats_.padding = PaddedEpochLength(manifest.num_samples(), options_.world) -
+                     static_cast<int64_t>(manifest.num_samples());
     sender_has_buffer_ = false;
     queued_payload_bytes_ = 0;
-    opened_at_break_ = 0;
     NotePeaksLocked();
+    stats_.servers.resize(links_.size());
+    for (Link& link : links_) {
+      stats_.servers[link.server].address = link.client->address();
+      stats_.servers[link.server].lost = link.lost;
+      link.outbox.clear();
+      link.owed = 0;
+      link.gen = 0;
+      link.opened_at_break = 0;
+      link.stream_done = link.lost;
+      link.call.reset();
+      if (!link.lost) live.push_back(link.server);
+    }
+    streams_open_ = static_cast<int>(live.size());
   }
-  {
+  for (int s : live) {
+    std::shared_ptr<FetchCall> call = servers_->client(s)->OpenFetch();
     absl::MutexLock lock(&mu_);
-    call_ = client_->OpenFetch();
-    stream_gen_ = 0;
+    links_[s].call = std::move(call);
   }
   threads_.emplace_back([this] { SendLoop(); });
   NameThread(threads_.back(), "sophon-send");
-  threads_.emplace_back([this] { ReceiveLoop(); });
-  NameThread(threads_.back(), "sophon-recv");
+  for (int s : live) {
+    threads_.emplace_back([this, s] { WriteLoop(s); });
+    NameThread(threads_.back(), absl::StrCat("sophon-write-", s));
+    threads_.emplace_back([this, s] { ReceiveLoop(s); });
+    NameThread(threads_.back(), absl::StrCat("sophon-recv-", s));
+  }
   for (int i = 0; i < options_.workers; ++i) {
     threads_.emplace_back([this] { WorkerLoop(); });
     NameThread(threads_.back(), absl::StrCat("sophon-prep-", i));
@@ -150,65 +195,54 @@ void Loader::NotePeaksLocked() {
       std::max(stats_.peak_queued_payload_bytes, queued_payload_bytes_);
 }
 
-void Loader::WriteRequests(FetchCall* call,
-                           const std::vector<std::pair<uint64_t, Stage>>& requests) {
-  FetchRequestBuilder builder(epoch_, options_.seed, options_.pipeline.augment);
+bool Loader::AllReceivedLocked() const {
+  return opened_batches_ == num_batches_ && received_ == requested_;
+}
+
+int Loader::RouteLocked(uint64_t id, int wanted) const {
+  const GlobalManifest& m = servers_->manifest();
+  const Shard& shard = m.shards()[m.ShardOf(id)];
+  if (wanted != SampleAssignment::kAnyServer) {
+    if (wanted < 0 || wanted >= static_cast<int>(links_.size()) ||
+        m.ShardOfServer(wanted) != m.ShardOf(id)) {
+      return -1;
+    }
+    if (!links_[wanted].lost) return wanted;
+  }
+  int best = -1;
+  for (int s : shard.servers) {
+    if (links_[s].lost) continue;
+    if (best < 0 || links_[s].owed < links_[best].owed) best = s;
+  }
+  return best;
+}
+
+bool Loader::WriteRequests(const Link& link, FetchCall* call,
+                           const std::deque<std::pair<uint64_t, Stage>>& requests) {
+  FetchRequestBuilder builder(epoch_, options_.seed, options_.pipeline.augment, link.key_offset);
   for (size_t i = 0; i < requests.size(); ++i) {
-    builder.Add(requests[i].first, requests[i].second);
+    builder.Add(requests[i].first - link.key_offset, requests[i].second);
     if (builder.size() == options_.requests_per_message || i + 1 == requests.size()) {
-      if (!call->Write(builder.Take())) return;  // the stream broke: see ReceiveLoop
+      if (!call->Write(builder.Take())) return false;  // the stream broke: see ReceiveLoop
     }
   }
+  return true;
 }
 
-void Loader::ResendIfReconnected(uint64_t* gen, std::shared_ptr<FetchCall>* call) {
-  std::vector<std::pair<uint64_t, Stage>> missing;
-  size_t owed = 0;  // of batches registered before the stream ended
-  {
-    absl::MutexLock lock(&mu_);
-    if (stream_gen_ == *gen) return;
-    *gen = stream_gen_;
-    *call = call_;
-    for (const auto& [index, batch] : pending_) {
-      for (int i = 0; i < batch->n; ++i) {
-        if (batch->arrived[i]) continue;
-        missing.emplace_back(batch->ids[i], batch->assigned[i].stage);
-        if (index < opened_at_break_) ++owed;
-      }
-    }
-    stats_.resent += missing.size();
-  }
-  if (missing.empty()) return;
-  // Batches the trainer made room for while the stream was down were
-  // written to the dead stream: they are requested here too.
-  spdlog::info("requesting again from storage server {} the {} samples not received yet: {} "
-               "owed when the stream ended, {} requested on it after that",
-               client_->address(), missing.size(), owed, missing.size() - owed);
-  // A failed write means this stream broke too: the receiver re-opens it and
-  // the next call resends again.
-  WriteRequests(call->get(), missing);
-}
-
-// The only writer of requests. Each batch is registered (under mu_) before its
-// requests go out, so replies find it; a batch registered before a reconnect
-// has its missing samples resent on the new stream before any later batch.
+// Registers each batch (under mu_) and queues its requests to the servers'
+// writers: nothing here blocks on a server, so a slow one holds back only the
+// batches that wait for its samples.
 void Loader::SendLoop() {
-  const v1::Manifest& manifest = client_->manifest();
+  const GlobalManifest& manifest = servers_->manifest();
   const int64_t b = options_.batch_size;
   const int64_t total = options_.drop_last ? num_batches_ * b : static_cast<int64_t>(order_.size());
-  uint64_t gen = 0;
-  std::shared_ptr<FetchCall> call;
-  {
-    absl::MutexLock lock(&mu_);
-    gen = stream_gen_;
-    call = call_;
-  }
   for (int64_t k = 0; k < num_batches_; ++k) {
     auto batch = std::make_unique<PendingBatch>();
     batch->index = k;
     const int64_t begin = k * b;
     const int64_t end = std::min(begin + b, total);
     batch->n = static_cast<int>(end - begin);
+    batch->first_position = begin;
     {
       absl::MutexLock lock(&mu_);
       if (!spare_images_.empty()) {
@@ -224,87 +258,112 @@ void Loader::SendLoop() {
     batch->remaining = batch->n;
     for (int64_t p = begin; p < end; ++p) {
       batch->ids.push_back(order_[p]);
-      batch->labels.push_back(manifest.labels(static_cast<int>(order_[p])));
+      batch->labels.push_back(manifest.label(order_[p]));
     }
-    // Waits for room; a stream re-opened meanwhile gets the missing requests
-    // first (the trainer may be waiting for them to make room).
-    bool go = true;
-    while (true) {
-      bool reconnected = false;
-      {
-        absl::MutexLock lock(&mu_);
-        auto has_room = [this, gen]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return opened_batches_ - next_batch_ < options_.prefetch_batches || stopping_ ||
-                 !error_.ok() || stream_gen_ != gen;
-        };
-        mu_.Await(absl::Condition(&has_room));
-        go = !stopping_ && error_.ok();
-        reconnected = stream_gen_ != gen;
-      }
-      if (!go || !reconnected) break;
-      ResendIfReconnected(&gen, &call);
+    {
+      absl::MutexLock lock(&mu_);
+      auto has_room = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return opened_batches_ - next_batch_ < options_.prefetch_batches || stopping_ ||
+               !error_.ok();
+      };
+      mu_.Await(absl::Condition(&has_room));
+      if (stopping_ || !error_.ok()) break;
     }
-    if (!go) break;
     // The policy decides at send time, so a re-plan reaches every sample not
     // requested yet.
     batch->assigned.resize(batch->n);
     policy_->Plan(begin, batch->ids, absl::MakeSpan(batch->assigned));
-    // One server today: a policy that names another is a bug, not a plan.
+    absl::MutexLock lock(&mu_);
+    if (stopping_ || !error_.ok()) break;
     for (int i = 0; i < batch->n; ++i) {
-      if (batch->assigned[i].server != 0) {
-        absl::MutexLock lock(&mu_);
+      const int wanted = batch->assigned[i].server;
+      const int server = RouteLocked(batch->ids[i], wanted);
+      if (server < 0) {
+        // A lost server without replicas has failed the epoch already.
         FailLocked(absl::InternalError(absl::StrCat(
             "offload policy '", policy_->name(), "' sent sample ", batch->ids[i], " to server ",
-            batch->assigned[i].server, "; the loader has 1 server")));
-        go = false;
-        break;
+            wanted, ", which does not hold it (", servers_->size(), " servers)")));
+        return;
+      }
+      batch->assigned[i].server = server;
+      links_[server].outbox.emplace_back(batch->ids[i], batch->assigned[i].stage);
+      links_[server].owed++;
+    }
+    requested_ += batch->n;
+    stats_.requested += batch->n;
+    pending_[k] = std::move(batch);
+    sender_has_buffer_ = false;
+    ++opened_batches_;
+  }
+}
+
+void Loader::WriteLoop(int server) {
+  uint64_t gen = 0;
+  std::shared_ptr<FetchCall> call;
+  Link copy;  // the constant fields, read without the lock
+  {
+    absl::MutexLock lock(&mu_);
+    gen = links_[server].gen;
+    call = links_[server].call;
+    copy.key_offset = links_[server].key_offset;
+  }
+  SampleClient* const client = servers_->client(server);
+  bool done_sent = false;
+  while (true) {
+    std::deque<std::pair<uint64_t, Stage>> writes;
+    bool resend = false;
+    bool send_done = false;
+    size_t owed_at_break = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      Link& link = links_[server];
+      auto ready = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return stopping_ || !error_.ok() || link.stream_done || link.gen != gen ||
+               !link.outbox.empty() || (!done_sent && AllReceivedLocked());
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stopping_ || !error_.ok() || link.stream_done) return;
+      if (link.gen != gen) {
+        // The receiver re-opened the stream: everything owed goes out again,
+        // the queued requests with it (they are registered, so they count).
+        gen = link.gen;
+        call = link.call;
+        done_sent = false;
+        link.outbox.clear();
+        for (const auto& [index, batch] : pending_) {
+          for (int i = 0; i < batch->n; ++i) {
+            if (batch->arrived[i] || batch->assigned[i].server != server) continue;
+            writes.emplace_back(batch->ids[i], batch->assigned[i].stage);
+            if (index < link.opened_at_break) ++owed_at_break;
+          }
+        }
+        stats_.resent += writes.size();
+        stats_.servers[server].resent += writes.size();
+        resend = true;
+      } else if (!link.outbox.empty()) {
+        writes.swap(link.outbox);
+      } else {
+        send_done = true;
+        done_sent = true;
       }
     }
-    if (!go) break;
-    std::vector<std::pair<uint64_t, Stage>> requests;
-    for (int i = 0; i < batch->n; ++i) {
-      requests.emplace_back(batch->ids[i], batch->assigned[i].stage);
+    if (resend && !writes.empty()) {
+      // Batches the trainer made room for while the stream was down were
+      // written to the dead stream: they are requested here too.
+      spdlog::info("requesting again from storage server {} the {} samples not received yet: {} "
+                   "owed when the stream ended, {} requested on it after that",
+                   client->address(), writes.size(), owed_at_break,
+                   writes.size() - owed_at_break);
     }
-    bool reconnected = false;
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_ || !error_.ok()) break;
-      requested_ += batch->n;
-      stats_.requested += batch->n;
-      pending_[k] = std::move(batch);
-      sender_has_buffer_ = false;
-      ++opened_batches_;
-      reconnected = stream_gen_ != gen;
-    }
-    // Requests go out after the batch is registered, so replies find it. If
-    // the stream was re-opened since, the resend covers this batch; a failed
-    // write means the stream broke, and the resend after the reconnect covers it.
-    if (reconnected) {
-      ResendIfReconnected(&gen, &call);
-    } else {
-      WriteRequests(call.get(), requests);
-    }
-  }
-  // Until the epoch's stream ends, each re-opened stream gets the missing
-  // requests and its own WritesDone.
-  while (true) {
-    call->WritesDone();
-    {
-      absl::MutexLock lock(&mu_);
-      auto settled = [this, gen]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        return stream_done_ || stopping_ || !error_.ok() || stream_gen_ != gen;
-      };
-      mu_.Await(absl::Condition(&settled));
-      if (stream_gen_ == gen || stopping_ || !error_.ok()) return;
-    }
-    ResendIfReconnected(&gen, &call);
+    // A failed write means the stream broke: the receiver re-opens it and
+    // the next generation resends.
+    if (!writes.empty()) WriteRequests(copy, call.get(), writes);
+    if (send_done) call->WritesDone();
   }
 }
 
 namespace {
 
-// Codes with which a Fetch stream breaks when the server went away or is
-// restarting (CANCELLED: the server shut down with the call open).
 // The server refused the stream for want of a slot (its max_streams, or
 // max_streams_per_peer for this client), or evicted it to make room: the
 // same stream may be admitted once others end.
@@ -314,9 +373,11 @@ bool IsStreamSlotRefusal(const absl::Status& status) {
 }
 
 // A break the stream may recover from: the transport failed, or the server
-// shed load (gRPC under memory pressure resets streams with ENHANCE_YOUR_CALM,
-// RST_STREAM code 11; the server ends a stream whose write was not taken while
-// others waited, or evicts one to make room for another client).
+// went away or is restarting (CANCELLED: it shut down with the call open), or
+// it shed load (gRPC under memory pressure resets streams with
+// ENHANCE_YOUR_CALM, RST_STREAM code 11; the server ends a stream whose write
+// was not taken while others waited, or evicts one to make room for another
+// client).
 bool StreamBreakIsRetryable(const absl::Status& status) {
   switch (status.code()) {
     case absl::StatusCode::kUnavailable:
@@ -334,14 +395,72 @@ bool StreamBreakIsRetryable(const absl::Status& status) {
 
 }  // namespace
 
-void Loader::ReceiveLoop() {
+void Loader::LoseServerLocked(int server, const absl::Status& why) {
+  Link& link = links_[server];
+  link.lost = true;
+  stats_.servers[server].lost = true;
+  const GlobalManifest& m = servers_->manifest();
+  const int shard_index = m.ShardOfServer(server);
+  const Shard& shard = m.shards()[shard_index];
+  if (RouteLocked(shard.base, SampleAssignment::kAnyServer) < 0) {
+    // No replica left: count what this epoch will miss.
+    int64_t owed = 0;
+    for (const auto& [index, batch] : pending_) {
+      for (int i = 0; i < batch->n; ++i) {
+        if (!batch->arrived[i] && batch->assigned[i].server == server) ++owed;
+      }
+    }
+    const int64_t b = options_.batch_size;
+    const int64_t total =
+        std::min(static_cast<int64_t>(order_.size()), num_batches_ * b);
+    int64_t unrequested = 0;
+    for (int64_t p = opened_batches_ * b; p < total; ++p) {
+      if (m.ShardOf(order_[p]) == shard_index) ++unrequested;
+    }
+    FailLocked(absl::UnavailableError(absl::StrCat(
+        "storage server ", link.client->address(), " is gone and no other server holds its shard ('",
+        shard.dataset_name, "', ", shard.size, " samples): ", owed + unrequested,
+        " samples of epoch ", epoch_, " are missing (", owed, " requested and not received, ",
+        unrequested, " not requested yet); ", why.message())));
+    return;
+  }
+  uint64_t moved = 0;
+  std::vector<int> to;
+  for (const auto& [index, batch] : pending_) {
+    for (int i = 0; i < batch->n; ++i) {
+      if (batch->arrived[i] || batch->assigned[i].server != server) continue;
+      const int r = RouteLocked(batch->ids[i], SampleAssignment::kAnyServer);
+      batch->assigned[i].server = r;
+      links_[r].outbox.emplace_back(batch->ids[i], batch->assigned[i].stage);
+      links_[r].owed++;
+      ++moved;
+      if (std::find(to.begin(), to.end(), r) == to.end()) to.push_back(r);
+    }
+  }
+  link.owed = 0;
+  link.outbox.clear();
+  stats_.servers[server].failed_over += moved;
+  std::vector<std::string> names;
+  for (int r : to) names.push_back(links_[r].client->address());
+  spdlog::warn("storage server {} did not come back ({}); going on without it for the rest of the "
+               "run: its {} samples owed go to {}, and its shard's next samples to the other "
+               "servers that hold it",
+               link.client->address(), std::string(why.message()), moved,
+               names.empty() ? std::string("none") : absl::StrJoin(names, ", "));
+}
+
+void Loader::ReceiveLoop(int server) {
   constexpr int kMaxFruitlessReconnects = 3;  // breaks in a row that delivered nothing owed
+  SampleClient* const client = servers_->client(server);
+  const std::string& address = client->address();
   v1::FetchResponse response;
   const int64_t b = options_.batch_size;
   std::shared_ptr<FetchCall> call;
+  uint64_t key_offset = 0;
   {
     absl::MutexLock lock(&mu_);
-    call = call_;
+    call = links_[server].call;
+    key_offset = links_[server].key_offset;
   }
   int fruitless = 0;  // re-opened streams in a row that delivered nothing
   Backoff refusal_backoff(SampleClient::RetryBackoff());
@@ -351,21 +470,30 @@ void Loader::ReceiveLoop() {
     int64_t delivered = 0;
     while (call->Read(&response)) {
       absl::MutexLock lock(&mu_);
+      Link& link = links_[server];
       for (v1::Sample& sample : *response.mutable_samples()) {
-        const uint64_t id = sample.id();
+        const uint64_t id = key_offset + sample.id();
         const int64_t pos = id < position_of_id_.size() ? position_of_id_[id] : -1;
         auto it = pos >= 0 ? pending_.find(pos / b) : pending_.end();
         const int slot = static_cast<int>(pos % b);
-        if (it == pending_.end() || it->second->arrived[slot]) {
+        if (it == pending_.end() || it->second->arrived[slot] ||
+            it->second->assigned[slot].server != server) {
           FailLocked(absl::DataLossError(absl::StrCat(
-              "storage server ", client_->address(), " sent sample ", id,
-              it == pending_.end() ? " that was not requested" : " twice")));
+              "storage server ", address, " sent sample ", sample.id(), " (global id ", id, ")",
+              it == pending_.end() || it->second->assigned[slot].server != server
+                  ? " that was not requested from it"
+                  : " twice")));
           break;
         }
         it->second->arrived[slot] = 1;
+        link.owed--;
         queued_payload_bytes_ += sample.payload().size();
+        stats_.servers[server].samples++;
+        stats_.servers[server].bytes += sample.payload().size();
         NotePeaksLocked();
         WorkItem item;
+        item.id = id;
+        item.server = server;
         item.sample = std::move(sample);
         item.batch = it->second.get();
         item.slot = slot;
@@ -379,48 +507,52 @@ void Loader::ReceiveLoop() {
     absl::Duration refusal_wait;
     {
       absl::MutexLock lock(&mu_);
+      Link& link = links_[server];
+      ServerLoadStats& ss = stats_.servers[server];
       if (stopping_ || !error_.ok()) break;
       if (status.ok()) {
-        if (received_ < requested_) {
-          FailLocked(absl::DataLossError(absl::StrCat(
-              "storage server ", client_->address(), " closed the stream with ",
-              requested_ - received_, " of ", requested_, " requested samples missing")));
+        if (link.owed > 0) {
+          FailLocked(absl::DataLossError(
+              absl::StrCat("storage server ", address, " closed the stream with ", link.owed,
+                           " requested samples missing")));
         }
         break;
       }
-      outstanding = requested_ - received_;
-      opened_at_break_ = opened_batches_;
+      outstanding = link.owed;
+      link.opened_at_break = opened_batches_;
       // Everything the epoch needs has arrived: nothing to reconnect for.
-      if (outstanding == 0 && opened_batches_ == num_batches_) break;
+      if (outstanding == 0 && AllReceivedLocked()) break;
       if (IsStreamSlotRefusal(status) && delivered == 0) {
         stats_.streams_refused++;
+        ss.streams_refused++;
         const absl::Time now = absl::Now();
         if (refusals++ == 0) {
           refused_since = now;
           refusal_backoff.Reset();
         }
-        const absl::Duration left = refused_since + client_->connect_timeout() - now;
+        const absl::Duration left = refused_since + client->connect_timeout() - now;
         if (left <= absl::ZeroDuration()) {
           FailLocked(absl::ResourceExhaustedError(absl::StrCat(
-              "storage server ", client_->address(), " refused a fetch stream ", refusals,
-              " times in a row over ", absl::FormatDuration(absl::Trunc(now - refused_since,
-                                                                         absl::Milliseconds(1))),
+              "storage server ", address, " refused a fetch stream ", refusals,
+              " times in a row over ",
+              absl::FormatDuration(absl::Trunc(now - refused_since, absl::Milliseconds(1))),
               " (ClientOptions.connect_timeout = ",
-              absl::FormatDuration(client_->connect_timeout()), "): ", status.message())));
+              absl::FormatDuration(client->connect_timeout()), "): ", status.message())));
           break;
         }
         refusal_wait = std::min(refusal_backoff.Next(), left);
       } else {
         refusals = 0;
         stats_.stream_breaks++;
+        ss.stream_breaks++;
         // Only a break with samples owed and none delivered counts as fruitless.
         if (delivered > 0) {
           fruitless = 0;
         } else if (outstanding > 0) {
           ++fruitless;
         }
-        const std::string what = absl::StrCat("fetch stream from storage server ",
-                                              client_->address(), " failed: ", status.message());
+        const std::string what = absl::StrCat("fetch stream from storage server ", address,
+                                              " failed: ", status.message());
         if (!StreamBreakIsRetryable(status) || fruitless >= kMaxFruitlessReconnects) {
           FailLocked(absl::Status(
               status.code(),
@@ -433,10 +565,8 @@ void Loader::ReceiveLoop() {
       }
     }
     if (refusal_wait > absl::ZeroDuration()) {
-      client_->LogRetry(
-          absl::StrCat("opening a fetch stream from storage server ", client_->address()), status,
-          refusal_wait);
-      std::shared_ptr<FetchCall> fresh;
+      client->LogRetry(absl::StrCat("opening a fetch stream from storage server ", address),
+                       status, refusal_wait);
       {
         // The backoff, cut short if the loader stops or fails meanwhile.
         absl::MutexLock lock(&mu_);
@@ -444,42 +574,49 @@ void Loader::ReceiveLoop() {
         mu_.AwaitWithTimeout(absl::Condition(&done), refusal_wait);
         if (stopping_ || !error_.ok()) break;
       }
-      fresh = client_->OpenFetch();
+      std::shared_ptr<FetchCall> fresh = client->OpenFetch();
       absl::MutexLock lock(&mu_);
       if (stopping_ || !error_.ok()) break;
-      call_ = fresh;
+      links_[server].call = fresh;
       call = std::move(fresh);
-      ++stream_gen_;  // the sender requests again what had not arrived
+      ++links_[server].gen;  // the writer requests again what had not arrived
       continue;
     }
     spdlog::warn("fetch stream from storage server {} broke ({}: {}) with {} requested samples "
                  "not received; waiting up to {} for it to come back, then requesting those "
                  "again with any requested while it is away",
-                 client_->address(), absl::StatusCodeToString(status.code()),
-                 std::string(status.message()), outstanding,
-                 absl::FormatDuration(client_->connect_timeout()));
+                 address, absl::StatusCodeToString(status.code()), std::string(status.message()),
+                 outstanding, absl::FormatDuration(client->connect_timeout()));
     const absl::Time broke = absl::Now();
-    absl::Status back = client_->AwaitSameServer([this]() {
+    absl::Status back = client->AwaitSameServer([this]() {
       absl::MutexLock lock(&mu_);
       return stopping_ || !error_.ok();
     });
     std::shared_ptr<FetchCall> fresh;
-    if (back.ok()) fresh = client_->OpenFetch();
+    if (back.ok()) fresh = client->OpenFetch();
     absl::MutexLock lock(&mu_);
     if (stopping_ || !error_.ok()) break;
     if (!back.ok()) {
-      FailLocked(std::move(back));
+      // Gone for good: a changed dataset fails the run; a server that did
+      // not come back hands its samples to its replicas, if any.
+      if (back.code() == absl::StatusCode::kUnavailable) {
+        LoseServerLocked(server, back);
+      } else {
+        FailLocked(std::move(back));
+      }
       break;
     }
-    spdlog::info("storage server {} is back after {}; fetch stream re-opened", client_->address(),
+    spdlog::info("storage server {} is back after {}; fetch stream re-opened", address,
                  absl::FormatDuration(absl::Trunc(absl::Now() - broke, absl::Milliseconds(100))));
-    call_ = fresh;
+    links_[server].call = fresh;
     call = std::move(fresh);
-    ++stream_gen_;
+    ++links_[server].gen;
     stats_.reconnects++;
+    stats_.servers[server].reconnects++;
   }
   absl::MutexLock lock(&mu_);
-  stream_done_ = true;
+  links_[server].stream_done = true;
+  --streams_open_;
 }
 
 void Loader::WorkerLoop() {
@@ -488,14 +625,14 @@ void Loader::WorkerLoop() {
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        return !work_.empty() || stream_done_ || stopping_;
+        return !work_.empty() || streams_open_ == 0 || stopping_;
       };
       mu_.Await(absl::Condition(&ready));
       if (work_.empty() || stopping_) return;
       item = std::move(work_.front());
       work_.pop_front();
     }
-    const uint64_t id = item.sample.id();
+    const uint64_t id = item.id;
     const uint64_t bytes = item.sample.payload().size();
     OpTimes times;
     PerStage<uint64_t> stage_bytes;
@@ -511,17 +648,17 @@ void Loader::WorkerLoop() {
                                 item.batch->images.data() + item.slot * sample_floats_, &times,
                                 &stage_bytes);
         if (!status.ok()) {
-          const v1::Manifest& m = client_->manifest();
-          const std::string path =
-              id < static_cast<uint64_t>(m.relative_paths_size()) ? m.relative_paths(id) : "?";
-          status = absl::Status(status.code(),
-                                absl::StrCat("sample ", id, " (", path, ", prepared locally from ",
-                                             StageName(received_stage), "): ", status.message()));
+          status = absl::Status(
+              status.code(),
+              absl::StrCat("sample ", id, " (", servers_->RelativePath(id), " from ",
+                           servers_->address(item.server), ", prepared locally from ",
+                           StageName(received_stage), "): ", status.message()));
         }
       }
     }
     SampleObservation obs;
     obs.id = id;
+    obs.server = item.server;
     obs.received = received_stage;
     obs.payload_bytes = bytes;
     obs.local = times;
@@ -589,7 +726,9 @@ absl::StatusOr<bool> Loader::Next(Batch* out) {
       stats_.samples += kept;
       if (kept > 0) stats_.batches++;
     }
-    if (kept == 0) continue;  // every sample of the batch was bad
+    // Every sample of the batch was bad: skipped, unless other ranks wait
+    // for this one in the step's collectives.
+    if (kept == 0 && options_.world == 1) continue;
     batch->images.resize(static_cast<size_t>(kept) * sample_floats_);
     batch->labels.resize(kept);
     batch->ids.resize(kept);
@@ -607,6 +746,9 @@ absl::StatusOr<bool> Loader::Next(Batch* out) {
     out->images = std::move(batch->images);
     out->labels = std::move(batch->labels);
     out->ids = std::move(batch->ids);
+    out->cursor = std::min(
+        start_position_ + (batch->first_position + batch->n) * options_.world,
+        PaddedEpochLength(servers_->manifest().num_samples(), options_.world));
     return true;
   }
 }
@@ -617,13 +759,15 @@ LoaderEpochStats Loader::stats() const {
 }
 
 void Loader::Stop() {
-  std::shared_ptr<FetchCall> call;
+  std::vector<std::shared_ptr<FetchCall>> calls;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    call = call_;
+    for (const Link& link : links_) {
+      if (link.call) calls.push_back(link.call);
+    }
   }
-  if (call) call->Cancel();
+  for (const auto& call : calls) call->Cancel();
   JoinThreads();
 }
 
@@ -631,7 +775,7 @@ void Loader::JoinThreads() {
   for (std::thread& t : threads_) t.join();
   threads_.clear();
   absl::MutexLock lock(&mu_);
-  call_.reset();
+  for (Link& link : links_) link.call.reset();
 }
 
 }  // namespace sophon

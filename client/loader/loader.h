@@ -1,7 +1,7 @@
-// The training node's data loader: epoch order, a window of requests in flight
-// on one Fetch stream, --workers threads that finish each sample's remaining
-// ops, and in-order collation into batches. No LibTorch here: batches are
-// plain buffers (sophon/data/batch.h).
+// The training node's data loader: epoch order (this rank's share), a window
+// of requests in flight on one Fetch stream per storage server, --workers
+// threads that finish each sample's remaining ops, and in-order collation into
+// batches. No LibTorch here: batches are plain buffers (sophon/data/batch.h).
 #ifndef SOPHON_CLIENT_LOADER_LOADER_H_
 #define SOPHON_CLIENT_LOADER_LOADER_H_
 
@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/offload/offload_policy.h"
 #include "client/loader/sample_client.h"
+#include "client/loader/server_set.h"
 #include "sophon/data/batch.h"
 #include "sophon/ops/pipeline.h"
 
@@ -49,12 +50,30 @@ struct LoaderOptions {
   bool drop_last = false;      // drop a final partial batch
   BadSamplePolicy on_bad_sample = BadSamplePolicy::kSkip;
   uint64_t seed = 0;           // drives the shuffle and every augmentation
-  int rank = 0;                // this trainer's share of the data ...
-  int world = 1;               // ... out of `world` trainers
+  // This trainer's share of every epoch: positions rank, rank + world, ... of
+  // the epoch's global order padded to a multiple of world (RankSlice), so
+  // every rank runs the same number of steps; batch_size is per rank.
+  int rank = 0;
+  int world = 1;
   PipelineOptions pipeline;
 
   // The one place these are checked; names the offending field.
   absl::Status Validate() const;
+};
+
+// What one storage server delivered in an epoch.
+struct ServerLoadStats {
+  std::string address;
+  uint64_t samples = 0;  // received (good or bad)
+  uint64_t bytes = 0;    // payload bytes received
+  int stream_breaks = 0;
+  int reconnects = 0;
+  int streams_refused = 0;
+  uint64_t resent = 0;
+  // Samples owed by this server that went to a replica because it did not
+  // come back within the client's connect_timeout.
+  uint64_t failed_over = 0;
+  bool lost = false;  // given up on (the replicated layout goes on without it)
 };
 
 struct LoaderEpochStats {
@@ -78,6 +97,10 @@ struct LoaderEpochStats {
   int peak_batch_buffers = 0;
   uint64_t peak_queued_payload_bytes = 0;
   std::vector<std::string> first_errors;  // up to 5 bad-sample messages
+  // Samples of the epoch's global order repeated (wrapped around) so that
+  // every rank gets as many: PaddedEpochLength - num_samples, over all ranks.
+  int64_t padding = 0;
+  std::vector<ServerLoadStats> servers;  // one per storage server, in --server order
 };
 
 // OK if the server decodes JPEGs as strictly as `limits` (the manifest's
@@ -89,25 +112,41 @@ absl::Status CheckJpegDecodingAgrees(const v1::Manifest& manifest, absl::string_
 
 class Loader {
  public:
-  // `client` and `policy` must outlive the loader. The policy is asked where
-  // every sample goes just before it is requested, and told what arrived.
-  // Fails if the server's JPEG decoding disagrees (CheckJpegDecodingAgrees).
+  // `servers` and `policy` must outlive the loader. The policy is asked where
+  // every sample goes (stage and server) just before it is requested, and told
+  // what arrived. Fails if a server's JPEG decoding disagrees
+  // (CheckJpegDecodingAgrees).
+  static absl::StatusOr<std::unique_ptr<Loader>> Create(ServerSet* servers,
+                                                        const LoaderOptions& options,
+                                                        OffloadPolicy* policy);
+  // One server: `client` must outlive the loader.
   static absl::StatusOr<std::unique_ptr<Loader>> Create(SampleClient* client,
                                                         const LoaderOptions& options,
                                                         OffloadPolicy* policy);
   ~Loader();
 
-  // Starts the policy's epoch and starts fetching `epoch`, only its first `max_batches` batches
-  // when > 0 (nothing beyond them is requested). REQUIRES: the previous epoch
-  // is over (Next returned false or an error) or none was started.
-  absl::Status StartEpoch(uint64_t epoch, int64_t max_batches = 0);
+  // Starts the policy's epoch and starts fetching `epoch` from global
+  // position `start_position` of its padded order (a checkpoint's data
+  // cursor; 0 = its start), only the first `max_batches` batches when > 0
+  // (nothing beyond them is requested). REQUIRES: the previous epoch is over
+  // (Next returned false or an error) or none was started.
+  absl::Status StartEpoch(uint64_t epoch, int64_t max_batches = 0, int64_t start_position = 0);
   // The next batch in epoch order. false at the end of the epoch. Errors:
   // a failed stream (naming the server), or a bad sample under kFail.
+  // batch->cursor is the global position after it (what a checkpoint keeps).
+  // A batch whose samples were all bad is skipped with world == 1; with
+  // world > 1 it comes back empty (n == 0), since every rank must take part
+  // in every step.
+  // Each server has its own stream; a slow or broken one holds back only the
+  // batches that wait for its samples.
   // A stream that breaks because the server went away or restarted
   // (UNAVAILABLE, ABORTED, CANCELLED by the server) is re-opened once the
   // server answers again with the same dataset (within the client's
   // connect_timeout), and every requested sample that had not arrived is
-  // requested again, so each still arrives exactly once. Three breaks in a row
+  // requested again, so each still arrives exactly once. A server that does
+  // not come back: its samples go to the other servers of its shard
+  // (replicas), for the rest of the run; with no replica left the epoch ends
+  // with UNAVAILABLE naming the server and its samples missing. Three breaks in a row
   // that owed samples and delivered none end the epoch with the last error.
   // A stream the server refuses because it is full (RESOURCE_EXHAUSTED naming
   // its max_streams or max_streams_per_peer) is opened again after a backoff
@@ -119,7 +158,10 @@ class Loader {
   absl::StatusOr<bool> Next(Batch* batch);
   // Batches this epoch will yield (an upper bound when samples are skipped).
   int64_t num_batches() const { return num_batches_; }
+  // This rank's samples this epoch (from the start position; padding included).
   int64_t epoch_samples() const { return static_cast<int64_t>(order_.size()); }
+  ServerSet* servers() const { return servers_; }
+  int world() const { return options_.world; }
   LoaderEpochStats stats() const;
   // The offload policy the loader asks (the train loop reports steps to it).
   OffloadPolicy* policy() const { return policy_; }
@@ -132,60 +174,89 @@ class Loader {
   struct PendingBatch {
     int64_t index = 0;
     int n = 0;
+    int64_t first_position = 0;  // in order_
     std::vector<float> images;
     std::vector<int64_t> labels;
-    std::vector<uint64_t> ids;
-    std::vector<SampleAssignment> assigned;  // as requested
+    std::vector<uint64_t> ids;  // global ids
+    std::vector<SampleAssignment> assigned;  // as requested (the server after any failover)
     std::vector<char> bad;
     std::vector<char> arrived;   // a reply came (counts against `remaining` in WorkerLoop)
     int remaining = 0;
   };
   struct WorkItem {
     v1::Sample sample;
+    uint64_t id = 0;  // global
+    int server = 0;
     PendingBatch* batch = nullptr;
     int slot = 0;
   };
+  // One server's Fetch stream and what is owed on it.
+  struct Link {
+    int server = 0;
+    SampleClient* client = nullptr;
+    uint64_t key_offset = 0;  // its shard's base: global id = key_offset + local id
+    // The current stream; the receiver replaces it (and bumps the
+    // generation) when the server went away, the writer re-requests on it.
+    std::shared_ptr<FetchCall> call;
+    uint64_t gen = 0;
+    std::deque<std::pair<uint64_t, Stage>> outbox;  // registered, not yet written (global ids)
+    int64_t owed = 0;            // requested from it, not arrived
+    bool stream_done = false;    // the receiver ended
+    bool lost = false;           // did not come back: its samples go to replicas
+    // When the stream last broke or was refused: batches registered before it.
+    int64_t opened_at_break = 0;
+  };
 
-  Loader(SampleClient* client, const LoaderOptions& options, OffloadPolicy* policy);
+  Loader(ServerSet* servers, const LoaderOptions& options, OffloadPolicy* policy);
   void SendLoop();
-  // Writes requests on `call`, requests_per_message to a message; stops at
-  // the first failed write (the stream broke, and the receiver re-opens it).
-  void WriteRequests(FetchCall* call, const std::vector<std::pair<uint64_t, Stage>>& requests);
-  // If the receiver re-opened the stream since `*gen`: adopts the new stream
-  // and re-requests every registered sample that has not arrived.
-  void ResendIfReconnected(uint64_t* gen, std::shared_ptr<FetchCall>* call);
-  void ReceiveLoop();
+  // Per server: writes what the sender queued, and after a reconnect first
+  // everything owed; WritesDone once the epoch has all it needs.
+  void WriteLoop(int server);
+  // Writes requests (global ids) on `call`, requests_per_message to a
+  // message; false at the first failed write (the stream broke, and the
+  // receiver re-opens it).
+  bool WriteRequests(const Link& link, FetchCall* call,
+                     const std::deque<std::pair<uint64_t, Stage>>& requests);
+  void ReceiveLoop(int server);
   void WorkerLoop();
+  // The server for global `id` when the policy asked for `wanted`: wanted
+  // itself unless it is lost (then the live replica of its shard that owes
+  // least); -1 if wanted does not hold the sample or no replica is left.
+  int RouteLocked(uint64_t id, int wanted) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `server` did not come back: moves what it owes to replicas, or fails the
+  // epoch naming it and the samples missing when its shard has none left.
+  void LoseServerLocked(int server, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every requested sample has arrived and every batch is registered.
+  bool AllReceivedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Updates the peaks of LoaderEpochStats from the current holdings.
   void NotePeaksLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void JoinThreads();
 
   // Constant after construction.
-  SampleClient* const client_;
+  std::unique_ptr<ServerSet> owned_servers_;  // Create(SampleClient*)
+  ServerSet* const servers_;
   const LoaderOptions options_;
   OffloadPolicy* const policy_;
   const int64_t sample_floats_;  // 3 * S * S
 
   // Set by StartEpoch, read-only while the epoch runs.
   uint64_t epoch_ = 0;
+  int64_t start_position_ = 0;
   std::vector<uint64_t> order_;
   std::vector<int64_t> position_of_id_;  // -1 if not in this epoch
   int64_t num_batches_ = 0;
   std::vector<std::thread> threads_;
 
   mutable absl::Mutex mu_;
+  std::vector<Link> links_ ABSL_GUARDED_BY(mu_);  // one per server, for the loader's life
   std::map<int64_t, std::unique_ptr<PendingBatch>> pending_ ABSL_GUARDED_BY(mu_);
   std::deque<WorkItem> work_ ABSL_GUARDED_BY(mu_);
   int64_t next_batch_ ABSL_GUARDED_BY(mu_) = 0;     // next to hand to the trainer
   int64_t opened_batches_ ABSL_GUARDED_BY(mu_) = 0; // requested so far
   int64_t requested_ ABSL_GUARDED_BY(mu_) = 0;  // samples asked for so far
   int64_t received_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stream_done_ ABSL_GUARDED_BY(mu_) = false;
-  // The current Fetch stream; the receiver replaces it (and bumps the
-  // generation) when the server went away, the sender re-requests on it.
-  std::shared_ptr<FetchCall> call_ ABSL_GUARDED_BY(mu_);
-  uint64_t stream_gen_ ABSL_GUARDED_BY(mu_) = 0;
+  int streams_open_ ABSL_GUARDED_BY(mu_) = 0;   // receivers still running
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   LoaderEpochStats stats_ ABSL_GUARDED_BY(mu_);
@@ -193,9 +264,6 @@ class Loader {
   std::vector<std::vector<float>> spare_images_ ABSL_GUARDED_BY(mu_);
   bool sender_has_buffer_ ABSL_GUARDED_BY(mu_) = false;  // a batch being set up
   uint64_t queued_payload_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // received, not yet prepared
-  // When the stream last broke or was refused: batches registered before it,
-  // and samples owed then (for the resend's log line).
-  int64_t opened_at_break_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace sophon

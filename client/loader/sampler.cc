@@ -27,3 +27,24 @@ std::vector<uint64_t> EpochOrder(uint64_t seed, uint64_t epoch, uint64_t num_sam
 }
 
 }  // namespace sophon
+
+namespace sophon {
+
+int64_t PaddedEpochLength(uint64_t num_samples, int world) {
+  const int64_t n = static_cast<int64_t>(num_samples);
+  if (n == 0) return 0;
+  return (n + world - 1) / world * world;
+}
+
+std::vector<uint64_t> RankSlice(const std::vector<uint64_t>& order, int rank, int world,
+                                int64_t start) {
+  std::vector<uint64_t> mine;
+  const int64_t n = static_cast<int64_t>(order.size());
+  const int64_t total = PaddedEpochLength(order.size(), world);
+  if (start >= total) return mine;
+  mine.reserve(static_cast<size_t>((total - start) / world + 1));
+  for (int64_t p = start + rank; p < total; p += world) mine.push_back(order[p % n]);
+  return mine;
+}
+
+}  // namespace sophon

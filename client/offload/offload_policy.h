@@ -16,7 +16,8 @@ namespace sophon {
 
 // What the loader saw of one sample.
 struct SampleObservation {
-  uint64_t id = 0;
+  uint64_t id = 0;                 // global id
+  int server = 0;                  // the server that sent it
   Stage received = kFirstStage;    // stage it arrived in
   uint64_t payload_bytes = 0;      // wire payload
   OpTimes local;                   // thread CPU seconds of the ops run here
@@ -29,8 +30,14 @@ struct SampleObservation {
 
 // Where one sample is processed.
 struct SampleAssignment {
+  // Any server holding the sample: the loader picks, among the live servers
+  // of its shard, the one that owes it the fewest samples (a slow replica is
+  // asked less).
+  static constexpr int kAnyServer = -1;
   Stage stage = kFirstStage;  // the storage node stops here; the loader finishes the rest
-  int server = 0;             // index into the loader's servers (one today)
+  // An index into the loader's servers (ServerSet) that holds the sample, or
+  // kAnyServer. A server that was given up on is replaced by a live replica.
+  int server = kAnyServer;
 };
 
 class OffloadPolicy {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "client/loader/sampler.h"
 #include "client/train/batch_timings.h"
 #include "sophon/base/json.h"
 #include "spdlog/spdlog.h"
@@ -96,10 +97,70 @@ absl::Status WarmUp(Loader* loader, Trainer* trainer, const TrainLoopOptions& op
   return absl::OkStatus();
 }
 
+// Every server's stats, read before or after an epoch; a server that does
+// not answer is missing (the loader waits for it or goes on without it).
+std::vector<absl::StatusOr<v1::ServerStats>> ReadServerStats(ServerSet* servers) {
+  std::vector<absl::StatusOr<v1::ServerStats>> stats;
+  for (int i = 0; i < servers->size(); ++i) stats.push_back(servers->client(i)->GetStats());
+  return stats;
+}
+
+absl::Status WriteCheckpoint(Trainer* trainer, const TrainLoopOptions& options, int64_t epoch,
+                             int64_t position, int64_t steps, int64_t epoch_length) {
+  TrainingCursor cursor;
+  cursor.epoch = epoch;
+  cursor.position = position;
+  if (position >= epoch_length) {  // the epoch is done: the next one starts
+    cursor.epoch = epoch + 1;
+    cursor.position = 0;
+  }
+  cursor.steps = steps;
+  cursor.global_batch = options.global_batch;
+  cursor.world_size = trainer->world_size();
+  cursor.dataset_fingerprint = options.dataset_fingerprint;
+  cursor.seed = options.seed;
+  const absl::Time start = absl::Now();
+  if (absl::Status s = trainer->SaveCheckpoint(options.checkpoint_path, cursor); !s.ok()) {
+    return s;
+  }
+  spdlog::info("checkpoint: step {}, epoch {} at sample {} of its order, written to {} in {}",
+               steps, cursor.epoch, cursor.position, options.checkpoint_path,
+               absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loader* loader,
-                                                     Trainer* trainer,
+absl::Status CheckResumable(const TrainingCursor& cursor, const TrainLoopOptions& options,
+                            const std::string& path) {
+  if (cursor.dataset_fingerprint != options.dataset_fingerprint) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", path, " was written for dataset fingerprint ", cursor.dataset_fingerprint,
+        ", but the storage servers now serve fingerprint ", options.dataset_fingerprint,
+        ": its data cursor would point into another sample order"));
+  }
+  if (cursor.global_batch != options.global_batch) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", path, " was written with a global batch of ", cursor.global_batch,
+        " samples (", cursor.world_size, " ranks), but this run's is ", options.global_batch,
+        " (--batch-size x --world-size): give a batch size that makes the global batch ",
+        cursor.global_batch));
+  }
+  if (cursor.seed != options.seed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint ", path, " was written with --seed=", cursor.seed,
+                     ", but this run has --seed=", options.seed,
+                     ": the epoch's order would differ"));
+  }
+  if (cursor.position < 0 || (options.global_batch > 0 && cursor.position % options.global_batch != 0)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", path, " holds data cursor ", cursor.position,
+        ", not a multiple of its global batch ", cursor.global_batch));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<EpochReport>> RunTraining(Loader* loader, Trainer* trainer,
                                                      const TrainLoopOptions& options) {
   std::vector<EpochReport> reports;
   absl::StatusOr<std::unique_ptr<BatchTimingsWriter>> opened =
@@ -107,17 +168,34 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
   if (!opened.ok()) return opened.status();
   std::unique_ptr<BatchTimingsWriter> timings = *std::move(opened);
   WarmupReport warmup;
-  if (options.warmup_batches > 0) {
+  if (options.warmup_batches > 0 && !options.resumed) {
     if (absl::Status s = WarmUp(loader, trainer, options, &warmup); !s.ok()) return s;
   }
+  ServerSet* const servers = loader->servers();
+  const int64_t epoch_length =
+      PaddedEpochLength(servers->manifest().num_samples(), loader->world());
+  const bool writes_checkpoints = !options.checkpoint_path.empty() && trainer->rank() == 0;
+  int64_t total_steps = options.start.steps;
+  int64_t last_checkpoint_steps = total_steps;
+  int64_t cursor = options.start.position;
   DivergenceWatch divergence(options.model_labels);
-  for (int epoch = 0; epoch < options.epochs; ++epoch) {
-    absl::StatusOr<v1::ServerStats> before = client->GetStats();
-    if (!before.ok()) return before.status();
+  for (int epoch = static_cast<int>(options.start.epoch); epoch < options.epochs; ++epoch) {
+    const std::vector<absl::StatusOr<v1::ServerStats>> before = ReadServerStats(servers);
     // A server restarted between epochs with other data would pair this
     // manifest's labels with other images.
-    if (absl::Status s = client->CheckSameDataset(*before); !s.ok()) return s;
-    if (absl::Status s = loader->StartEpoch(epoch, options.max_batches); !s.ok()) return s;
+    for (int i = 0; i < servers->size(); ++i) {
+      if (before[i].ok()) {
+        if (absl::Status s = servers->client(i)->CheckSameDataset(*before[i]); !s.ok()) return s;
+      }
+    }
+    const int64_t start_position = epoch == options.start.epoch ? options.start.position : 0;
+    if (absl::Status s = loader->StartEpoch(epoch, options.max_batches, start_position); !s.ok()) {
+      return s;
+    }
+    if (start_position > 0) {
+      spdlog::info("resuming epoch {} at sample {} of its order ({} samples per rank left)", epoch,
+                   start_position, loader->epoch_samples());
+    }
     trainer->BeginEpoch(epoch, options.epochs);
     EpochReport report;
     report.epoch = epoch;
@@ -153,6 +231,18 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
       }
       loader->policy()->OnStep(step_seconds);
       ++steps;
+      ++total_steps;
+      cursor = batch.cursor;
+      if (writes_checkpoints && options.checkpoint_every > 0 &&
+          total_steps % options.checkpoint_every == 0) {
+        if (absl::Status s =
+                WriteCheckpoint(trainer, options, epoch, cursor, total_steps, epoch_length);
+            !s.ok()) {
+          progress.Finish();
+          return s;
+        }
+        last_checkpoint_steps = total_steps;
+      }
       const LoaderEpochStats ls = loader->stats();
       progress.Update(epoch, steps, loader->num_batches(), tally.seen(), TotalBytes(ls),
                       report.data_wait_seconds, step->loss, start);
@@ -164,18 +254,35 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loade
     report.predicted_seconds = loader->policy()->PredictedEpochSeconds();
     report.loader = loader->stats();
     tally.Finish(&report);
-    absl::StatusOr<v1::ServerStats> after = client->GetStats();
-    if (after.ok()) {
+    const std::vector<absl::StatusOr<v1::ServerStats>> after = ReadServerStats(servers);
+    for (int i = 0; i < servers->size(); ++i) {
+      ServerEpochReport& server = report.servers.emplace_back();
+      server.address = servers->address(i);
+      server.reachable = after[i].ok();
+      if (!after[i].ok()) continue;
       // A server that restarted during the epoch (it has been up for less
       // than the epoch's time since `before`) counts from its restart.
       const bool restarted =
-          after->uptime_seconds() + 1.0 < before->uptime_seconds() + report.wall_seconds;
-      report.server_prep_busy_seconds =
-          after->prep_busy_seconds() - (restarted ? 0.0 : before->prep_busy_seconds());
-      report.server_prep_workers = static_cast<int>(after->prep_workers());
+          !before[i].ok() ||
+          after[i]->uptime_seconds() + 1.0 < before[i]->uptime_seconds() + report.wall_seconds;
+      server.prep_busy_seconds =
+          after[i]->prep_busy_seconds() - (restarted ? 0.0 : before[i]->prep_busy_seconds());
+      server.prep_workers = static_cast<int>(after[i]->prep_workers());
+      report.server_prep_busy_seconds += server.prep_busy_seconds;
+      report.server_prep_workers += server.prep_workers;
     }
     spdlog::info("{}", FormatEpochReport(report, options.model_labels));
     reports.push_back(report);
+    // The next epoch starts at its beginning whatever --max-batches cut.
+    cursor = epoch_length;
+  }
+  if (writes_checkpoints && total_steps > last_checkpoint_steps) {
+    const int64_t last_epoch = std::max<int64_t>(options.start.epoch, options.epochs - 1);
+    if (absl::Status s =
+            WriteCheckpoint(trainer, options, last_epoch, cursor, total_steps, epoch_length);
+        !s.ok()) {
+      return s;
+    }
   }
   if (timings) {
     if (absl::Status s = timings->Close(); !s.ok()) return s;
@@ -267,6 +374,9 @@ std::string FormatEpochReport(const EpochReport& r, const std::vector<std::strin
                             ? 100 * r.server_prep_busy_seconds /
                                   (r.server_prep_workers * std::max(1e-9, r.wall_seconds))
                             : 0.0);
+  if (l.padding > 0) {
+    absl::StrAppendFormat(&out, "; %d samples repeated to give every rank as many", l.padding);
+  }
   if (l.reconnects > 0) {
     absl::StrAppendFormat(&out, "; stream re-opened %d times, %d requests resent", l.reconnects,
                           l.resent);
@@ -282,6 +392,20 @@ std::string FormatEpochReport(const EpochReport& r, const std::vector<std::strin
   if (!r.models.empty()) {
     absl::StrAppendFormat(&out, "; %d fused models, %.1f model-images/s (loss and top-1 above: "
                           "their means)", r.models.size(), r.images_per_second * r.models.size());
+  }
+  // Several servers: each one's share (samples, bytes, prep busy).
+  for (size_t i = 0; l.servers.size() > 1 && i < l.servers.size(); ++i) {
+    const ServerLoadStats& s = l.servers[i];
+    const ServerEpochReport* e = i < r.servers.size() ? &r.servers[i] : nullptr;
+    absl::StrAppendFormat(
+        &out, "\n  server %s: %d samples, %.1f MB, prep %.0f%% busy%s%s", s.address, s.samples,
+        s.bytes / 1e6,
+        e != nullptr && e->prep_workers > 0
+            ? 100 * e->prep_busy_seconds / (e->prep_workers * std::max(1e-9, r.wall_seconds))
+            : 0.0,
+        s.reconnects > 0 ? absl::StrFormat(", re-opened %d times", s.reconnects) : "",
+        s.lost ? absl::StrFormat(", LOST (%d samples failed over to replicas)", s.failed_over)
+               : "");
   }
   for (size_t k = 0; k < r.models.size(); ++k) {
     absl::StrAppendFormat(&out, "\n  model %d%s%s: loss %.4f, top-1 %.3f", k,
@@ -341,6 +465,30 @@ std::string EpochReportsToJson(const std::vector<EpochReport>& reports,
     w.Key("peak_batch_buffers").Int(l.peak_batch_buffers);
     w.Key("peak_queued_payload_bytes").Uint(l.peak_queued_payload_bytes);
     w.Key("predicted_seconds").Fixed(r.predicted_seconds, 6);
+    w.Key("padding").Int(l.padding);
+    w.Key("servers").BeginArray();
+    for (size_t i = 0; i < l.servers.size(); ++i) {
+      const ServerLoadStats& s = l.servers[i];
+      w.BeginObject();
+      w.Key("address").String(s.address);
+      w.Key("samples").Uint(s.samples);
+      w.Key("bytes").Uint(s.bytes);
+      if (i < r.servers.size()) {
+        const ServerEpochReport& e = r.servers[i];
+        w.Key("prep_cpu_seconds").Fixed(e.prep_busy_seconds, 6);
+        w.Key("prep_workers").Int(e.prep_workers);
+        w.Key("prep_busy_share")
+            .Fixed(e.prep_workers > 0 ? e.prep_busy_seconds /
+                                            (e.prep_workers * std::max(1e-9, r.wall_seconds))
+                                      : 0.0,
+                   4);
+      }
+      w.Key("reconnects").Int(s.reconnects);
+      w.Key("failed_over").Uint(s.failed_over);
+      w.Key("lost").Bool(s.lost);
+      w.EndObject();
+    }
+    w.EndArray();
     w.Key("model_images_per_second")
         .Fixed(r.images_per_second * std::max<size_t>(1, r.models.size()), 3);
     w.Key("models").BeginArray();

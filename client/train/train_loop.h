@@ -33,12 +33,34 @@ struct TrainLoopOptions {
   // per-model lines of the reports. Empty for one ordinary model.
   std::vector<std::string> model_labels;
   std::string optimizer;           // for reports ("sgd", "adam")
+  // Checkpoints: the whole training state and the data cursor
+  // (Trainer::SaveCheckpoint) to checkpoint_path every checkpoint_every steps
+  // (0: none during the run) and after the last epoch; rank 0 only. Empty
+  // path: none.
+  std::string checkpoint_path;
+  int64_t checkpoint_every = 0;
+  // Where the run starts: a resumed run's cursor (from the checkpoint; its
+  // epoch and global position); a resumed run has no warm-up.
+  TrainingCursor start;
+  bool resumed = false;
+  // Written into each checkpoint's cursor.
+  int64_t global_batch = 0;
+  uint64_t dataset_fingerprint = 0;
+  uint64_t seed = 0;
 };
 
 // One model's figures of an epoch of a fused array.
 struct ModelEpochReport {
   double mean_loss = 0;
   double top1 = 0;
+};
+
+// One storage server's share of an epoch.
+struct ServerEpochReport {
+  std::string address;
+  double prep_busy_seconds = 0;  // its prep workers' CPU seconds this epoch
+  int prep_workers = 0;
+  bool reachable = true;         // its stats could be read after the epoch
 };
 
 struct EpochReport {
@@ -55,13 +77,21 @@ struct EpochReport {
   std::vector<ModelEpochReport> models;  // a fused array's models, in order; else empty
   double predicted_seconds = 0;    // the planner's prediction of wall_seconds; 0 = none
   LoaderEpochStats loader;
-  double server_prep_busy_seconds = 0;  // server prep workers' CPU seconds this epoch
-  int server_prep_workers = 0;
+  double server_prep_busy_seconds = 0;  // server prep workers' CPU seconds this epoch, all servers
+  int server_prep_workers = 0;          // all servers
+  std::vector<ServerEpochReport> servers;  // in --server order
 };
 
+// Whether a run with `options` (its dataset fingerprint, global batch and
+// seed) can continue from `cursor`, read from `path`: FailedPrecondition
+// naming the file and both values when the dataset, the global batch or the
+// seed differs (another world size is fine: the global order and batches do
+// not depend on it), or when the cursor is not at a step boundary.
+absl::Status CheckResumable(const TrainingCursor& cursor, const TrainLoopOptions& options,
+                            const std::string& path);
+
 // Runs the epochs. Errors from the loader or trainer end the run.
-absl::StatusOr<std::vector<EpochReport>> RunTraining(SampleClient* client, Loader* loader,
-                                                     Trainer* trainer,
+absl::StatusOr<std::vector<EpochReport>> RunTraining(Loader* loader, Trainer* trainer,
                                                      const TrainLoopOptions& options);
 
 // Sums the training steps of one epoch into its report; shared by the real

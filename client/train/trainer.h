@@ -10,6 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "sophon/data/batch.h"
 
 namespace sophon {
@@ -44,6 +46,28 @@ const char* LrScheduleName(LrSchedule schedule);
 // The learning rate of epoch `epoch` (0-based) of `epochs` for base rate `lr`.
 double ScheduledLearningRate(LrSchedule schedule, double lr, int epoch, int epochs);
 
+// Data-parallel ranks on PyTorch's c10d (Gloo): each rank one process.
+struct DistributedOptions {
+  int world_size = 1;            // 1 = no process group
+  int rank = 0;
+  std::string master_addr = "127.0.0.1";  // rank 0 hosts the c10d TCPStore here
+  int master_port = 29500;
+  absl::Duration collective_timeout = absl::Minutes(5);  // every collective and the rendezvous
+  int64_t bucket_bytes = 25 << 20;  // gradients all-reduced in buckets of about this size
+  absl::Status Validate() const;  // errors name the field: "DistributedOptions.rank must be ..."
+};
+
+// What a checkpoint holds beside the weights and optimizer state.
+struct TrainingCursor {
+  int64_t epoch = 0;         // epoch in progress (the one to continue)
+  int64_t position = 0;      // samples of that epoch's global order consumed (the data cursor)
+  int64_t steps = 0;         // optimizer steps taken so far in the whole run
+  int64_t global_batch = 0;  // samples per step over all ranks
+  int world_size = 1;        // ranks that wrote it (information; resume may use another)
+  uint64_t dataset_fingerprint = 0;
+  uint64_t seed = 0;         // data seed
+};
+
 struct TrainerOptions {
   std::string arch = "resnet18";  // alexnet | resnet18 | resnet50 | tinycnn
   int num_classes = 1000;
@@ -62,6 +86,7 @@ struct TrainerOptions {
   std::string init_checkpoint;
   // AlexNet's dropout probability (tests set 0 to compare runs exactly).
   double dropout = 0.5;
+  DistributedOptions distributed;
 
   // The one check of these options; errors name the field
   // ("TrainerOptions.models[2].lr must be > 0, got -1"). Does not check that
@@ -114,6 +139,19 @@ class Trainer {
   // any of them with TrainerOptions.init_checkpoint) to
   // ModelCheckpointPath(path, k, ...); returns the files written.
   virtual absl::StatusOr<std::vector<std::string>> Save(const std::string& path) = 0;
+  // The whole training state (weights, optimizer state, learning rates, RNG)
+  // and `cursor`, written to `path` atomically. Rank 0 only; no collectives.
+  virtual absl::Status SaveCheckpoint(const std::string& path, const TrainingCursor& cursor) {
+    return absl::UnimplementedError(
+        absl::StrCat("this trainer (", DeviceName(), ") cannot write checkpoints to ", path));
+  }
+  // Restores what SaveCheckpoint wrote; returns its cursor.
+  virtual absl::StatusOr<TrainingCursor> LoadCheckpoint(const std::string& path) {
+    return absl::UnimplementedError(
+        absl::StrCat("this trainer (", DeviceName(), ") cannot resume from ", path));
+  }
+  virtual int rank() const { return 0; }
+  virtual int world_size() const { return 1; }
 };
 
 }  // namespace sophon

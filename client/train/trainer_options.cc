@@ -104,3 +104,35 @@ std::string ModelCheckpointPath(const std::string& path, int k, int num_models, 
 }
 
 }  // namespace sophon
+
+namespace sophon {
+
+absl::Status DistributedOptions::Validate() const {
+  if (world_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DistributedOptions.world_size must be >= 1 (got ", world_size, ")"));
+  }
+  if (rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("DistributedOptions.rank must be in [0, ",
+                                                   world_size, ") (got ", rank, ")"));
+  }
+  if (world_size > 1 && master_addr.empty()) {
+    return absl::InvalidArgumentError("DistributedOptions.master_addr must not be empty");
+  }
+  if (master_port < 1 || master_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DistributedOptions.master_port must be in [1, 65535] (got ", master_port, ")"));
+  }
+  if (collective_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DistributedOptions.collective_timeout must be > 0 (got ",
+                     absl::FormatDuration(collective_timeout), ")"));
+  }
+  if (bucket_bytes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DistributedOptions.bucket_bytes must be >= 1 (got ", bucket_bytes, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sophon

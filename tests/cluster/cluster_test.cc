@@ -684,7 +684,7 @@ TEST_F(ClusterTest, RunTrainingReportsEveryEpochAndTellsThePolicyEveryStep) {
   loop.mode_name = policy.name();
   loop.report_json = testing::MakeTempDir("train_loop_json") + "/r.json";
   absl::StatusOr<std::vector<EpochReport>> reports =
-      RunTraining(client_.get(), loader->get(), trainer->get(), loop);
+      RunTraining(loader->get(), trainer->get(), loop);
   ASSERT_TRUE(reports.ok()) << reports.status();
   ASSERT_EQ(reports->size(), 2u);
   for (const EpochReport& r : *reports) {

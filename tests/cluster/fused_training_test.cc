@@ -58,7 +58,7 @@ class FusedTrainingTest : public ::testing::Test {
     loop.epochs = kEpochs;
     loop.progress = false;
     loop.mode_name = policy.name();
-    return RunTraining(client_.get(), loader->get(), trainer->get(), loop);
+    return RunTraining(loader->get(), trainer->get(), loop);
   }
 
   uint64_t SamplesServed() {

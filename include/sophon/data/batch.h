@@ -18,6 +18,9 @@ struct Batch {
   std::vector<float> images;   // n * c * h * w
   std::vector<int64_t> labels; // n
   std::vector<uint64_t> ids;   // sample ids, in batch order
+  // The data cursor after this batch: samples of the epoch's global order
+  // (all ranks) consumed once every rank has taken its batch of this step.
+  int64_t cursor = 0;
 };
 
 }  // namespace sophon

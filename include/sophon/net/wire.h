@@ -30,7 +30,9 @@ absl::StatusOr<StageData> StageDataFromProto(v1::Sample* sample);
 // samples added since the last Take().
 class FetchRequestBuilder {
  public:
-  FetchRequestBuilder(uint64_t epoch, uint64_t seed, const AugmentOptions& augment);
+  // `key_offset`: added to each id to key its augmentation (FetchRequest.key_offset).
+  FetchRequestBuilder(uint64_t epoch, uint64_t seed, const AugmentOptions& augment,
+                      uint64_t key_offset = 0);
   void Add(uint64_t id, Stage target_stage);
   int size() const { return request_.samples_size(); }  // samples in the current message
   // The current message; the builder starts the next one.
@@ -41,6 +43,7 @@ class FetchRequestBuilder {
 
   const uint64_t epoch_;
   const uint64_t seed_;
+  const uint64_t key_offset_;
   const v1::AugmentConfig augment_;
   v1::FetchRequest request_;
 };
