@@ -87,8 +87,8 @@ absl::StatusOr<StageData> StageDataFromProto(v1::Sample* sample) {
 }
 
 FetchRequestBuilder::FetchRequestBuilder(uint64_t epoch, uint64_t seed,
-                                         const AugmentOptions& augment)
-    : epoch_(epoch), seed_(seed), augment_(ToProto(augment)) {
+                                         const AugmentOptions& augment, uint64_t key_offset)
+    : epoch_(epoch), seed_(seed), key_offset_(key_offset), augment_(ToProto(augment)) {
   Reset();
 }
 
@@ -96,6 +96,7 @@ void FetchRequestBuilder::Reset() {
   request_.Clear();
   request_.set_epoch(epoch_);
   request_.set_seed(seed_);
+  request_.set_key_offset(key_offset_);
   *request_.mutable_augment() = augment_;
 }
 
