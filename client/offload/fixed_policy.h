@@ -18,7 +18,7 @@ class FixedPolicy final : public OffloadPolicy {
     return absl::OkStatus();
   }
   void Plan(int64_t, absl::Span<const uint64_t>, absl::Span<SampleAssignment> out) override {
-    for (SampleAssignment& a : out) a = SampleAssignment{stage_, 0};
+    for (SampleAssignment& a : out) a = SampleAssignment{stage_, SampleAssignment::kAnyServer};
   }
 
  private:

@@ -26,7 +26,7 @@ class RecordingRawPolicy final : public OffloadPolicy {
     return absl::OkStatus();
   }
   void Plan(int64_t, absl::Span<const uint64_t>, absl::Span<SampleAssignment> out) override {
-    for (SampleAssignment& a : out) a = SampleAssignment{kFirstStage, 0};
+    for (SampleAssignment& a : out) a = SampleAssignment{kFirstStage, SampleAssignment::kAnyServer};
   }
   void OnSample(const SampleObservation& obs) override {
     absl::MutexLock lock(&mu_);

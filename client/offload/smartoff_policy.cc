@@ -127,7 +127,7 @@ void SmartoffPolicy::Plan(int64_t first_position, absl::Span<const uint64_t> ids
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t p = first_position + static_cast<int64_t>(i);
     const bool known = p < static_cast<int64_t>(plan_.size()) && order_[p] == ids[i];
-    out[i] = SampleAssignment{known ? plan_[p] : kFirstStage, 0};
+    out[i] = SampleAssignment{known ? plan_[p] : kFirstStage, SampleAssignment::kAnyServer};
   }
   planned_ = std::max<int64_t>(planned_, first_position + static_cast<int64_t>(ids.size()));
 }
