@@ -22,6 +22,7 @@
 #include "client/loader/server_list.h"
 #include "client/loader/server_set.h"
 #include "client/train/launch_env.h"
+#include "client/offload/cluster_policy.h"
 #include "client/offload/fixed_policy.h"
 #include "client/offload/profile_pass.h"
 #include "client/offload/smartoff_policy.h"
@@ -167,6 +168,11 @@ ABSL_FLAG(std::string, profile_out, "",
 ABSL_FLAG(std::string, net_bw, "auto",
           "smartoff: network bandwidth in Mbit/s, or auto to measure it by fetching raw samples. "
           "Default auto.");
+ABSL_FLAG(std::string, ingress_bw, "auto",
+          "smartoff with several servers: this node's ingress link in Mbit/s, shared by every "
+          "server's samples; 0 = not a limit (only each server's own link is); auto = probe "
+          "every server at once and treat the sum as a limit when it falls short of what "
+          "each carried alone. Default auto.");
 ABSL_FLAG(double, remote_cpus, 0,
           "smartoff: storage node prep CPUs; 0 = the server's --prep-workers, or its CPU limit "
           "(sophon-server --cpu-limit) when smaller. Default 0.");
@@ -629,10 +635,17 @@ int main(int argc, char** argv) {
   }
   const std::string profile_out = absl::GetFlag(FLAGS_profile_out);
   const bool fixed = sophon::IsFixedKind(*mode);
-  if ((!fixed || !profile_out.empty()) && (*servers)->size() > 1) {
+  if (fixed && !profile_out.empty() && (*servers)->size() > 1) {
     return Fail(absl::UnimplementedError(absl::StrCat(
-        "--mode=smartoff and --profile-out plan for one storage server; with ",
-        (*servers)->size(), " servers use a fixed mode (nooff, resizeoff, alloff)")));
+        "--profile-out with a fixed mode profiles one storage server; with ", (*servers)->size(),
+        " servers give --mode=smartoff --profile-out=DIR (it profiles every shard)")));
+  }
+  double ingress_mbit = -1;  // auto
+  if (const std::string ingress = absl::GetFlag(FLAGS_ingress_bw); ingress != "auto") {
+    if (!absl::SimpleAtod(ingress, &ingress_mbit) || ingress_mbit < 0) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--ingress-bw must be a number of Mbit/s >= 0 or auto, got '", ingress, "'")));
+    }
   }
   sophon::SampleClient* const first = (*servers)->client(0);
   if (!profile_out.empty() && fixed) {
@@ -649,10 +662,18 @@ int main(int argc, char** argv) {
       if (!step.ok()) return Fail(step.status());
       smartoff_options.gpu_batch_seconds = step->copy_seconds + step->compute_seconds;
     }
-    absl::StatusOr<std::unique_ptr<sophon::SmartoffPolicy>> created =
-        sophon::CreateSmartoffPolicy(first, loader_options, smartoff_options);
-    if (!created.ok()) return Fail(created.status());
-    policy = *std::move(created);
+    if ((*servers)->size() > 1) {
+      absl::StatusOr<std::unique_ptr<sophon::ClusterSmartoffPolicy>> created =
+          sophon::CreateClusterSmartoffPolicy(servers->get(), loader_options, smartoff_options,
+                                              ingress_mbit);
+      if (!created.ok()) return Fail(created.status());
+      policy = *std::move(created);
+    } else {
+      absl::StatusOr<std::unique_ptr<sophon::SmartoffPolicy>> created =
+          sophon::CreateSmartoffPolicy(first, loader_options, smartoff_options);
+      if (!created.ok()) return Fail(created.status());
+      policy = *std::move(created);
+    }
   } else {
     policy = std::make_unique<sophon::FixedPolicy>(sophon::FixedKindStage(*mode),
                                                    sophon::ModeName(*mode));

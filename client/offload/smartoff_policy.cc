@@ -279,18 +279,57 @@ std::vector<ReplanEvent> SmartoffPolicy::replan_events() const {
   return replans_;
 }
 
-absl::StatusOr<std::unique_ptr<SmartoffPolicy>> CreateSmartoffPolicy(
-    SampleClient* client, const LoaderOptions& loader_options, const SmartoffOptions& options) {
-  if (absl::Status st = options.Validate(); !st.ok()) return st;
+absl::StatusOr<StorageMeasurement> MeasureStorageServer(SampleClient* client,
+                                                        const LoaderOptions& loader_options,
+                                                        const SmartoffOptions& options) {
   const v1::Manifest& manifest = client->manifest();
+  StorageMeasurement out;
+  // The probe gives the link rate and what receiving costs this node's CPUs.
+  NetProbeOptions probe_options;
+  probe_options.seed = loader_options.seed;
+  absl::StatusOr<NetProbeResult> probe = ProbeBandwidth(client, probe_options);
+  if (!probe.ok()) return probe.status();
+  out.probe = *probe;
+  const double probe_bytes = std::max(1.0, static_cast<double>(probe->bytes));
+  out.local_seconds_per_wire_byte = probe->client_cpu_seconds / probe_bytes;
+  out.wall_scale = StorageWallScale(manifest);
+  out.server.remote_seconds_per_raw_byte = probe->server_read_seconds * out.wall_scale / probe_bytes;
+  out.server.remote_seconds_per_wire_byte =
+      std::max(0.0, probe->server_send_cpu_seconds) / probe_bytes;
+  spdlog::info(
+      "smartoff: measured {:.1f} Mbit/s from {} ({} samples, {:.1f} MB in {:.2f}s); per byte, "
+      "receiving costs this node {:.2f} ns of CPU, the storage node {:.2f} ns to read and {:.2f} "
+      "ns to send{}",
+      probe->bytes_per_second * 8 / 1e6, client->address(), probe->samples, probe->bytes / 1e6,
+      probe->seconds, out.local_seconds_per_wire_byte * 1e9,
+      out.server.remote_seconds_per_raw_byte * 1e9, out.server.remote_seconds_per_wire_byte * 1e9,
+      probe->server_send_cpu_seconds < 0 ? " (not reported by the server)" : "");
+  out.server.net_bytes_per_s = options.net_bw_mbit > 0 ? MbitToBytesPerSecond(options.net_bw_mbit)
+                                                       : probe->bytes_per_second;
+  // The storage node's CPUs: its prep workers, or its CPU quota when smaller.
+  const double prep_workers = static_cast<double>(manifest.prep_workers());
+  const double cpu_limit = manifest.cpu_limit() > 0 ? manifest.cpu_limit() : prep_workers;
+  out.server.remote_cpus =
+      options.remote_cpus > 0 ? options.remote_cpus : std::min(prep_workers, cpu_limit);
+  if (cpu_limit < prep_workers) {
+    spdlog::info("smartoff: storage node {} may use {:.2f} CPUs for its {} prep workers",
+                 client->address(), cpu_limit, manifest.prep_workers());
+  }
+  return out;
+}
+
+absl::StatusOr<DatasetProfile> LoadOrMakeProfile(
+    const std::string& dataset_name, uint64_t fingerprint, uint64_t num_samples,
+    const LoaderOptions& loader_options, const SmartoffOptions& options,
+    const std::function<absl::StatusOr<DatasetProfile>()>& make_profile) {
   const std::string folder = options.profile_folder.empty()
-                                 ? DefaultProfileFolder(manifest.dataset_name())
+                                 ? DefaultProfileFolder(dataset_name)
                                  : options.profile_folder;
   const int s = loader_options.pipeline.augment.crop_size;
-  absl::StatusOr<DatasetProfile> profile = LoadProfileFolder(folder, manifest.fingerprint());
+  absl::StatusOr<DatasetProfile> profile = LoadProfileFolder(folder, fingerprint);
   bool need_profile = false;
   if (profile.ok()) {
-    if (profile->crop_size != s || profile->samples.size() != manifest.num_samples()) {
+    if (profile->crop_size != s || profile->samples.size() != num_samples) {
       spdlog::info("profile in {} was taken at crop size {} for {} samples; re-profiling", folder,
                    profile->crop_size, profile->samples.size());
       need_profile = true;
@@ -299,7 +338,7 @@ absl::StatusOr<std::unique_ptr<SmartoffPolicy>> CreateSmartoffPolicy(
                    folder, profile->samples.size(), profile->server_speed_factor);
     }
   } else if (absl::IsNotFound(profile.status())) {
-    spdlog::info("smartoff: no profile for dataset '{}' in {}", manifest.dataset_name(), folder);
+    spdlog::info("smartoff: no profile for dataset '{}' in {}", dataset_name, folder);
     need_profile = true;
   } else {
     return absl::Status(profile.status().code(),
@@ -307,7 +346,7 @@ absl::StatusOr<std::unique_ptr<SmartoffPolicy>> CreateSmartoffPolicy(
                                      " (remove it, or set SmartoffOptions.profile_folder to a folder for this dataset)"));
   }
   if (need_profile) {
-    profile = ProfileOverNetwork(client, loader_options, options.speed_probe_samples);
+    profile = make_profile();
     if (!profile.ok()) return profile.status();
     const std::string out = options.profile_out.empty() ? folder : options.profile_out;
     if (absl::Status st = SaveProfileFolder(*profile, out); !st.ok()) {
@@ -316,38 +355,28 @@ absl::StatusOr<std::unique_ptr<SmartoffPolicy>> CreateSmartoffPolicy(
       spdlog::info("profile written to {}/{}", out, kSampleProfileFile);
     }
   }
+  return profile;
+}
 
-  // The probe gives the link rate and what receiving costs this node's CPUs.
+absl::StatusOr<std::unique_ptr<SmartoffPolicy>> CreateSmartoffPolicy(
+    SampleClient* client, const LoaderOptions& loader_options, const SmartoffOptions& options) {
+  if (absl::Status st = options.Validate(); !st.ok()) return st;
+  const v1::Manifest& manifest = client->manifest();
+  absl::StatusOr<DatasetProfile> profile = LoadOrMakeProfile(
+      manifest.dataset_name(), manifest.fingerprint(), manifest.num_samples(), loader_options,
+      options, [&] {
+        return ProfileOverNetwork(client, loader_options, options.speed_probe_samples);
+      });
+  if (!profile.ok()) return profile.status();
+  absl::StatusOr<StorageMeasurement> measured = MeasureStorageServer(client, loader_options, options);
+  if (!measured.ok()) return measured.status();
   Resources resources;
-  NetProbeOptions probe_options;
-  probe_options.seed = loader_options.seed;
-  absl::StatusOr<NetProbeResult> probe = ProbeBandwidth(client, probe_options);
-  if (!probe.ok()) return probe.status();
-  const double probe_bytes = std::max(1.0, static_cast<double>(probe->bytes));
-  resources.local_seconds_per_wire_byte = probe->client_cpu_seconds / probe_bytes;
-  const double wall_scale = StorageWallScale(manifest);
-  resources.remote_seconds_per_raw_byte = probe->server_read_seconds * wall_scale / probe_bytes;
-  resources.remote_seconds_per_wire_byte =
-      std::max(0.0, probe->server_send_cpu_seconds) / probe_bytes;
-  spdlog::info(
-      "smartoff: measured {:.1f} Mbit/s from {} ({} samples, {:.1f} MB in {:.2f}s); per byte, "
-      "receiving costs this node {:.2f} ns of CPU, the storage node {:.2f} ns to read and {:.2f} "
-      "ns to send{}",
-      probe->bytes_per_second * 8 / 1e6, client->address(), probe->samples, probe->bytes / 1e6,
-      probe->seconds, resources.local_seconds_per_wire_byte * 1e9,
-      resources.remote_seconds_per_raw_byte * 1e9, resources.remote_seconds_per_wire_byte * 1e9,
-      probe->server_send_cpu_seconds < 0 ? " (not reported by the server)" : "");
-  resources.net_bytes_per_s = options.net_bw_mbit > 0 ? MbitToBytesPerSecond(options.net_bw_mbit)
-                                                      : probe->bytes_per_second;
-  // The storage node's CPUs: its prep workers, or its CPU quota when smaller.
-  const double prep_workers = static_cast<double>(manifest.prep_workers());
-  const double cpu_limit = manifest.cpu_limit() > 0 ? manifest.cpu_limit() : prep_workers;
-  resources.remote_cpus =
-      options.remote_cpus > 0 ? options.remote_cpus : std::min(prep_workers, cpu_limit);
-  if (cpu_limit < prep_workers) {
-    spdlog::info("smartoff: the storage node may use {:.2f} CPUs for its {} prep workers",
-                 cpu_limit, manifest.prep_workers());
-  }
+  resources.net_bytes_per_s = measured->server.net_bytes_per_s;
+  resources.remote_cpus = measured->server.remote_cpus;
+  resources.remote_seconds_per_raw_byte = measured->server.remote_seconds_per_raw_byte;
+  resources.remote_seconds_per_wire_byte = measured->server.remote_seconds_per_wire_byte;
+  resources.local_seconds_per_wire_byte = measured->local_seconds_per_wire_byte;
+  const double wall_scale = measured->wall_scale;
   resources.remote_speed = profile->server_speed_factor;
   resources.local_cpus = loader_options.workers;
   resources.gpu_seconds_per_batch = std::max(0.0, options.gpu_batch_seconds);

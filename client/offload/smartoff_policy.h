@@ -14,7 +14,9 @@
 #include "absl/time/time.h"
 #include "client/loader/loader.h"
 #include "client/loader/sample_client.h"
+#include "client/offload/net_probe.h"
 #include "client/offload/offload_policy.h"
+#include "sophon/planning/cluster_plan.h"
 #include "sophon/planning/planner.h"
 #include "sophon/planning/profile.h"
 #include "sophon/planning/resources.h"
@@ -108,6 +110,30 @@ class SmartoffPolicy final : public OffloadPolicy {
   absl::Time window_start_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::vector<double> step_seconds_ ABSL_GUARDED_BY(mu_);
 };
+
+// What smartoff measures of one storage server before planning: its link
+// (the bandwidth probe, unless SmartoffOptions.net_bw_mbit is given), its CPUs
+// (its prep workers or CPU limit, unless SmartoffOptions.remote_cpus), the
+// per-byte costs of reading and sending there and of receiving here. The
+// speed factor comes from the profile.
+struct StorageMeasurement {
+  ServerResources server;
+  double local_seconds_per_wire_byte = 0;
+  double wall_scale = 1;  // StorageWallScale of its manifest
+  NetProbeResult probe;
+};
+absl::StatusOr<StorageMeasurement> MeasureStorageServer(SampleClient* client,
+                                                        const LoaderOptions& loader_options,
+                                                        const SmartoffOptions& options);
+
+// The profile of a dataset (name, fingerprint, samples) from the profile
+// folder (SmartoffOptions.profile_folder, else profiles/<name>/), or, when
+// there is none or it is for another crop size, from `make_profile`, saved to
+// SmartoffOptions.profile_out (else the folder).
+absl::StatusOr<DatasetProfile> LoadOrMakeProfile(
+    const std::string& dataset_name, uint64_t fingerprint, uint64_t num_samples,
+    const LoaderOptions& loader_options, const SmartoffOptions& options,
+    const std::function<absl::StatusOr<DatasetProfile>()>& make_profile);
 
 // Wires smartoff up: loads the profile from the profile folder (refusing one
 // of another file list), or profiles through the server and saves it there;

@@ -15,6 +15,7 @@
 #include "client/loader/loader.h"
 #include "client/loader/sampler.h"
 #include "client/loader/server_set.h"
+#include "client/offload/cluster_policy.h"
 #include "client/offload/fixed_policy.h"
 #include "gtest/gtest.h"
 #include "sophon/planning/planner.h"
@@ -355,6 +356,54 @@ TEST_F(MultiServerTest, ResumingAtTheCursorWithAnotherWorldSizeSeesEverySampleOn
     EXPECT_EQ(std::set<uint64_t>(seen.begin(), seen.end()).size(), n) << before << "->" << after;
     EXPECT_EQ(static_cast<int64_t>(seen.size()), static_cast<int64_t>(n) + padding)
         << before << "->" << after << " (padding " << padding << ")";
+  }
+}
+
+TEST_F(MultiServerTest, SmartoffPlansEveryServersSamplesAndMatchesNoOffByteForByte) {
+  const std::string full = testing::MakeTestDataset("ms_smartoff_full", SmallDataset());
+  const std::vector<std::string> roots = SplitIntoShards(full, 2, "ms_smartoff");
+  StartServers({roots[0], roots[1], roots[1]});  // mixed: shard 1 has two replicas
+  LoaderOptions options = Options(6, 0, 1);
+  SmartoffOptions smart;
+  smart.planner = PlannerKind::kOptimal;
+  smart.profile_folder = testing::MakeTempDir("ms_smartoff_profile");
+  smart.net_bw_mbit = 10000;  // a fast link: this node's CPUs bind, offloading pays
+  smart.gpu_batch_seconds = 0;
+  absl::StatusOr<std::unique_ptr<ClusterSmartoffPolicy>> policy =
+      CreateClusterSmartoffPolicy(set_.get(), options, smart, /*ingress_mbit=*/0);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(set_.get(), options, policy->get());
+  ASSERT_TRUE(loader.ok());
+  ASSERT_TRUE((*loader)->StartEpoch(0).ok());
+  std::vector<Batch> batches;
+  while (true) {
+    Batch b;
+    absl::StatusOr<bool> more = (*loader)->Next(&b);
+    ASSERT_TRUE(more.ok()) << more.status();
+    if (!*more) break;
+    batches.push_back(std::move(b));
+  }
+  const LoaderEpochStats stats = (*loader)->stats();
+  EXPECT_EQ(stats.samples, 27u);
+  EXPECT_GT((*policy)->PredictedEpochSeconds(), 0);
+  const ClusterPlanResult plan = (*policy)->last_plan();
+  ASSERT_EQ(plan.cost.servers.size(), 3u);
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_GT(plan.cost.servers[s].samples, 0) << "server " << s;
+    EXPECT_EQ(static_cast<int64_t>(stats.servers[s].samples), plan.cost.servers[s].samples)
+        << "server " << s << " did not serve what the plan gave it";
+  }
+  // Samples went out at more than one stage, and whatever the stage and the
+  // server the pixels are those of nooff.
+  int stages_used = 0;
+  for (uint64_t n : stats.samples_by_stage) stages_used += n > 0;
+  EXPECT_GT(stages_used, 1);
+  absl::StatusOr<RankEpoch> nooff = RunRank(PlannerKind::kNoOff, options);
+  ASSERT_TRUE(nooff.ok());
+  const auto a = ImagesById(nooff->batches);
+  for (const auto& [id, pixels] : ImagesById(batches)) {
+    EXPECT_TRUE(pixels == a.at(id)) << "sample " << id;
   }
 }
 
