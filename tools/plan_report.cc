@@ -77,6 +77,83 @@ std::string FormatPlanTable(const DatasetProfile& profile, const Resources& reso
   return out;
 }
 
+std::string FormatClusterPlanTable(const DatasetProfile& profile, const ClusterResources& cluster,
+                                   const std::string& layout,
+                                   const std::vector<ClusterPlanResult>& plans) {
+  std::string out = absl::StrFormat(
+      "profile: %s, %d samples, crop %d; %d servers (%s), ingress %s, %.1f local CPUs, GPU "
+      "%.3fs/batch of %d\n",
+      profile.dataset, profile.samples.size(), profile.crop_size, cluster.servers.size(), layout,
+      cluster.ingress_bytes_per_s > 0
+          ? absl::StrFormat("%.1f Mbit/s", cluster.ingress_bytes_per_s * 8 / 1e6)
+          : std::string("not a limit"),
+      cluster.local_cpus, cluster.gpu_seconds_per_batch, cluster.batch_size);
+  for (size_t s = 0; s < cluster.servers.size(); ++s) {
+    absl::StrAppendFormat(&out, "  server %d: link %.1f Mbit/s, %.1f CPUs, speed %.2f\n", s,
+                          cluster.servers[s].net_bytes_per_s * 8 / 1e6,
+                          cluster.servers[s].remote_cpus, cluster.servers[s].remote_speed);
+  }
+  absl::StrAppendFormat(&out, "%-10s %10s %10s  %-16s %s\n", "planner", "epoch_s", "bound_s",
+                        "bottleneck", "per server: samples / MB / cpu busy");
+  for (const ClusterPlanResult& p : plans) {
+    absl::StrAppendFormat(&out, "%-10s %10.3f %10.3f  %-16s", PlannerKindName(p.kind),
+                          p.cost.epoch_s, p.lower_bound_s, p.cost.bottleneck);
+    for (size_t s = 0; s < p.cost.servers.size(); ++s) {
+      const ServerPlanCost& c = p.cost.servers[s];
+      absl::StrAppendFormat(&out, " %d/%.1f/%.0f%%", c.samples, c.wire_bytes / 1e6,
+                            100 * c.remote_busy);
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+std::string FormatClusterPlanJson(const DatasetProfile& profile, const ClusterResources& cluster,
+                                  const std::string& layout,
+                                  const std::vector<ClusterPlanResult>& plans) {
+  JsonWriter w;
+  w.BeginObject();
+  w.Key("dataset").String(profile.dataset);
+  w.Key("samples").Uint(profile.samples.size());
+  w.Key("layout").String(layout);
+  w.Key("ingress_mbit_per_s").Number(cluster.ingress_bytes_per_s * 8 / 1e6);
+  w.Key("servers").BeginArray();
+  for (const ServerResources& s : cluster.servers) {
+    w.BeginObject();
+    w.Key("net_mbit_per_s").Number(s.net_bytes_per_s * 8 / 1e6);
+    w.Key("remote_cpus").Number(s.remote_cpus);
+    w.Key("remote_speed").Number(s.remote_speed);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("plans").BeginArray();
+  for (const ClusterPlanResult& p : plans) {
+    w.BeginObject();
+    w.Key("planner").String(PlannerKindName(p.kind));
+    w.Key("epoch_s").Number(p.cost.epoch_s);
+    w.Key("lower_bound_s").Number(p.lower_bound_s);
+    w.Key("bottleneck").String(p.cost.bottleneck);
+    w.Key("ingress_s").Number(p.cost.ingress_s);
+    w.Key("local_s").Number(p.cost.local_s);
+    w.Key("gpu_s").Number(p.cost.gpu_s);
+    w.Key("servers").BeginArray();
+    for (const ServerPlanCost& c : p.cost.servers) {
+      w.BeginObject();
+      w.Key("samples").Int(c.samples);
+      w.Key("wire_bytes").Uint(c.wire_bytes);
+      w.Key("link_s").Number(c.link_s);
+      w.Key("remote_s").Number(c.remote_s);
+      w.Key("remote_busy").Number(c.remote_busy);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return w.Take();
+}
+
 std::string FormatPlanJson(const DatasetProfile& profile, const Resources& resources,
                            const std::vector<PlanResult>& plans) {
   JsonWriter w;

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "sophon/planning/cluster_plan.h"
 #include "sophon/planning/planner.h"
 #include "sophon/planning/profile.h"
 
@@ -22,6 +23,16 @@ std::string FormatPlanTable(const DatasetProfile& profile, const Resources& reso
 // "plans": [{"planner": ..., "epoch_s": ..., ...}]}. Infinite times are null.
 std::string FormatPlanJson(const DatasetProfile& profile, const Resources& resources,
                            const std::vector<PlanResult>& plans);
+
+// Several servers (cluster_plan.h): one row per planner kind with the joint
+// prediction, its bottleneck and lower bound, then each server's samples,
+// bytes, link time and CPU busy share.
+std::string FormatClusterPlanTable(const DatasetProfile& profile, const ClusterResources& cluster,
+                                   const std::string& layout,
+                                   const std::vector<ClusterPlanResult>& plans);
+std::string FormatClusterPlanJson(const DatasetProfile& profile, const ClusterResources& cluster,
+                                  const std::string& layout,
+                                  const std::vector<ClusterPlanResult>& plans);
 
 struct SweepOptions {
   std::vector<double> net_mbit;     // bandwidths, Mbit/s; each > 0

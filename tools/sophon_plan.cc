@@ -11,6 +11,8 @@
 #include "absl/flags/usage.h"
 #include "tools/plan_report.h"
 #include "sophon/cli/cli.h"
+#include "absl/strings/str_cat.h"
+#include "sophon/planning/cluster_plan.h"
 #include "sophon/planning/planner.h"
 #include "sophon/planning/profile_loader.h"
 #include "sophon/base/status_macros.h"
@@ -63,6 +65,23 @@ ABSL_FLAG(std::string, plot_script, "tools/plot_sweep.py",
           "repository root).");
 ABSL_FLAG(std::string, python, "/usr/bin/python3",
           "Python with matplotlib for the plot. Default /usr/bin/python3.");
+ABSL_FLAG(int, servers, 1,
+          "Storage servers to plan over. With more than one, each gets --net-bw and "
+          "--remote-cpus (or its entry of --server-net-bw / --server-remote-cpus) and the "
+          "training node's side is shared. Default 1.");
+ABSL_FLAG(std::string, layout, "sharded",
+          "With --servers > 1: sharded (the profile's samples split into equal contiguous "
+          "shards, one per server) or replicated (every server holds every sample). Default "
+          "sharded.");
+ABSL_FLAG(sophon::CommaList, server_net_bw, sophon::CommaList(),
+          "With --servers > 1: each server's link in Mbit/s, one value per server. Default: "
+          "--net-bw for each.");
+ABSL_FLAG(sophon::CommaList, server_remote_cpus, sophon::CommaList(),
+          "With --servers > 1: each server's prep CPUs, one value per server. Default: "
+          "--remote-cpus for each.");
+ABSL_FLAG(double, ingress_bw, 0,
+          "With --servers > 1: the training node's ingress in Mbit/s, shared by all servers; 0 "
+          "= not a limit. Default 0.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error. Default info.");
 
 namespace {
@@ -72,6 +91,50 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
   out << text;
   out.flush();
   if (!out) return absl::PermissionDeniedError("cannot write " + path);
+  return absl::OkStatus();
+}
+
+// --servers > 1: every planner kind over the servers' joint model.
+absl::Status RunCluster(const sophon::DatasetProfile& profile, const sophon::Resources& base) {
+  const int n = absl::GetFlag(FLAGS_servers);
+  sophon::ClusterResources cluster = sophon::ClusterResources::FromResources(base);
+  cluster.servers.assign(n, cluster.servers[0]);
+  if (const sophon::CommaList& list = absl::GetFlag(FLAGS_server_net_bw); !list.items.empty()) {
+    ASSIGN_OR_RETURN(std::vector<double> net, list.PerModel("--server-net-bw", n, "--servers"));
+    for (int s = 0; s < n; ++s) cluster.servers[s].net_bytes_per_s = sophon::MbitToBytesPerSecond(net[s]);
+  }
+  if (const sophon::CommaList& list = absl::GetFlag(FLAGS_server_remote_cpus); !list.items.empty()) {
+    ASSIGN_OR_RETURN(std::vector<double> cpus,
+                     list.PerModel("--server-remote-cpus", n, "--servers"));
+    for (int s = 0; s < n; ++s) cluster.servers[s].remote_cpus = cpus[s];
+  }
+  cluster.ingress_bytes_per_s = sophon::MbitToBytesPerSecond(absl::GetFlag(FLAGS_ingress_bw));
+  const std::string layout = absl::GetFlag(FLAGS_layout);
+  const std::vector<uint64_t> ids = sophon::AllSampleIds(profile);
+  sophon::SampleHolders holders;
+  if (layout == "replicated") {
+    holders.holders.emplace_back();
+    for (int s = 0; s < n; ++s) holders.holders[0].push_back(s);
+    holders.group_of.assign(ids.size(), 0);
+  } else if (layout == "sharded") {
+    for (int s = 0; s < n; ++s) holders.holders.push_back({s});
+    for (size_t i = 0; i < ids.size(); ++i) {
+      holders.group_of.push_back(static_cast<int>(i * n / std::max<size_t>(1, ids.size())));
+    }
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--layout must be sharded or replicated, got '", layout, "'"));
+  }
+  std::vector<sophon::ClusterPlanResult> plans;
+  for (sophon::PlannerKind kind : sophon::kAllPlannerKinds) {
+    ASSIGN_OR_RETURN(sophon::ClusterPlanResult plan,
+                     sophon::MakeClusterPlan(kind, profile, cluster, ids, holders));
+    plans.push_back(std::move(plan));
+  }
+  const std::string report = absl::GetFlag(FLAGS_json)
+                                 ? sophon::FormatClusterPlanJson(profile, cluster, layout, plans)
+                                 : sophon::FormatClusterPlanTable(profile, cluster, layout, plans);
+  std::fputs(report.c_str(), stdout);
   return absl::OkStatus();
 }
 
@@ -96,6 +159,7 @@ absl::Status Run() {
   resources.gpu_seconds_per_batch = absl::GetFlag(FLAGS_gpu_batch_seconds);
   resources.batch_size = absl::GetFlag(FLAGS_batch_size);
 
+  if (absl::GetFlag(FLAGS_servers) > 1) return RunCluster(profile, resources);
   ASSIGN_OR_RETURN(const std::vector<sophon::PlanResult> plans,
                    sophon::MakeAllPlans(profile, resources, sophon::AllSampleIds(profile)));
   const std::string report = absl::GetFlag(FLAGS_json)
@@ -140,6 +204,7 @@ int main(int argc, char** argv) {
                                 {"Resources.local_cpus", "--workers"},
                                 {"Resources.gpu_seconds_per_batch", "--gpu-batch-seconds"},
                                 {"Resources.batch_size", "--batch-size"},
+                                {"ClusterResources.ingress_bytes_per_s", "--ingress-bw"},
                                 {"ProfileSource.times_profile", "--times-profile"},
                                 {"ProfileSource.times_path", "--times"}});
   }
