@@ -62,6 +62,10 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "writes. Default none.");
 ABSL_FLAG(int64_t, checkpoint_every, 0,
           "Steps between checkpoints into --checkpoint-dir; 0 = only at the end. Default 0.");
+ABSL_FLAG(int64_t, max_steps, 0,
+          "Stop the run after this many optimizer steps in total (counting those before a "
+          "--resume); with --checkpoint-dir a checkpoint is written there. 0 = no limit. "
+          "Default 0.");
 ABSL_FLAG(bool, resume, false,
           "Continue from --checkpoint-dir's checkpoint: same epoch, same sample order, at its "
           "data cursor. Another world size is fine if --batch-size x --world-size (the global "
@@ -521,8 +525,8 @@ int main(int argc, char** argv) {
   loader_options.rank = distributed->rank;
   loader_options.world = distributed->world_size;
   const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
-  if (absl::GetFlag(FLAGS_checkpoint_every) < 0) {
-    return Fail(absl::InvalidArgumentError("--checkpoint-every must be >= 0"));
+  if (absl::GetFlag(FLAGS_checkpoint_every) < 0 || absl::GetFlag(FLAGS_max_steps) < 0) {
+    return Fail(absl::InvalidArgumentError("--checkpoint-every and --max-steps must be >= 0"));
   }
   if (absl::GetFlag(FLAGS_resume) && checkpoint_dir.empty()) {
     return Fail(absl::InvalidArgumentError("--resume needs --checkpoint-dir"));
@@ -613,6 +617,7 @@ int main(int argc, char** argv) {
   loop_options.seed = loader_options.seed;
   if (!checkpoint_dir.empty()) loop_options.checkpoint_path = checkpoint_dir + "/checkpoint.pt";
   loop_options.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  loop_options.max_steps = absl::GetFlag(FLAGS_max_steps);
   if (absl::GetFlag(FLAGS_resume)) {
     absl::StatusOr<sophon::TrainingCursor> cursor =
         (*trainer)->LoadCheckpoint(loop_options.checkpoint_path);

@@ -178,8 +178,12 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(Loader* loader, Trainer* tr
   int64_t total_steps = options.start.steps;
   int64_t last_checkpoint_steps = total_steps;
   int64_t cursor = options.start.position;
+  int64_t last_epoch = options.start.epoch;
+  auto StepLimitReached = [&] { return options.max_steps > 0 && total_steps >= options.max_steps; };
   DivergenceWatch divergence(options.model_labels);
-  for (int epoch = static_cast<int>(options.start.epoch); epoch < options.epochs; ++epoch) {
+  for (int epoch = static_cast<int>(options.start.epoch);
+       epoch < options.epochs && !StepLimitReached(); ++epoch) {
+    last_epoch = epoch;
     const std::vector<absl::StatusOr<v1::ServerStats>> before = ReadServerStats(servers);
     // A server restarted between epochs with other data would pair this
     // manifest's labels with other images.
@@ -204,7 +208,7 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(Loader* loader, Trainer* tr
     EpochTally tally;
     int64_t steps = 0;
     Batch batch;
-    while (options.max_batches == 0 || steps < options.max_batches) {
+    while ((options.max_batches == 0 || steps < options.max_batches) && !StepLimitReached()) {
       const absl::Time wait_start = absl::Now();
       absl::StatusOr<bool> more = loader->Next(&batch);
       const double wait = Seconds(wait_start);
@@ -273,11 +277,11 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(Loader* loader, Trainer* tr
     }
     spdlog::info("{}", FormatEpochReport(report, options.model_labels));
     reports.push_back(report);
-    // The next epoch starts at its beginning whatever --max-batches cut.
-    cursor = epoch_length;
+    // The next epoch starts at its beginning whatever --max-batches cut,
+    // unless the run stopped at its step limit inside this one.
+    if (!StepLimitReached() || loader->num_batches() == steps) cursor = epoch_length;
   }
   if (writes_checkpoints && total_steps > last_checkpoint_steps) {
-    const int64_t last_epoch = std::max<int64_t>(options.start.epoch, options.epochs - 1);
     if (absl::Status s =
             WriteCheckpoint(trainer, options, last_epoch, cursor, total_steps, epoch_length);
         !s.ok()) {

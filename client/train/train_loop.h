@@ -39,6 +39,10 @@ struct TrainLoopOptions {
   // path: none.
   std::string checkpoint_path;
   int64_t checkpoint_every = 0;
+  // Stop the run once this many optimizer steps have been taken in total
+  // (counting those before a resume); 0 = no limit. The last checkpoint is
+  // written there.
+  int64_t max_steps = 0;
   // Where the run starts: a resumed run's cursor (from the checkpoint; its
   // epoch and global position); a resumed run has no warm-up.
   TrainingCursor start;
