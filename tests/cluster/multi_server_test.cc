@@ -19,32 +19,14 @@
 #include "client/offload/fixed_policy.h"
 #include "gtest/gtest.h"
 #include "sophon/planning/planner.h"
-#include "tests/cluster/local_server.h"
+#include "tests/cluster/local_cluster.h"
 #include "tests/test_util.h"
 
 namespace sophon {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The files of `full` split into `n` shard folders (file i of the sorted
-// listing goes to shard i % n), class folders kept.
-std::vector<std::string> SplitIntoShards(const std::string& full, int n, const std::string& name) {
-  std::vector<std::string> roots;
-  for (int k = 0; k < n; ++k) roots.push_back(testing::MakeTempDir(name + "_" + std::to_string(k)));
-  std::vector<fs::path> files;
-  for (const auto& e : fs::recursive_directory_iterator(full)) {
-    if (e.is_regular_file()) files.push_back(e.path());
-  }
-  std::sort(files.begin(), files.end());
-  for (size_t i = 0; i < files.size(); ++i) {
-    const fs::path rel = fs::relative(files[i], full);
-    const fs::path to = fs::path(roots[i % n]) / rel;
-    fs::create_directories(to.parent_path());
-    fs::copy_file(files[i], to);
-  }
-  return roots;
-}
+using testing::SplitIntoShards;
 
 // One rank's epoch: batches by index.
 struct RankEpoch {
@@ -58,21 +40,12 @@ class MultiServerTest : public ::testing::Test {
   void StartServers(const std::vector<std::string>& roots,
                     std::vector<std::function<void(uint64_t)>> before_prep = {},
                     absl::Duration connect_timeout = absl::Seconds(10)) {
-    std::vector<SampleClient*> clients;
-    for (size_t i = 0; i < roots.size(); ++i) {
-      ServiceOptions service;
-      service.prep_workers = 2;
-      if (i < before_prep.size()) service.before_prep = before_prep[i];
-      absl::StatusOr<testing::LocalServer> local =
-          testing::StartLocalServer(roots[i], std::move(service), connect_timeout);
-      ASSERT_TRUE(local.ok()) << local.status();
-      servers_.push_back(std::move(local->server));
-      clients_.push_back(std::move(local->client));
-      clients.push_back(clients_.back().get());
-    }
-    absl::StatusOr<std::unique_ptr<ServerSet>> set = ServerSet::Of(clients);
-    ASSERT_TRUE(set.ok()) << set.status();
-    set_ = *std::move(set);
+    absl::StatusOr<testing::LocalCluster> cluster =
+        testing::StartLocalCluster(roots, before_prep, connect_timeout);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    servers_ = std::move(cluster->servers);
+    clients_ = std::move(cluster->clients);
+    set_ = std::move(cluster->set);
   }
 
   static LoaderOptions Options(int batch, int rank, int world) {
