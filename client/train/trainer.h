@@ -55,7 +55,7 @@ struct DistributedOptions {
   int rank = 0;
   std::string master_addr = "127.0.0.1";  // rank 0 hosts the c10d TCPStore here
   int master_port = 29500;
-  absl::Duration collective_timeout = absl::Minutes(5);  // every collective and the rendezvous
+  absl::Duration collective_timeout = absl::Minutes(5);  // every collective and the rendezvous (>= 1 s)
   int64_t bucket_bytes = 25 << 20;  // gradients all-reduced in buckets of about this size
   absl::Status Validate() const;  // errors name the field: "DistributedOptions.rank must be ..."
 };

@@ -71,10 +71,11 @@ absl::Status DistributedOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("DistributedOptions.master_port must be in [1, 65535], got ", master_port));
   }
-  if (collective_timeout < absl::Milliseconds(1) ||
-      collective_timeout == absl::InfiniteDuration()) {
+  // c10d's TCPStore counts its connect timeout in whole seconds (LibTorch
+  // 1.13): below a second it gives up at once.
+  if (collective_timeout < absl::Seconds(1) || collective_timeout == absl::InfiniteDuration()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("DistributedOptions.collective_timeout must be finite and at least 1ms, got ",
+        absl::StrCat("DistributedOptions.collective_timeout must be finite and at least 1s, got ",
                      absl::FormatDuration(collective_timeout)));
   }
   if (bucket_bytes < 1) {

@@ -97,7 +97,7 @@ TEST(DistributedOptionsTest, DefaultsAndAGoodGroupAreValid) {
   d.rank = 3;
   d.master_addr = "10.0.0.1";
   d.master_port = 1;
-  d.collective_timeout = absl::Milliseconds(1);
+  d.collective_timeout = absl::Seconds(1);
   d.bucket_bytes = 1;
   EXPECT_TRUE(d.Validate().ok()) << d.Validate();
 }
@@ -140,8 +140,8 @@ TEST(DistributedOptionsTest, ErrorsNameTheField) {
   EXPECT_THAT(message(d), HasSubstr("DistributedOptions.collective_timeout must be finite"));
   d.collective_timeout = absl::InfiniteDuration();
   EXPECT_THAT(message(d), HasSubstr("DistributedOptions.collective_timeout"));
-  d.collective_timeout = absl::Microseconds(999);
-  EXPECT_THAT(message(d), HasSubstr("at least 1ms, got 999us"));
+  d.collective_timeout = absl::Milliseconds(999);
+  EXPECT_THAT(message(d), HasSubstr("at least 1s, got 999ms"));
 
   d = DistributedOptions();
   d.world_size = 2;
