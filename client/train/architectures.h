@@ -217,6 +217,35 @@ class TinyCnn final : public L::Base {
   LinearOf<L> fc_{nullptr};
 };
 
+// A tiny model without normalisation layers, for tests and demos that compare
+// data-parallel ranks with one process trained on their combined batches
+// (BatchNorm's batch statistics would differ): the image average-pooled to
+// 4x4, then a two-layer perceptron 48 -> 64 (ReLU) -> classes. Its first
+// layer is written as a 4x4 convolution over the 4x4 image (the same affine
+// map as a linear layer on the flattened pixels), so that a fused array reads
+// the shared images as every other architecture does.
+template <typename L>
+class TinyMlp final : public L::Base {
+ public:
+  TinyMlp(const L& l, int num_classes) : L::Base(l.models), layers_(l) {
+    pool_ = this->register_module("pool",
+                                  nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions({4, 4})));
+    hidden_ = this->register_module("hidden", l.Conv(3, 64, 4, 4, 0, true, /*first=*/true));
+    fc_ = this->register_module("fc", l.Linear(64, num_classes));
+  }
+
+  torch::Tensor forward(torch::Tensor x) override {
+    x = hidden_->forward(pool_->forward(x)).relu_();
+    return fc_->forward(layers_.Flatten(x));
+  }
+
+ private:
+  const L layers_;
+  nn::AdaptiveAvgPool2d pool_{nullptr};
+  ConvOf<L> hidden_{nullptr};
+  LinearOf<L> fc_{nullptr};
+};
+
 }  // namespace sophon::architectures
 
 #endif  // SOPHON_CLIENT_TRAIN_ARCHITECTURES_H_

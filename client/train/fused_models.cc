@@ -134,6 +134,10 @@ const std::vector<FusedSpec>& FusedSpecs() {
        [](int64_t b, int n, double) -> FusedClassifier {
          return std::make_shared<architectures::TinyCnn<FusedLayers>>(FusedLayers{b}, n);
        }},
+      {"tinymlp",
+       [](int64_t b, int n, double) -> FusedClassifier {
+         return std::make_shared<architectures::TinyMlp<FusedLayers>>(FusedLayers{b}, n);
+       }},
   };
   return *specs;
 }

@@ -1,5 +1,6 @@
 #include "client/train/fused_optimizer.h"
 
+#include <torch/serialize/archive.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 
@@ -11,6 +12,49 @@
 
 namespace sophon {
 namespace {
+
+using torch::serialize::InputArchive;
+using torch::serialize::OutputArchive;
+
+// `tensors` as "<key>/size" and "<key>/<i>".
+void WriteTensors(OutputArchive& archive, const std::string& key,
+                  const std::vector<torch::Tensor>& tensors) {
+  archive.write(key + "/size", c10::IValue(static_cast<int64_t>(tensors.size())));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    archive.write(absl::StrCat(key, "/", i), tensors[i].detach().to(torch::kCPU),
+                  /*is_buffer=*/true);
+  }
+}
+
+// Reads what WriteTensors wrote, checking it against the shapes and dtypes of
+// `like` (copy them in with CopyInto once everything is checked).
+absl::StatusOr<std::vector<torch::Tensor>> ReadTensors(InputArchive& archive,
+                                                       const std::string& key,
+                                                       const std::vector<torch::Tensor>& like) {
+  c10::IValue size;
+  if (!archive.try_read(key + "/size", size) || !size.isInt()) {
+    return absl::InvalidArgumentError(absl::StrCat("the optimizer state has no ", key));
+  }
+  if (size.toInt() != static_cast<int64_t>(like.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("the optimizer state holds ", size.toInt(),
+                                                   " ", key, ", this optimizer ", like.size()));
+  }
+  std::vector<torch::Tensor> tensors(like.size());
+  for (size_t i = 0; i < like.size(); ++i) {
+    archive.read(absl::StrCat(key, "/", i), tensors[i], /*is_buffer=*/true);
+    if (!tensors[i].sizes().equals(like[i].sizes()) ||
+        tensors[i].scalar_type() != like[i].scalar_type()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the optimizer state's ", key, " ", i, " does not match parameter ", i));
+    }
+  }
+  return tensors;
+}
+
+void CopyInto(const std::vector<torch::Tensor>& from, std::vector<torch::Tensor>& to) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < to.size(); ++i) to[i].copy_(from[i]);
+}
 
 // SGD, per model k:  d = g + wd_k * p;  buf = momentum_k * buf + d;  p -= lr_k * buf.
 // (torch::optim::SGD starts the buffer as a copy of d: the same as a zero
@@ -44,6 +88,23 @@ class FusedSgd final : public FusedOptimizer {
       }
       p.addcmul_(d, neg_lr.For(p));
     }
+  }
+
+  void Save(OutputArchive& archive) const override {
+    archive.write("kind", c10::IValue(std::string("sgd")));
+    WriteTensors(archive, "momentum_buffers", buffers_);
+  }
+
+  absl::Status Load(InputArchive& archive) override {
+    c10::IValue kind;
+    if (!archive.try_read("kind", kind) || !kind.isString() || kind.toStringRef() != "sgd") {
+      return absl::InvalidArgumentError("the optimizer state is not SGD's");
+    }
+    absl::StatusOr<std::vector<torch::Tensor>> buffers =
+        ReadTensors(archive, "momentum_buffers", buffers_);
+    if (!buffers.ok()) return buffers.status();
+    CopyInto(*buffers, buffers_);
+    return absl::OkStatus();
   }
 
  private:
@@ -94,6 +155,33 @@ class FusedAdam final : public FusedOptimizer {
       torch::div_out(denom, exp_avg_[i], denom);
       p.addcmul_(denom, neg_step.For(p));
     }
+  }
+
+  void Save(OutputArchive& archive) const override {
+    archive.write("kind", c10::IValue(std::string("adam")));
+    archive.write("step", c10::IValue(step_));
+    WriteTensors(archive, "exp_avg", exp_avg_);
+    WriteTensors(archive, "exp_avg_sq", exp_avg_sq_);
+  }
+
+  absl::Status Load(InputArchive& archive) override {
+    c10::IValue kind, step;
+    if (!archive.try_read("kind", kind) || !kind.isString() || kind.toStringRef() != "adam") {
+      return absl::InvalidArgumentError("the optimizer state is not Adam's");
+    }
+    if (!archive.try_read("step", step) || !step.isInt() || step.toInt() < 0) {
+      return absl::InvalidArgumentError("the optimizer state has no step count");
+    }
+    absl::StatusOr<std::vector<torch::Tensor>> exp_avg =
+        ReadTensors(archive, "exp_avg", exp_avg_);
+    if (!exp_avg.ok()) return exp_avg.status();
+    absl::StatusOr<std::vector<torch::Tensor>> exp_avg_sq =
+        ReadTensors(archive, "exp_avg_sq", exp_avg_sq_);
+    if (!exp_avg_sq.ok()) return exp_avg_sq.status();
+    CopyInto(*exp_avg, exp_avg_);
+    CopyInto(*exp_avg_sq, exp_avg_sq_);
+    step_ = step.toInt();
+    return absl::OkStatus();
   }
 
  private:

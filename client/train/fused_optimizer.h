@@ -17,6 +17,11 @@
 #include "absl/status/statusor.h"
 #include "client/train/trainer.h"
 
+namespace torch::serialize {
+class InputArchive;
+class OutputArchive;
+}  // namespace torch::serialize
+
 namespace sophon {
 
 class FusedOptimizer {
@@ -37,6 +42,14 @@ class FusedOptimizer {
   // Sets each model's learning rate (a per-model schedule). InvalidArgument
   // unless there is one rate per model.
   absl::Status SetLearningRates(const std::vector<double>& lrs);
+  std::vector<double> LearningRates() const { return Field(&Hyperparameters::lr); }
+
+  // The state a resumed run needs beside the parameters and the learning
+  // rates: SGD's momentum buffers, or Adam's moments and step count.
+  virtual void Save(torch::serialize::OutputArchive& archive) const = 0;
+  // Restores what Save wrote. InvalidArgument, changing nothing, when the
+  // archive holds another optimizer's state or other shapes.
+  virtual absl::Status Load(torch::serialize::InputArchive& archive) = 0;
 
  protected:
   FusedOptimizer(std::vector<torch::Tensor> params, std::vector<Hyperparameters> models);

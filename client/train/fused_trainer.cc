@@ -1,6 +1,7 @@
 #include "client/train/fused_trainer.h"
 
 #include <torch/nn.h>
+#include <torch/serialize/archive.h>
 #include <torch/utils.h>
 
 #include <exception>
@@ -13,6 +14,7 @@
 #include "client/train/fused_optimizer.h"
 #include "client/train/models.h"
 #include "client/train/torch_step.h"
+#include "client/train/torch_trainer_base.h"
 #include "sophon/base/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -23,9 +25,9 @@ class FusedTrainer final : public TorchTrainerBase {
  public:
   // REQUIRES: model already lives on `device`.
   FusedTrainer(const TrainerOptions& options, FusedClassifier model,
-               std::unique_ptr<FusedOptimizer> optimizer, torch::Device device)
-      : TorchTrainerBase(device),
-        options_(options),
+               std::unique_ptr<FusedOptimizer> optimizer, torch::Device device,
+               std::unique_ptr<DataParallel> data_parallel)
+      : TorchTrainerBase(options, device, std::move(data_parallel)),
         model_(std::move(model)),
         optimizer_(std::move(optimizer)) {}
 
@@ -36,15 +38,33 @@ class FusedTrainer final : public TorchTrainerBase {
     for (const Hyperparameters& h : options_.models) {
       lrs.push_back(ScheduledLearningRate(options_.lr_schedule, h.lr, epoch, epochs));
     }
-    // One rate per model by construction: the size check cannot fail.
-    optimizer_->SetLearningRates(lrs).IgnoreError();
+    SetLearningRates(lrs);
   }
 
  private:
-  absl::StatusOr<StepResult> Run(const Batch& batch, bool train) override;
+  torch::nn::Module& module() const override { return *model_; }
+  void ZeroGrad() override { optimizer_->ZeroGrad(); }
+  StepResult Forward(const BatchTensors& t, int64_t n, bool train) override;
+  void OptimizerStep() override { optimizer_->Step(); }
+  StepResult EmptyResult() const override {
+    StepResult result;
+    result.models.resize(static_cast<size_t>(model_->num_models()));
+    return result;
+  }
+
+  void SaveOptimizer(torch::serialize::OutputArchive& archive) const override {
+    optimizer_->Save(archive);
+  }
+  absl::Status LoadOptimizer(torch::serialize::InputArchive& archive) override {
+    return optimizer_->Load(archive);
+  }
+  std::vector<double> LearningRates() const override { return optimizer_->LearningRates(); }
+  void SetLearningRates(const std::vector<double>& lrs) override {
+    // One rate per model by construction (checkpoints are checked before).
+    optimizer_->SetLearningRates(lrs).IgnoreError();
+  }
 
   // Constant after construction.
-  const TrainerOptions options_;
   const FusedClassifier model_;
   // Mutated by every Step().
   const std::unique_ptr<FusedOptimizer> optimizer_;
@@ -63,41 +83,33 @@ torch::Tensor PerModelLoss(const torch::Tensor& logits, const torch::Tensor& lab
       .mean(1);
 }
 
-absl::StatusOr<StepResult> FusedTrainer::Run(const Batch& batch, bool train) {
-  RETURN_IF_ERROR(ValidateBatch(batch, options_.arch, options_.num_classes));
-  try {
-    const BatchTensors t = ToTensors(batch, device_);
-    torch::Tensor logits;
-    torch::Tensor losses;
-    if (train) {
-      model_->train();
-      optimizer_->ZeroGrad();
-      logits = model_->forward(t.images);
-      losses = PerModelLoss(logits, t.labels);
-      losses.sum().backward();
-      optimizer_->Step();
-    } else {
-      torch::NoGradGuard no_grad;
-      model_->eval();
-      logits = model_->forward(t.images);
-      losses = PerModelLoss(logits, t.labels);
-    }
-    const torch::Tensor loss_cpu = losses.detach().to(torch::kCPU, torch::kDouble);
-    const torch::Tensor correct_cpu =
-        logits.detach().argmax(2).eq(t.labels.unsqueeze(0)).sum(1).to(torch::kCPU, torch::kLong);
-    StepResult result;
-    result.count = batch.n;
-    for (int64_t k = 0; k < model_->num_models(); ++k) {
-      ModelStepResult model;
-      model.loss = loss_cpu[k].item<double>();
-      model.correct = correct_cpu[k].item<int64_t>();
-      result.loss += model.loss / static_cast<double>(model_->num_models());
-      result.models.push_back(model);
-    }
-    return result;
-  } catch (const std::exception& e) {  // c10::Error derives from std::exception.
-    return StepError(train, batch, e);
+StepResult FusedTrainer::Forward(const BatchTensors& t, int64_t n, bool train) {
+  torch::Tensor logits;
+  torch::Tensor losses;
+  if (train) {
+    model_->train();
+    logits = model_->forward(t.images);
+    losses = PerModelLoss(logits, t.labels);
+    losses.sum().backward();
+  } else {
+    torch::NoGradGuard no_grad;
+    model_->eval();
+    logits = model_->forward(t.images);
+    losses = PerModelLoss(logits, t.labels);
   }
+  const torch::Tensor loss_cpu = losses.detach().to(torch::kCPU, torch::kDouble);
+  const torch::Tensor correct_cpu =
+      logits.detach().argmax(2).eq(t.labels.unsqueeze(0)).sum(1).to(torch::kCPU, torch::kLong);
+  StepResult result;
+  result.count = n;
+  for (int64_t k = 0; k < model_->num_models(); ++k) {
+    ModelStepResult model;
+    model.loss = loss_cpu[k].item<double>();
+    model.correct = correct_cpu[k].item<int64_t>();
+    result.loss += model.loss / static_cast<double>(model_->num_models());
+    result.models.push_back(model);
+  }
+  return result;
 }
 
 absl::StatusOr<std::vector<std::string>> FusedTrainer::Save(const std::string& path) {
@@ -125,8 +137,9 @@ absl::StatusOr<std::vector<std::string>> FusedTrainer::Save(const std::string& p
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Trainer>> CreateFusedTrainer(const TrainerOptions& options,
-                                                            torch::Device device) {
+absl::StatusOr<std::unique_ptr<TorchTrainerBase>> CreateFusedTrainer(
+    const TrainerOptions& options, torch::Device device,
+    std::unique_ptr<DataParallel> data_parallel) {
   const int b = options.num_models();
   ASSIGN_OR_RETURN(FusedClassifier fused,
                    MakeFusedModel(options.arch, options.num_classes, b, options.dropout));
@@ -162,8 +175,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateFusedTrainer(const TrainerOptions
     spdlog::info("trainer: model {}: {}", k,
                  DescribeHyperparameters(options.optimizer, options.models[k]));
   }
-  return std::unique_ptr<Trainer>(
-      new FusedTrainer(options, std::move(fused), std::move(optimizer), device));
+  return std::unique_ptr<TorchTrainerBase>(new FusedTrainer(
+      options, std::move(fused), std::move(optimizer), device, std::move(data_parallel)));
 }
 
 }  // namespace sophon

@@ -16,9 +16,14 @@
 
 namespace sophon {
 
+class DataParallel;
+class TorchTrainerBase;
+
 // REQUIRES: options validated (Trainer::Create does it), `device` usable.
-absl::StatusOr<std::unique_ptr<Trainer>> CreateFusedTrainer(const TrainerOptions& options,
-                                                            torch::Device device);
+// `data_parallel`: this rank's process group, or null without ranks.
+absl::StatusOr<std::unique_ptr<TorchTrainerBase>> CreateFusedTrainer(
+    const TrainerOptions& options, torch::Device device,
+    std::unique_ptr<DataParallel> data_parallel);
 
 }  // namespace sophon
 

@@ -90,6 +90,11 @@ const std::vector<ModelSpec>& Specs() {
          InitConvAndBatchNorm(*model);
          return model;
        }},
+      {"tinymlp", 32,
+       [](int n, double) -> Classifier {
+         // LibTorch's default init (no normalisation to compensate for kaiming's fan_out).
+         return std::make_shared<architectures::TinyMlp<PlainLayers>>(PlainLayers{}, n);
+       }},
   };
   return *specs;
 }

@@ -3,7 +3,8 @@
 // AlexNet, ResNet-18 and ResNet-50 follow torchvision's definitions layer for
 // layer (same shapes, same initialisation, same submodule names, so the
 // parameter names match torchvision's state_dict keys). `tinycnn` is a small
-// CNN for tests and CPU demos.
+// CNN for tests and CPU demos; `tinymlp` a tinier model without BatchNorm, for
+// tests that compare data-parallel ranks with one process.
 //
 // Only sophon_torch's files include this header: it pulls in LibTorch.
 #ifndef SOPHON_CLIENT_TRAIN_MODELS_H_

@@ -1,6 +1,7 @@
 // What the LibTorch trainers (torch_trainer.cc, fused_trainer.cc) share: the
 // device by name, the checks of a batch before LibTorch sees it, the batch as
-// tensors, and a base class.
+// tensors, and LibTorch's errors as text (their common step is in
+// torch_trainer_base.h).
 //
 // Only sophon_torch's files include this header: it pulls in LibTorch.
 #ifndef SOPHON_CLIENT_TRAIN_TORCH_STEP_H_
@@ -17,24 +18,6 @@
 #include "sophon/data/batch.h"
 
 namespace sophon {
-
-// A trainer on a LibTorch device whose Step and Evaluate are one Run.
-class TorchTrainerBase : public Trainer {
- public:
-  explicit TorchTrainerBase(torch::Device device) : device_(device) {}
-
-  absl::StatusOr<StepResult> Step(const Batch& batch) final { return Run(batch, /*train=*/true); }
-  absl::StatusOr<StepResult> Evaluate(const Batch& batch) final {
-    return Run(batch, /*train=*/false);
-  }
-  std::string DeviceName() const final { return device_.str(); }
-
- protected:
-  // Forward (and with `train`, backward and an optimizer step) on the batch.
-  virtual absl::StatusOr<StepResult> Run(const Batch& batch, bool train) = 0;
-
-  const torch::Device device_;
-};
 
 // Parses "cpu", "cuda" (= cuda:0) or "cuda:N" and checks that LibTorch can
 // run there: InvalidArgument for a malformed name, FailedPrecondition when

@@ -5,6 +5,7 @@
 #include <torch/nn.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
+#include <torch/serialize/archive.h>
 #include <torch/utils.h>
 
 #include <exception>
@@ -16,7 +17,9 @@
 #include "client/train/fused_models.h"
 #include "client/train/fused_trainer.h"
 #include "client/train/models.h"
+#include "client/train/process_group.h"
 #include "client/train/torch_step.h"
+#include "client/train/torch_trainer_base.h"
 #include "sophon/base/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -41,59 +44,83 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainerOptions& opt
 class TorchTrainer final : public TorchTrainerBase {
  public:
   // REQUIRES: model already lives on `device`.
-  TorchTrainer(const TrainerOptions& options, Classifier model, torch::Device device)
-      : TorchTrainerBase(device),
-        options_(options),
+  TorchTrainer(const TrainerOptions& options, Classifier model, torch::Device device,
+               std::unique_ptr<DataParallel> data_parallel)
+      : TorchTrainerBase(options, device, std::move(data_parallel)),
         model_(std::move(model)),
         optimizer_(MakeOptimizer(options, model_)) {}
 
   absl::StatusOr<std::vector<std::string>> Save(const std::string& path) override;
 
   void BeginEpoch(int epoch, int epochs) override {
-    const double lr =
-        ScheduledLearningRate(options_.lr_schedule, options_.models[0].lr, epoch, epochs);
-    for (torch::optim::OptimizerParamGroup& group : optimizer_->param_groups()) {
-      group.options().set_lr(lr);
-    }
+    SetLearningRates(
+        {ScheduledLearningRate(options_.lr_schedule, options_.models[0].lr, epoch, epochs)});
   }
 
  private:
-  absl::StatusOr<StepResult> Run(const Batch& batch, bool train) override;
+  torch::nn::Module& module() const override { return *model_; }
+  void ZeroGrad() override { optimizer_->zero_grad(); }
+  StepResult Forward(const BatchTensors& t, int64_t n, bool train) override;
+  void OptimizerStep() override { optimizer_->step(); }
+  StepResult EmptyResult() const override { return StepResult{}; }
+
+  void SaveOptimizer(torch::serialize::OutputArchive& archive) const override {
+    optimizer_->save(archive);
+  }
+  absl::Status LoadOptimizer(torch::serialize::InputArchive& archive) override;
+  std::vector<double> LearningRates() const override {
+    return {optimizer_->param_groups().front().options().get_lr()};
+  }
+  void SetLearningRates(const std::vector<double>& lrs) override {
+    for (torch::optim::OptimizerParamGroup& group : optimizer_->param_groups()) {
+      group.options().set_lr(lrs.front());
+    }
+  }
 
   // Constant after construction.
-  const TrainerOptions options_;
   const Classifier model_;
   // Mutated by every Step().
   const std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
 
-absl::StatusOr<StepResult> TorchTrainer::Run(const Batch& batch, bool train) {
-  RETURN_IF_ERROR(ValidateBatch(batch, options_.arch, options_.num_classes));
-  try {
-    const BatchTensors t = ToTensors(batch, device_);
-    torch::Tensor logits;
-    torch::Tensor loss;
-    if (train) {
-      model_->train();
-      optimizer_->zero_grad();
-      logits = model_->forward(t.images);
-      loss = torch::nn::functional::cross_entropy(logits, t.labels);
-      loss.backward();
-      optimizer_->step();
-    } else {
-      torch::NoGradGuard no_grad;
-      model_->eval();
-      logits = model_->forward(t.images);
-      loss = torch::nn::functional::cross_entropy(logits, t.labels);
-    }
-    StepResult result;
-    result.loss = loss.item<double>();
-    result.correct = logits.argmax(1).eq(t.labels).sum().item<int64_t>();
-    result.count = batch.n;
-    return result;
-  } catch (const std::exception& e) {  // c10::Error derives from std::exception.
-    return StepError(train, batch, e);
+StepResult TorchTrainer::Forward(const BatchTensors& t, int64_t n, bool train) {
+  torch::Tensor logits;
+  torch::Tensor loss;
+  if (train) {
+    model_->train();
+    logits = model_->forward(t.images);
+    loss = torch::nn::functional::cross_entropy(logits, t.labels);
+    loss.backward();
+  } else {
+    torch::NoGradGuard no_grad;
+    model_->eval();
+    logits = model_->forward(t.images);
+    loss = torch::nn::functional::cross_entropy(logits, t.labels);
   }
+  StepResult result;
+  result.loss = loss.item<double>();
+  result.correct = logits.argmax(1).eq(t.labels).sum().item<int64_t>();
+  result.count = n;
+  return result;
+}
+
+absl::Status TorchTrainer::LoadOptimizer(torch::serialize::InputArchive& archive) {
+  // LibTorch's own format; its load checks the parameter groups and throws.
+  optimizer_->load(archive);
+  if (device_.is_cpu()) return absl::OkStatus();
+  // Loaded state lives on the CPU: move it to the parameters' device.
+  for (auto& [key, state] : optimizer_->state()) {
+    if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(state.get())) {
+      sgd->momentum_buffer(sgd->momentum_buffer().to(device_));
+    } else if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(state.get())) {
+      adam->exp_avg(adam->exp_avg().to(device_));
+      adam->exp_avg_sq(adam->exp_avg_sq().to(device_));
+      if (adam->max_exp_avg_sq().defined()) {
+        adam->max_exp_avg_sq(adam->max_exp_avg_sq().to(device_));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::string>> TorchTrainer::Save(const std::string& path) {
@@ -111,8 +138,9 @@ absl::StatusOr<std::vector<std::string>> TorchTrainer::Save(const std::string& p
   return std::vector<std::string>{file};
 }
 
-absl::StatusOr<std::unique_ptr<Trainer>> CreateTorchTrainer(const TrainerOptions& options,
-                                                            torch::Device device) {
+absl::StatusOr<std::unique_ptr<TorchTrainerBase>> CreateTorchTrainer(
+    const TrainerOptions& options, torch::Device device,
+    std::unique_ptr<DataParallel> data_parallel) {
   torch::manual_seed(options.seed);
   ASSIGN_OR_RETURN(Classifier model,
                    MakeModel(options.arch, options.num_classes, options.dropout));
@@ -130,7 +158,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateTorchTrainer(const TrainerOptions
       options.init_checkpoint.empty() ? "" : ", from ", options.init_checkpoint, device.str(),
       OptimizerName(options.optimizer), DescribeHyperparameters(options.optimizer, options.models[0]),
       LrScheduleName(options.lr_schedule), torch::get_num_threads());
-  return std::unique_ptr<Trainer>(new TorchTrainer(options, std::move(model), device));
+  return std::unique_ptr<TorchTrainerBase>(
+      new TorchTrainer(options, std::move(model), device, std::move(data_parallel)));
 }
 
 }  // namespace
@@ -142,8 +171,21 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
     ASSIGN_OR_RETURN(const torch::Device device, ResolveDevice(options.device));
     // Process-wide in LibTorch.
     if (options.threads > 0) torch::set_num_threads(options.threads);
-    if (options.fused) return CreateFusedTrainer(options, device);
-    return CreateTorchTrainer(options, device);
+    // Ranks join before building their models, so that one failing to build
+    // leaves the others a dead rank (named at once) rather than a rendezvous
+    // timeout.
+    std::unique_ptr<DataParallel> data_parallel;
+    if (options.distributed.world_size > 1) {
+      ASSIGN_OR_RETURN(data_parallel, DataParallel::Create(options.distributed));
+    }
+    std::unique_ptr<TorchTrainerBase> trainer;
+    if (options.fused) {
+      ASSIGN_OR_RETURN(trainer, CreateFusedTrainer(options, device, std::move(data_parallel)));
+    } else {
+      ASSIGN_OR_RETURN(trainer, CreateTorchTrainer(options, device, std::move(data_parallel)));
+    }
+    RETURN_IF_ERROR(trainer->BroadcastInitialState());
+    return std::unique_ptr<Trainer>(std::move(trainer));
   } catch (const std::exception& e) {  // c10::Error derives from std::exception.
     return absl::InternalError(absl::StrCat("creating the ", options.arch, " trainer on ",
                                             options.device, " failed: ", ExceptionText(e)));

@@ -10,7 +10,6 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "sophon/data/batch.h"
 
@@ -46,30 +45,23 @@ const char* LrScheduleName(LrSchedule schedule);
 // The learning rate of epoch `epoch` (0-based) of `epochs` for base rate `lr`.
 double ScheduledLearningRate(LrSchedule schedule, double lr, int epoch, int epochs);
 
-// Data-parallel ranks on PyTorch's c10d (Gloo): each rank one process.
+// Data-parallel training over ranks (PyTorch c10d with Gloo, process_group.h):
+// each rank trains a replica on its own batches, rank 0's initial parameters
+// and buffers are broadcast, gradients are averaged over the ranks before
+// every optimizer step, and BatchNorm buffers follow rank 0 (broadcast before
+// each training forward, as PyTorch DDP's broadcast_buffers=True).
 struct DistributedOptions {
   int world_size = 1;            // 1 = no process group
   int rank = 0;
   std::string master_addr = "127.0.0.1";  // rank 0 hosts the c10d TCPStore here
   int master_port = 29500;
-  absl::Duration collective_timeout = absl::Minutes(5);  // every collective and the rendezvous
+  absl::Duration collective_timeout = absl::Minutes(5);  // every collective and the rendezvous (>= 1 s)
   int64_t bucket_bytes = 25 << 20;  // gradients all-reduced in buckets of about this size
   absl::Status Validate() const;  // errors name the field: "DistributedOptions.rank must be ..."
 };
 
-// What a checkpoint holds beside the weights and optimizer state.
-struct TrainingCursor {
-  int64_t epoch = 0;         // epoch in progress (the one to continue)
-  int64_t position = 0;      // samples of that epoch's global order consumed (the data cursor)
-  int64_t steps = 0;         // optimizer steps taken so far in the whole run
-  int64_t global_batch = 0;  // samples per step over all ranks
-  int world_size = 1;        // ranks that wrote it (information; resume may use another)
-  uint64_t dataset_fingerprint = 0;
-  uint64_t seed = 0;         // data seed
-};
-
 struct TrainerOptions {
-  std::string arch = "resnet18";  // alexnet | resnet18 | resnet50 | tinycnn
+  std::string arch = "resnet18";  // alexnet | resnet18 | resnet50 | tinycnn | tinymlp
   int num_classes = 1000;
   std::string device = "cpu";     // cpu | cuda | cuda:N
   uint64_t seed = 0;              // model initialisation seed (model k of a fused array: seed + k)
@@ -86,10 +78,12 @@ struct TrainerOptions {
   std::string init_checkpoint;
   // AlexNet's dropout probability (tests set 0 to compare runs exactly).
   double dropout = 0.5;
+  // Ranks; world_size 1 trains alone.
   DistributedOptions distributed;
 
   // The one check of these options; errors name the field
-  // ("TrainerOptions.models[2].lr must be > 0, got -1"). Does not check that
+  // ("TrainerOptions.models[2].lr must be > 0, got -1"; the distributed
+  // fields as "DistributedOptions.rank ..."). Does not check that
   // `arch` exists or that `device` is usable (Trainer::Create does).
   absl::Status Validate() const;
   int num_models() const { return static_cast<int>(models.size()); }
@@ -115,15 +109,32 @@ struct StepResult {
 // the file's extension ("ckpt.pt" -> "ckpt.3.pt", "ckpt" -> "ckpt.3").
 std::string ModelCheckpointPath(const std::string& path, int k, int num_models, bool fused);
 
+// What a checkpoint holds beside the weights and optimizer state.
+struct TrainingCursor {
+  int64_t epoch = 0;         // epoch in progress (the one to continue)
+  int64_t position = 0;      // samples of that epoch's global order consumed (the data cursor)
+  int64_t steps = 0;         // optimizer steps taken so far in the whole run
+  int64_t global_batch = 0;  // samples per step over all ranks
+  int world_size = 1;        // ranks that wrote it (information; resume may use another)
+  uint64_t dataset_fingerprint = 0;
+  uint64_t seed = 0;         // data seed
+};
+
 // Trains one model, or a fused array of models, with cross-entropy.
 // Not thread-safe: one thread calls Step().
 class Trainer {
  public:
   virtual ~Trainer() = default;
   // Validates options (unknown arch, cuda requested but unavailable, ...)
-  // and builds the model(s) and optimizer.
+  // and builds the model(s) and optimizer. With distributed.world_size > 1 it
+  // also joins the process group (blocks until every rank has joined, at most
+  // distributed.collective_timeout) and takes rank 0's parameters and buffers.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerOptions& options);
-  // One forward + backward + optimizer step on the batch.
+  // One forward + backward + optimizer step on the batch. Under world_size > 1
+  // every rank must call it for every step (it runs collectives), and a batch
+  // with n == 0 and no images or labels is allowed: the rank contributes zero
+  // gradients (result: count 0, loss 0). Under world_size 1 such a batch is an
+  // error. A failed collective ends with Unavailable naming the rank(s) gone.
   virtual absl::StatusOr<StepResult> Step(const Batch& batch) = 0;
   // Called by the train loop before epoch `epoch` (0-based) of `epochs`:
   // sets each model's learning rate for it (TrainerOptions.lr_schedule).
@@ -131,7 +142,9 @@ class Trainer {
     (void)epoch;
     (void)epochs;
   }
-  // Forward only, no gradient (evaluation).
+  // Forward only, no gradient (evaluation). Never runs collectives: ranks may
+  // evaluate different numbers of batches (each with its own BatchNorm
+  // buffers, as DDP in eval mode).
   virtual absl::StatusOr<StepResult> Evaluate(const Batch& batch) = 0;
   // "cpu" or "cuda:0", what the model actually runs on.
   virtual std::string DeviceName() const = 0;
@@ -139,17 +152,29 @@ class Trainer {
   // any of them with TrainerOptions.init_checkpoint) to
   // ModelCheckpointPath(path, k, ...); returns the files written.
   virtual absl::StatusOr<std::vector<std::string>> Save(const std::string& path) = 0;
-  // The whole training state (weights, optimizer state, learning rates, RNG)
-  // and `cursor`, written to `path` atomically. Rank 0 only; no collectives.
+
+  // Writes the whole training state to `path` atomically (a temporary file in
+  // the same folder, fsync, rename), so that the data cursor never disagrees
+  // with the weights: parameters and buffers, optimizer state, the current
+  // learning rates, LibTorch's CPU RNG state, what identifies the trainer
+  // (arch, classes, optimizer kind, fused model count) and `cursor`. Runs no
+  // collectives (the train loop calls it on rank 0 only).
   virtual absl::Status SaveCheckpoint(const std::string& path, const TrainingCursor& cursor) {
-    return absl::UnimplementedError(
-        absl::StrCat("this trainer (", DeviceName(), ") cannot write checkpoints to ", path));
+    (void)path;
+    (void)cursor;
+    return absl::UnimplementedError("this trainer cannot write training checkpoints");
   }
-  // Restores what SaveCheckpoint wrote; returns its cursor.
+  // Restores what SaveCheckpoint wrote and returns its cursor. NotFound for a
+  // missing file; InvalidArgument naming the file and both values when the
+  // arch, classes, optimizer kind or model count differ. Under world_size > 1
+  // every rank loads the same file (it must be readable by every rank); no
+  // collective runs.
   virtual absl::StatusOr<TrainingCursor> LoadCheckpoint(const std::string& path) {
-    return absl::UnimplementedError(
-        absl::StrCat("this trainer (", DeviceName(), ") cannot resume from ", path));
+    (void)path;
+    return absl::UnimplementedError("this trainer cannot load training checkpoints");
   }
+
+  // This process's rank and the number of ranks (0 and 1 without a process group).
   virtual int rank() const { return 0; }
   virtual int world_size() const { return 1; }
 };

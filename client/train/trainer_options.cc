@@ -52,6 +52,39 @@ double ScheduledLearningRate(LrSchedule schedule, double lr, int epoch, int epoc
   return lr * (1 + std::cos(kPi * epoch / epochs)) / 2;
 }
 
+absl::Status DistributedOptions::Validate() const {
+  if (world_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DistributedOptions.world_size must be >= 1, got ", world_size));
+  }
+  if (rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("DistributedOptions.rank must be in [0, ",
+                                                   world_size, ") (world_size ", world_size,
+                                                   "), got ", rank));
+  }
+  if (world_size == 1) return absl::OkStatus();  // no process group: the rest is unused
+  if (master_addr.empty()) {
+    return absl::InvalidArgumentError(
+        "DistributedOptions.master_addr must name rank 0's host when world_size > 1");
+  }
+  if (master_port < 1 || master_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DistributedOptions.master_port must be in [1, 65535], got ", master_port));
+  }
+  // c10d's TCPStore counts its connect timeout in whole seconds (LibTorch
+  // 1.13): below a second it gives up at once.
+  if (collective_timeout < absl::Seconds(1) || collective_timeout == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DistributedOptions.collective_timeout must be finite and at least 1s, got ",
+                     absl::FormatDuration(collective_timeout)));
+  }
+  if (bucket_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DistributedOptions.bucket_bytes must be >= 1, got ", bucket_bytes));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status TrainerOptions::Validate() const {
   if (num_classes <= 0) {
     return absl::InvalidArgumentError(
@@ -74,6 +107,7 @@ absl::Status TrainerOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("TrainerOptions.dropout must be in [0, 1), got ", dropout));
   }
+  if (absl::Status status = distributed.Validate(); !status.ok()) return status;
   for (int k = 0; k < num_models(); ++k) {
     const Hyperparameters& h = models[k];
     if (!(h.lr > 0) || !std::isfinite(h.lr)) return FieldError(k, "lr", "> 0", h.lr);
@@ -105,34 +139,3 @@ std::string ModelCheckpointPath(const std::string& path, int k, int num_models, 
 
 }  // namespace sophon
 
-namespace sophon {
-
-absl::Status DistributedOptions::Validate() const {
-  if (world_size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("DistributedOptions.world_size must be >= 1 (got ", world_size, ")"));
-  }
-  if (rank < 0 || rank >= world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("DistributedOptions.rank must be in [0, ",
-                                                   world_size, ") (got ", rank, ")"));
-  }
-  if (world_size > 1 && master_addr.empty()) {
-    return absl::InvalidArgumentError("DistributedOptions.master_addr must not be empty");
-  }
-  if (master_port < 1 || master_port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DistributedOptions.master_port must be in [1, 65535] (got ", master_port, ")"));
-  }
-  if (collective_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("DistributedOptions.collective_timeout must be > 0 (got ",
-                     absl::FormatDuration(collective_timeout), ")"));
-  }
-  if (bucket_bytes < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DistributedOptions.bucket_bytes must be >= 1 (got ", bucket_bytes, ")"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace sophon

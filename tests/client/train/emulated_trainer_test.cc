@@ -142,6 +142,20 @@ TEST(EmulatedTrainerTest, SaveIsRefused) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST(EmulatedTrainerTest, HasNoTrainingCheckpointsAndNoRanks) {
+  EmulatedTrainerOptions options;
+  options.arch = "alexnet";
+  absl::StatusOr<std::unique_ptr<EmulatedTrainer>> trainer =
+      EmulatedTrainer::Create(TestProfile(), options, 8);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  EXPECT_EQ((*trainer)->SaveCheckpoint("/tmp/never.ckpt", TrainingCursor{}).code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ((*trainer)->LoadCheckpoint("/tmp/never.ckpt").status().code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ((*trainer)->rank(), 0);
+  EXPECT_EQ((*trainer)->world_size(), 1);
+}
+
 TEST(EmulatedTrainerTest, EmptyBatchIsRejected) {
   EmulatedTrainerOptions options;
   options.arch = "alexnet";

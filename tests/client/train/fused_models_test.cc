@@ -244,7 +244,8 @@ INSTANTIATE_TEST_SUITE_P(Archs, FusedArchTest,
                          ::testing::Values(ArchCase{"alexnet", 64, 2, 1e-3, true},
                                            ArchCase{"resnet18", 32, 3, 1e-3, true},
                                            ArchCase{"resnet50", 32, 2, 1e-3, false},
-                                           ArchCase{"tinycnn", 32, 4, 1e-3, true}),
+                                           ArchCase{"tinycnn", 32, 4, 1e-3, true},
+                                           ArchCase{"tinymlp", 32, 3, 1e-5, true}),
                          [](const auto& info) { return info.param.arch; });
 
 TEST(FusedModelsTest, EveryModelCanBeFused) {

@@ -52,7 +52,7 @@ TEST(LaunchEnvTest, BadValuesNameTheVariableOrTheField) {
       << o.status();
   LaunchFlags flags;
   flags.master_port = 70000;
-  EXPECT_FALSE(ResolveLaunch(flags, {}, Env({})).ok());
+  EXPECT_FALSE(ResolveLaunch(flags, {}, Env({{"WORLD_SIZE", "2"}})).ok());
 }
 
 }  // namespace

@@ -90,6 +90,80 @@ TEST(TrainerOptionsTest, LearningRateSchedules) {
   EXPECT_GT(ScheduledLearningRate(LrSchedule::kCosine, 0.1, 3, 4), 0);
 }
 
+TEST(DistributedOptionsTest, DefaultsAndAGoodGroupAreValid) {
+  EXPECT_TRUE(DistributedOptions().Validate().ok());
+  DistributedOptions d;
+  d.world_size = 4;
+  d.rank = 3;
+  d.master_addr = "10.0.0.1";
+  d.master_port = 1;
+  d.collective_timeout = absl::Seconds(1);
+  d.bucket_bytes = 1;
+  EXPECT_TRUE(d.Validate().ok()) << d.Validate();
+}
+
+TEST(DistributedOptionsTest, ErrorsNameTheField) {
+  auto message = [](const DistributedOptions& d) {
+    const absl::Status status = d.Validate();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    return std::string(status.message());
+  };
+  DistributedOptions d;
+  d.world_size = 0;
+  EXPECT_THAT(message(d), HasSubstr("DistributedOptions.world_size must be >= 1, got 0"));
+
+  d = DistributedOptions();
+  d.world_size = 2;
+  d.rank = 2;
+  EXPECT_THAT(message(d), HasSubstr("DistributedOptions.rank must be in [0, 2)"));
+  d.rank = -1;
+  EXPECT_THAT(message(d), HasSubstr("DistributedOptions.rank must be in [0, 2)"));
+  d.world_size = 1;
+  d.rank = 1;
+  EXPECT_THAT(message(d), HasSubstr("DistributedOptions.rank must be in [0, 1)"));
+
+  d = DistributedOptions();
+  d.world_size = 2;
+  d.master_addr = "";
+  EXPECT_THAT(message(d), HasSubstr("DistributedOptions.master_addr"));
+
+  d = DistributedOptions();
+  d.world_size = 2;
+  d.master_port = 0;
+  EXPECT_THAT(message(d), HasSubstr("DistributedOptions.master_port must be in [1, 65535], got 0"));
+  d.master_port = 65536;
+  EXPECT_THAT(message(d), HasSubstr("got 65536"));
+
+  d = DistributedOptions();
+  d.world_size = 2;
+  d.collective_timeout = absl::ZeroDuration();
+  EXPECT_THAT(message(d), HasSubstr("DistributedOptions.collective_timeout must be finite"));
+  d.collective_timeout = absl::InfiniteDuration();
+  EXPECT_THAT(message(d), HasSubstr("DistributedOptions.collective_timeout"));
+  d.collective_timeout = absl::Milliseconds(999);
+  EXPECT_THAT(message(d), HasSubstr("at least 1s, got 999ms"));
+
+  d = DistributedOptions();
+  d.world_size = 2;
+  d.bucket_bytes = 0;
+  EXPECT_THAT(message(d), HasSubstr("DistributedOptions.bucket_bytes must be >= 1, got 0"));
+}
+
+TEST(DistributedOptionsTest, UnusedFieldsAreIgnoredWithoutRanks) {
+  DistributedOptions d;
+  d.master_addr = "";
+  d.master_port = 0;
+  d.bucket_bytes = 0;
+  EXPECT_TRUE(d.Validate().ok()) << d.Validate();
+}
+
+TEST(DistributedOptionsTest, TrainerOptionsValidateTheirDistributedOptions) {
+  TrainerOptions o;
+  o.distributed.world_size = 2;
+  o.distributed.rank = 5;
+  EXPECT_THAT(std::string(o.Validate().message()), HasSubstr("DistributedOptions.rank"));
+}
+
 TEST(TrainerOptionsTest, CheckpointPaths) {
   EXPECT_EQ(ModelCheckpointPath("out/model.pt", 0, 1, false), "out/model.pt");
   EXPECT_EQ(ModelCheckpointPath("out/model.pt", 0, 1, true), "out/model.0.pt");

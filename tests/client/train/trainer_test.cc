@@ -61,7 +61,7 @@ TEST(TrainerTest, UnknownArchIsRejected) {
   ASSERT_FALSE(trainer.ok());
   EXPECT_EQ(trainer.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(trainer.status().message(), HasSubstr("vgg11"));
-  EXPECT_THAT(trainer.status().message(), HasSubstr("alexnet, resnet18, resnet50, tinycnn"));
+  EXPECT_THAT(trainer.status().message(), HasSubstr("alexnet, resnet18, resnet50, tinycnn, tinymlp"));
 }
 
 TEST(TrainerTest, BadOptionsAreRejected) {
@@ -112,7 +112,7 @@ TEST_P(EachArchTest, BuildsStepsAndEvaluates) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, EachArchTest,
-                         ::testing::Values("alexnet", "resnet18", "resnet50", "tinycnn"),
+                         ::testing::Values("alexnet", "resnet18", "resnet50", "tinycnn", "tinymlp"),
                          [](const auto& info) { return info.param; });
 
 TEST(TrainerTest, LossGoesDownOnColourProblem) {

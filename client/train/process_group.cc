@@ -1,0 +1,250 @@
+#include "client/train/process_group.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/train/rank_heartbeat.h"
+#include "client/train/torch_step.h"
+#include "sophon/base/status_macros.h"
+#include "spdlog/spdlog.h"
+
+#ifndef USE_C10D_GLOO
+#error "LibTorch's c10d Gloo backend is needed: link the torch target (it defines USE_C10D_GLOO)"
+#endif
+
+namespace sophon {
+namespace {
+
+std::chrono::milliseconds ToChrono(absl::Duration d) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+bool IsLoopback(const std::string& address) {
+  return address == "localhost" || address == "::1" || absl::StartsWith(address, "127.");
+}
+
+// A client of the store at address:port that counts for no rank (the
+// heartbeat's own connections).
+c10::intrusive_ptr<c10d::TCPStore> StoreClient(const std::string& address, int port,
+                                               absl::Duration timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(port);
+  options.isServer = false;
+  options.waitWorkers = false;
+  options.timeout = ToChrono(timeout);
+  return c10::make_intrusive<c10d::TCPStore>(address, options);
+}
+
+// The bucket's tensors flattened and concatenated (a copy).
+torch::Tensor Flatten(const std::vector<torch::Tensor>& tensors, const std::vector<size_t>& bucket) {
+  std::vector<torch::Tensor> parts;
+  parts.reserve(bucket.size());
+  for (const size_t i : bucket) parts.push_back(tensors[i].detach().reshape({-1}));
+  return torch::cat(parts);
+}
+
+// Copies `flat` back into the bucket's tensors.
+void Unflatten(const torch::Tensor& flat, const std::vector<torch::Tensor>& tensors,
+               const std::vector<size_t>& bucket) {
+  int64_t offset = 0;
+  for (const size_t i : bucket) {
+    torch::Tensor t = tensors[i];
+    t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
+    offset += t.numel();
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<size_t>> BucketsOf(const std::vector<torch::Tensor>& tensors,
+                                           int64_t bucket_bytes) {
+  std::vector<std::vector<size_t>> buckets;
+  int64_t bytes = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const torch::Tensor& t = tensors[i];
+    const int64_t size = static_cast<int64_t>(t.numel() * t.element_size());
+    const bool fits = !buckets.empty() && bytes + size <= bucket_bytes &&
+                      tensors[buckets.back().front()].scalar_type() == t.scalar_type() &&
+                      tensors[buckets.back().front()].device() == t.device();
+    if (!fits) {
+      buckets.emplace_back();
+      bytes = 0;
+    }
+    buckets.back().push_back(i);
+    bytes += size;
+  }
+  return buckets;
+}
+
+// The c10d objects of one rank. Members are destroyed in reverse order: the
+// heartbeat (its thread and store clients) first, the store (rank 0: its
+// server) last.
+class DataParallel::Group {
+ public:
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
+  std::unique_ptr<RankHeartbeat> heartbeat;
+};
+
+DataParallel::DataParallel(const DistributedOptions& options, std::unique_ptr<Group> group)
+    : options_(options), group_(std::move(group)) {}
+
+DataParallel::~DataParallel() = default;
+
+absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(
+    const DistributedOptions& options) {
+  RETURN_IF_ERROR(options.Validate());
+  if (options.world_size < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a process group needs DistributedOptions.world_size >= 2, got ", options.world_size));
+  }
+  const std::string address = absl::StrCat(options.master_addr, ":", options.master_port);
+  const std::string where = absl::StrCat("rank ", options.rank, " of ", options.world_size,
+                                         ": the rendezvous at ", address);
+  const std::string within =
+      absl::StrCat(" (DistributedOptions.collective_timeout ",
+                   absl::FormatDuration(options.collective_timeout), ")");
+  auto group = std::make_unique<Group>();
+  // LibTorch 1.13's TCPStore client stops retrying its connection well before
+  // its timeout (with 1 s it does not retry at all): a rank that starts before
+  // rank 0 listens tries again until the whole timeout has passed.
+  const absl::Time deadline = absl::Now() + options.collective_timeout;
+  while (group->store == nullptr) {
+    try {
+      c10d::TCPStoreOptions store_options;
+      store_options.port = static_cast<uint16_t>(options.master_port);
+      store_options.isServer = options.rank == 0;
+      store_options.numWorkers = static_cast<size_t>(options.world_size);
+      // Gloo's rendezvous below waits for every rank (within the timeout);
+      // the store's own wait for workers would add up to another timeout.
+      store_options.waitWorkers = false;
+      store_options.timeout = ToChrono(
+          std::max(absl::Seconds(1), std::min(deadline - absl::Now(), options.collective_timeout)));
+      group->store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+    } catch (const std::exception& e) {
+      constexpr absl::Duration kRetryDelay = absl::Milliseconds(100);
+      if (options.rank == 0 || absl::Now() + kRetryDelay >= deadline) {
+        return absl::UnavailableError(
+            absl::StrCat(where, " failed", within, " (",
+                         options.rank == 0 ? "this rank" : "rank 0",
+                         " hosts the c10d store there): ", ExceptionText(e)));
+      }
+      absl::SleepFor(kRetryDelay);
+    }
+  }
+
+  // A beat every tenth of the timeout (at most a second); store reads and
+  // writes of the heartbeat give up after half of it (1 to 5 s: TCPStore's
+  // connect timeout is in whole seconds).
+  RankHeartbeatOptions heartbeat_options;
+  heartbeat_options.rank = options.rank;
+  heartbeat_options.world_size = options.world_size;
+  heartbeat_options.interval = std::clamp(options.collective_timeout / 10, absl::Milliseconds(10),
+                                          absl::Seconds(1));
+  heartbeat_options.store_address = address;
+  const absl::Duration store_timeout =
+      std::clamp(options.collective_timeout / 2, absl::Seconds(1), absl::Seconds(5));
+  try {
+    ASSIGN_OR_RETURN(group->heartbeat,
+                     RankHeartbeat::Start(
+                         StoreClient(options.master_addr, options.master_port, store_timeout),
+                         StoreClient(options.master_addr, options.master_port, store_timeout),
+                         heartbeat_options));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat(where, ": cannot connect the heartbeat's store clients: ", ExceptionText(e)));
+  }
+
+  const bool loopback = IsLoopback(options.master_addr);
+  try {
+    auto gloo_options =
+        c10d::ProcessGroupGloo::Options::create(ToChrono(options.collective_timeout));
+    gloo_options->devices.push_back(
+        loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                 : c10d::ProcessGroupGloo::createDefaultDevice());
+    group->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        c10::make_intrusive<c10d::PrefixStore>("sophon/gloo", group->store), options.rank,
+        options.world_size, gloo_options);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat(where, " (Gloo's connections) failed", within,
+                                               ": ", group->heartbeat->DescribeSilentRanks(),
+                                               "; ", ExceptionText(e)));
+  }
+  spdlog::info(
+      "data parallel: rank {} of {}, c10d TCPStore at {} (hosted by rank 0), Gloo over {}, "
+      "collective timeout {}, gradient buckets of {} bytes, heartbeat every {}",
+      options.rank, options.world_size, address, loopback ? "loopback" : "this host's address",
+      absl::FormatDuration(options.collective_timeout), options.bucket_bytes,
+      absl::FormatDuration(heartbeat_options.interval));
+  return std::unique_ptr<DataParallel>(new DataParallel(options, std::move(group)));
+}
+
+absl::Status DataParallel::Collective(bool broadcast, torch::Tensor& flat,
+                                      absl::string_view what) {
+  std::vector<at::Tensor> io{flat};
+  const std::chrono::milliseconds timeout = ToChrono(options_.collective_timeout);
+  try {
+    c10::intrusive_ptr<c10d::Work> work;
+    if (broadcast) {
+      c10d::BroadcastOptions opts;
+      opts.rootRank = 0;
+      opts.rootTensor = 0;
+      opts.timeout = timeout;
+      ++stats_.broadcasts;
+      work = group_->gloo->broadcast(io, opts);
+    } else {
+      c10d::AllreduceOptions opts;
+      opts.reduceOp = c10d::ReduceOp::SUM;
+      opts.timeout = timeout;
+      ++stats_.all_reduces;
+      work = group_->gloo->allreduce(io, opts);
+    }
+    work->wait();
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat(
+        group_->heartbeat->DescribeSilentRanks(), "; collective ",
+        broadcast ? "broadcast" : "all_reduce", " of ", what, " failed on rank ", options_.rank,
+        " of ", options_.world_size, ": ", ExceptionText(e)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DataParallel::Broadcast(const std::vector<torch::Tensor>& tensors,
+                                     absl::string_view what) {
+  torch::NoGradGuard no_grad;
+  for (const std::vector<size_t>& bucket : BucketsOf(tensors, options_.bucket_bytes)) {
+    torch::Tensor flat = Flatten(tensors, bucket);
+    RETURN_IF_ERROR(Collective(/*broadcast=*/true, flat, what));
+    if (options_.rank != 0) Unflatten(flat, tensors, bucket);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DataParallel::AllReduceGradients(const std::vector<torch::Tensor>& parameters) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  grads.reserve(parameters.size());
+  for (const torch::Tensor& p : parameters) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    grads.push_back(p.grad());
+  }
+  for (const std::vector<size_t>& bucket : BucketsOf(grads, options_.bucket_bytes)) {
+    torch::Tensor flat = Flatten(grads, bucket);
+    RETURN_IF_ERROR(Collective(/*broadcast=*/false, flat, "gradients"));
+    flat.div_(options_.world_size);
+    Unflatten(flat, grads, bucket);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sophon

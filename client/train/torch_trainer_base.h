@@ -1,0 +1,78 @@
+// The step both LibTorch trainers (torch_trainer.cc, fused_trainer.cc) share:
+// batch checks, and under data-parallel ranks (process_group.h) the
+// collectives around the trainer's own forward, backward and optimizer step;
+// and their training checkpoints (training_checkpoint.h).
+//
+// A training step under world_size > 1, on every rank:
+//   1. rank 0's buffers are broadcast (PyTorch DDP's default,
+//      broadcast_buffers=True: BatchNorm running statistics follow rank 0);
+//   2. forward and backward on this rank's batch (skipped for an empty batch:
+//      its gradients are zeros);
+//   3. gradients are averaged over the ranks, in buckets;
+//   4. the optimizer steps, identically on every rank.
+// Evaluation runs no collective.
+//
+// Only sophon_torch's files include this header: it pulls in LibTorch.
+#ifndef SOPHON_CLIENT_TRAIN_TORCH_TRAINER_BASE_H_
+#define SOPHON_CLIENT_TRAIN_TORCH_TRAINER_BASE_H_
+
+#include <torch/types.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/train/process_group.h"
+#include "client/train/torch_step.h"
+#include "client/train/trainer.h"
+#include "client/train/training_checkpoint.h"
+#include "sophon/data/batch.h"
+
+namespace sophon {
+
+class TorchTrainerBase : public Trainer, protected CheckpointedState {
+ public:
+  // `data_parallel`: this rank's process group, or null without ranks.
+  TorchTrainerBase(const TrainerOptions& options, torch::Device device,
+                   std::unique_ptr<DataParallel> data_parallel);
+
+  absl::StatusOr<StepResult> Step(const Batch& batch) final;
+  absl::StatusOr<StepResult> Evaluate(const Batch& batch) final;
+  std::string DeviceName() const final { return device_.str(); }
+  absl::Status SaveCheckpoint(const std::string& path, const TrainingCursor& cursor) final;
+  absl::StatusOr<TrainingCursor> LoadCheckpoint(const std::string& path) final;
+  int rank() const final { return data_parallel_ ? data_parallel_->rank() : 0; }
+  int world_size() const final { return data_parallel_ ? data_parallel_->world_size() : 1; }
+
+  // Copies rank 0's parameters and buffers to every rank (Trainer::Create
+  // calls it once the model is built). OK at once without ranks.
+  absl::Status BroadcastInitialState();
+
+ protected:
+  // Zeroes the gradients (kept defined, as LibTorch's zero_grad).
+  virtual void ZeroGrad() = 0;
+  // Forward on the batch, and with `train` backward of the loss: the
+  // module's train/eval mode and the gradient mode are set here. May throw.
+  virtual StepResult Forward(const BatchTensors& batch, int64_t n, bool train) = 0;
+  // One optimizer step from the gradients. May throw.
+  virtual void OptimizerStep() = 0;
+  // The result of a training step on an empty batch (count 0).
+  virtual StepResult EmptyResult() const = 0;
+
+  Identity identity() const final;
+
+  // Constant after construction.
+  const TrainerOptions options_;
+  const torch::Device device_;
+
+ private:
+  // The collectives' errors name the batch.
+  static absl::Status InStep(const Batch& batch, const absl::Status& status);
+
+  const std::unique_ptr<DataParallel> data_parallel_;
+};
+
+}  // namespace sophon
+
+#endif  // SOPHON_CLIENT_TRAIN_TORCH_TRAINER_BASE_H_
