@@ -75,7 +75,9 @@ ABSL_FLAG(std::string, mode, "nooff",
           "decodes, crops and flips), alloff (storage node does everything), smartoff (per "
           "sample, from a profile and the cost model; see --planner). Aliases remote_nooff, "
           "remote_piloff, remote_alloff. Default nooff.");
-ABSL_FLAG(std::string, arch, "resnet18", "Model: alexnet, resnet18, resnet50, tinycnn. Default resnet18.");
+ABSL_FLAG(std::string, arch, "resnet18",
+          "Model: alexnet, resnet18, resnet50, tinycnn, tinymlp (a BatchNorm-free test model). "
+          "Default resnet18.");
 ABSL_FLAG(int, batch_size, 256,
           "Samples per batch of each rank (the global batch is this x --world-size). "
           "Default 256.");

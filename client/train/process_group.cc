@@ -5,6 +5,8 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/utils.h>
 
+#include <csignal>
+
 #include <algorithm>
 #include <chrono>
 #include <exception>
@@ -108,6 +110,11 @@ absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "a process group needs DistributedOptions.world_size >= 2, got ", options.world_size));
   }
+  // c10d's store and Gloo write to sockets without MSG_NOSIGNAL: a write to a
+  // rank that died would raise SIGPIPE and kill this process before the
+  // failed collective could name the rank. Ignored process-wide (gRPC
+  // already sends without it).
+  signal(SIGPIPE, SIG_IGN);
   const std::string address = absl::StrCat(options.master_addr, ":", options.master_port);
   const std::string where = absl::StrCat("rank ", options.rank, " of ", options.world_size,
                                          ": the rendezvous at ", address);

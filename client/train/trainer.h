@@ -144,7 +144,8 @@ class Trainer {
   }
   // Forward only, no gradient (evaluation). Never runs collectives: ranks may
   // evaluate different numbers of batches (each with its own BatchNorm
-  // buffers, as DDP in eval mode).
+  // buffers, as DDP in eval mode). Under world_size > 1 an empty batch gives
+  // count 0, as in Step.
   virtual absl::StatusOr<StepResult> Evaluate(const Batch& batch) = 0;
   // "cpu" or "cuda:0", what the model actually runs on.
   virtual std::string DeviceName() const = 0;

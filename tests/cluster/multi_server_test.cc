@@ -19,6 +19,7 @@
 #include "client/offload/fixed_policy.h"
 #include "gtest/gtest.h"
 #include "sophon/planning/planner.h"
+#include "sophon/planning/profile_csv.h"
 #include "tests/cluster/local_cluster.h"
 #include "tests/test_util.h"
 
@@ -340,7 +341,23 @@ TEST_F(MultiServerTest, SmartoffPlansEveryServersSamplesAndMatchesNoOffByteForBy
   SmartoffOptions smart;
   smart.planner = PlannerKind::kOptimal;
   smart.profile_folder = testing::MakeTempDir("ms_smartoff_profile");
-  smart.net_bw_mbit = 10000;  // a fast link: this node's CPUs bind, offloading pays
+  // A profile with known times (not measured on a busy test machine): 10 ms
+  // to decode here, on 2 local CPUs against 2 on each of 3 servers and a fast
+  // link, so the planner offloads most decodes and keeps some.
+  DatasetProfile profile;
+  profile.dataset = set_->manifest().name();
+  profile.fingerprint = set_->manifest().fingerprint();
+  profile.crop_size = options.pipeline.augment.crop_size;
+  for (uint64_t id = 0; id < set_->manifest().num_samples(); ++id) {
+    SampleProfile& p = profile.samples.emplace_back();
+    p.id = id;
+    p.bytes[kFirstStage] = set_->manifest().raw_size(id);
+    SetSizedStageBytes(profile.crop_size, &p);
+    p.client = testing::MakeOpTimes(0.01, 1e-4, 1e-4);
+  }
+  ASSERT_TRUE(SaveProfileFolder(profile, smart.profile_folder).ok());
+  smart.net_bw_mbit = 10000;
+  smart.remote_cpus = 2;
   smart.gpu_batch_seconds = 0;
   absl::StatusOr<std::unique_ptr<ClusterSmartoffPolicy>> policy =
       CreateClusterSmartoffPolicy(set_.get(), options, smart, /*ingress_mbit=*/0);
