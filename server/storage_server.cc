@@ -95,7 +95,9 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
                server->source_->size(), server->source_->class_names().size(),
                options.data_dir, options.host, server->port_, options.service.prep_workers);
   const ServerMemoryBound bound = ComputeServerMemoryBound(
-      options.service, static_cast<int64_t>(server->impl_->EncodedManifest().size()),
+      options.service,
+      static_cast<int64_t>(server->source_->manifest().memory_bytes() +
+                           server->impl_->manifest_pages().memory_bytes()),
       options.source.max_file_bytes);
   spdlog::info("memory bound: {}", bound.ToString());
   if (options.stats_interval > absl::ZeroDuration()) {

@@ -282,12 +282,12 @@ std::vector<ReplanEvent> SmartoffPolicy::replan_events() const {
 absl::StatusOr<std::unique_ptr<SmartoffPolicy>> CreateSmartoffPolicy(
     SampleClient* client, const LoaderOptions& loader_options, const SmartoffOptions& options) {
   if (absl::Status st = options.Validate(); !st.ok()) return st;
-  const v1::Manifest& manifest = client->manifest();
+  const ServerManifest& manifest = client->manifest();
   const std::string folder = options.profile_folder.empty()
-                                 ? DefaultProfileFolder(manifest.dataset_name())
+                                 ? DefaultProfileFolder(manifest.dataset_name)
                                  : options.profile_folder;
   const int s = loader_options.pipeline.augment.crop_size;
-  absl::StatusOr<DatasetProfile> profile = LoadProfileFolder(folder, manifest.fingerprint());
+  absl::StatusOr<DatasetProfile> profile = LoadProfileFolder(folder, manifest.fingerprint);
   bool need_profile = false;
   if (profile.ok()) {
     if (profile->crop_size != s || profile->samples.size() != manifest.num_samples()) {
@@ -299,7 +299,7 @@ absl::StatusOr<std::unique_ptr<SmartoffPolicy>> CreateSmartoffPolicy(
                    folder, profile->samples.size(), profile->server_speed_factor);
     }
   } else if (absl::IsNotFound(profile.status())) {
-    spdlog::info("smartoff: no profile for dataset '{}' in {}", manifest.dataset_name(), folder);
+    spdlog::info("smartoff: no profile for dataset '{}' in {}", manifest.dataset_name, folder);
     need_profile = true;
   } else {
     return absl::Status(profile.status().code(),
@@ -340,13 +340,13 @@ absl::StatusOr<std::unique_ptr<SmartoffPolicy>> CreateSmartoffPolicy(
   resources.net_bytes_per_s = options.net_bw_mbit > 0 ? MbitToBytesPerSecond(options.net_bw_mbit)
                                                       : probe->bytes_per_second;
   // The storage node's CPUs: its prep workers, or its CPU quota when smaller.
-  const double prep_workers = static_cast<double>(manifest.prep_workers());
-  const double cpu_limit = manifest.cpu_limit() > 0 ? manifest.cpu_limit() : prep_workers;
+  const double prep_workers = static_cast<double>(manifest.prep_workers);
+  const double cpu_limit = manifest.cpu_limit > 0 ? manifest.cpu_limit : prep_workers;
   resources.remote_cpus =
       options.remote_cpus > 0 ? options.remote_cpus : std::min(prep_workers, cpu_limit);
   if (cpu_limit < prep_workers) {
     spdlog::info("smartoff: the storage node may use {:.2f} CPUs for its {} prep workers",
-                 cpu_limit, manifest.prep_workers());
+                 cpu_limit, manifest.prep_workers);
   }
   resources.remote_speed = profile->server_speed_factor;
   resources.local_cpus = loader_options.workers;
