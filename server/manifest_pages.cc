@@ -25,11 +25,10 @@ ManifestPages::ManifestPages(const SampleSource& source, const v1::Manifest& set
     : fingerprint_(source.fingerprint()), num_samples_(source.size()) {
   const ManifestTable& table = source.manifest();
   const int64_t budget = page_bytes - kManifestPageOverheadBytes;
-  std::string encoded;
-  v1::ManifestPage page;
-  page.set_fingerprint(fingerprint_);
+  // First the cuts (the samples that fit each page's budget, at least one),
+  // so that the buffer is made at its size.
+  size_t total = 0;
   for (uint64_t start = 0; start < num_samples_;) {
-    // The samples that fit the budget, at least one.
     uint64_t end = start;
     int64_t bytes = 0;
     while (end < num_samples_) {
@@ -39,6 +38,18 @@ ManifestPages::ManifestPages(const SampleSource& source, const v1::Manifest& set
       bytes += sample;
       ++end;
     }
+    page_starts_.push_back(start);
+    total += static_cast<size_t>(bytes + kManifestPageOverheadBytes);
+    start = end;
+  }
+  pages_.reserve(total);
+  page_ends_.reserve(page_starts_.size());
+  std::string encoded;
+  v1::ManifestPage page;
+  page.set_fingerprint(fingerprint_);
+  for (size_t k = 0; k < page_starts_.size(); ++k) {
+    const uint64_t start = page_starts_[k];
+    const uint64_t end = k + 1 < page_starts_.size() ? page_starts_[k + 1] : num_samples_;
     page.set_start(start);
     page.clear_labels();
     page.clear_raw_sizes();
@@ -60,11 +71,8 @@ ManifestPages::ManifestPages(const SampleSource& source, const v1::Manifest& set
     }
     page.SerializeToString(&encoded);
     pages_ += encoded;
-    page_starts_.push_back(start);
     page_ends_.push_back(pages_.size());
-    start = end;
   }
-  pages_.shrink_to_fit();
 }
 
 absl::StatusOr<absl::string_view> ManifestPages::Page(

@@ -143,6 +143,20 @@ absl::StatusOr<std::unique_ptr<ImageFolderSource>> ImageFolderSource::Open(
         "cannot list dataset directory '", EscapeName(root), "': ", ec.message()));
   }
   std::sort(class_dirs.begin(), class_dirs.end());
+  // A first pass counts the candidates (names only: no stat), so that the
+  // table is made at its size instead of growing by doubling.
+  size_t candidates = 0, candidate_bytes = 0;
+  for (const std::string& cls : class_dirs) {
+    std::error_code count_ec;
+    for (fs::directory_iterator f(fs::path(root) / cls, count_ec); !count_ec && f != end;
+         f.increment(count_ec)) {
+      const std::string name = f->path().filename().string();
+      if (!IsJpegName(name)) continue;
+      ++candidates;
+      candidate_bytes += cls.size() + 1 + name.size();
+    }
+  }
+  ds->manifest_.Reserve(candidates, candidate_bytes);
   // One class at a time, straight into the compact table: nothing per sample
   // but the table is held for the whole dataset.
   ManifestHasher hasher;  // over the names as on disk

@@ -15,6 +15,13 @@ uint64_t Fnv1a(uint64_t h, const void* data, size_t n) {
 
 }  // namespace
 
+void ManifestTable::Reserve(size_t samples, size_t path_bytes) {
+  paths_.reserve(path_bytes);
+  path_ends_.reserve(samples);
+  labels_.reserve(samples);
+  raw_sizes_.reserve(samples);
+}
+
 void ManifestTable::Add(absl::string_view relative_path, uint32_t label, uint64_t raw_size) {
   paths_.append(relative_path.data(), relative_path.size());
   path_ends_.push_back(paths_.size());
@@ -22,11 +29,21 @@ void ManifestTable::Add(absl::string_view relative_path, uint32_t label, uint64_
   raw_sizes_.push_back(raw_size);
 }
 
+namespace {
+
+// Shrinking copies the whole array: only worth it for a real gain.
+template <typename T>
+void ShrinkIfSpare(T& array) {
+  if (array.capacity() - array.size() > array.size() / 8) array.shrink_to_fit();
+}
+
+}  // namespace
+
 void ManifestTable::ShrinkToFit() {
-  paths_.shrink_to_fit();
-  path_ends_.shrink_to_fit();
-  labels_.shrink_to_fit();
-  raw_sizes_.shrink_to_fit();
+  ShrinkIfSpare(paths_);
+  ShrinkIfSpare(path_ends_);
+  ShrinkIfSpare(labels_);
+  ShrinkIfSpare(raw_sizes_);
 }
 
 absl::string_view ManifestTable::relative_path(uint64_t id) const {

@@ -26,9 +26,13 @@ struct ManifestEntry {
 // Append-only while it is built, then read-only (reads are thread-safe).
 class ManifestTable {
  public:
+  // Room for `samples` samples whose paths take `path_bytes` in all, so that
+  // building the table does not grow its arrays by doubling (which holds up
+  // to three times the data at once).
+  void Reserve(size_t samples, size_t path_bytes);
   // Appends sample size().
   void Add(absl::string_view relative_path, uint32_t label, uint64_t raw_size);
-  // Gives back the spare capacity of building (the arrays grow by doubling).
+  // Gives back spare capacity, when there is more than an eighth to spare.
   void ShrinkToFit();
 
   size_t size() const { return labels_.size(); }
