@@ -584,15 +584,15 @@ int main(int argc, char** argv) {
   const sophon::GlobalManifest& manifest = (*servers)->manifest();
   // Before profiling or building a model: the loader would refuse it later.
   for (int i = 0; i < (*servers)->size(); ++i) {
-    const sophon::v1::Manifest& m = (*servers)->client(i)->manifest();
+    const sophon::ServerManifest& m = (*servers)->client(i)->manifest();
     if (absl::Status s = sophon::CheckJpegDecodingAgrees(m, (*servers)->address(i),
                                                          loader_options.pipeline.limits);
         !s.ok()) {
       return Fail(s);
     }
     spdlog::info("connected to {}: dataset '{}', {} samples, {} classes, server prep workers {}",
-                 (*servers)->address(i), m.dataset_name(), m.num_samples(), m.class_names_size(),
-                 m.prep_workers());
+                 (*servers)->address(i), m.dataset_name, m.num_samples(), m.class_names.size(),
+                 m.prep_workers);
   }
   if ((*servers)->size() > 1) spdlog::info("dataset layout: {}", (*servers)->Describe());
   if (loader_options.world > 1) {

@@ -11,7 +11,7 @@ namespace sophon {
 int64_t SampleOutputBytes(Stage stage, int crop_size, const SampleSource& source, uint64_t id) {
   const int64_t bytes = StagePayloadBytes(stage, crop_size);
   if (bytes >= 0) return bytes;
-  const uint64_t raw = std::min(source.entry(id).raw_size, source.max_sample_bytes());
+  const uint64_t raw = std::min(source.manifest().raw_size(id), source.max_sample_bytes());
   return static_cast<int64_t>(std::min<uint64_t>(raw, INT64_MAX));
 }
 
@@ -104,7 +104,7 @@ absl::Status SampleError(const CheckedSample& s, const SampleSource& source,
           absl::StrCat("sample ", s.id, ": unknown target stage ", s.wire_stage));
     case SampleRefusal::kTooLarge:
       return absl::ResourceExhaustedError(absl::StrCat(
-          "sample ", s.id, " (", source.entry(s.id).relative_path, ") at stage ",
+          "sample ", s.id, " (", source.manifest().relative_path(s.id), ") at stage ",
           StageName(s.stage), " would take ", s.bytes,
           " bytes, over the server's max_stream_inflight_bytes limit (",
           options.max_stream_inflight_bytes, ")"));

@@ -17,9 +17,9 @@ namespace {
 template <typename T>
 absl::Status ParseUnary(const grpc::ByteBuffer& buffer, const char* method, T* out) {
   if (buffer.Length() > 64 * 1024) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        method, ": a request of ", buffer.Length(), " bytes is too large for ",
-        out->GetTypeName(), " (which has no fields)"));
+    return absl::InvalidArgumentError(absl::StrCat(method, ": a request of ", buffer.Length(),
+                                                   " bytes is too large for ", out->GetTypeName(),
+                                                   " (at most 65536 bytes)"));
   }
   std::vector<grpc::Slice> slices;
   std::string bytes;
@@ -42,6 +42,13 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
   return reactor;
 }
 
+// `bytes` (which outlive every call: the service's encoded manifest) as the
+// response, without a copy.
+void SetStaticResponse(absl::string_view bytes, grpc::ByteBuffer* response) {
+  grpc::Slice slice(bytes.data(), bytes.size(), grpc::Slice::STATIC_SLICE);
+  *response = grpc::ByteBuffer(&slice, 1);
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* GrpcSampleService::GetManifest(grpc::CallbackServerContext* context,
@@ -50,16 +57,48 @@ grpc::ServerUnaryReactor* GrpcSampleService::GetManifest(grpc::CallbackServerCon
   v1::GetManifestRequest parsed;
   absl::Status status = ParseUnary(*request, "GetManifest", &parsed);
   if (status.ok()) {
-    const std::string& manifest = impl_->EncodedManifest();
-    if (manifest.empty()) {
-      status = absl::InternalError("the manifest could not be encoded");
-    } else {
-      // The encoded manifest lives as long as the service, which outlives
-      // every call: gRPC sends it without a copy.
-      grpc::Slice slice(manifest.data(), manifest.size(), grpc::Slice::STATIC_SLICE);
-      *response = grpc::ByteBuffer(&slice, 1);
-    }
+    SetStaticResponse(impl_->manifest_pages().header(), response);
   } else {
+    impl_->RecordRejection(Limit::kInvalidRequest, context->peer(), status);
+  }
+  return FinishUnary(context, status);
+}
+
+grpc::ServerUnaryReactor* GrpcSampleService::GetManifestPage(grpc::CallbackServerContext* context,
+                                                             const grpc::ByteBuffer* request,
+                                                             grpc::ByteBuffer* response) {
+  v1::GetManifestPageRequest parsed;
+  absl::Status status = ParseUnary(*request, "GetManifestPage", &parsed);
+  if (!status.ok()) {
+    impl_->RecordRejection(Limit::kInvalidRequest, context->peer(), status);
+    return FinishUnary(context, status);
+  }
+  absl::StatusOr<absl::string_view> page = impl_->manifest_pages().Page(parsed);
+  if (page.ok()) {
+    SetStaticResponse(*page, response);
+  } else if (absl::IsOutOfRange(page.status())) {
+    // Another fingerprint is a restart the client will see; a start outside
+    // the manifest is a client that does not follow the contract.
+    impl_->RecordRejection(Limit::kInvalidRequest, context->peer(), page.status());
+  }
+  return FinishUnary(context, page.status());
+}
+
+grpc::ServerUnaryReactor* GrpcSampleService::GetRelativePaths(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  v1::GetRelativePathsRequest parsed;
+  absl::Status status = ParseUnary(*request, "GetRelativePaths", &parsed);
+  if (status.ok()) {
+    v1::RelativePaths paths;
+    status = RelativePathsOf(impl_->source(), parsed, &paths);
+    bool own = false;
+    if (status.ok() &&
+        !grpc::SerializationTraits<v1::RelativePaths>::Serialize(paths, response, &own).ok()) {
+      status = absl::InternalError("the relative paths could not be encoded");
+    }
+  }
+  if (!status.ok() && !absl::IsFailedPrecondition(status)) {
     impl_->RecordRejection(Limit::kInvalidRequest, context->peer(), status);
   }
   return FinishUnary(context, status);

@@ -14,13 +14,21 @@ class GrpcSampleService final
     : public v1::SampleService::WithRawCallbackMethod_GetManifest<
           v1::SampleService::WithRawCallbackMethod_Fetch<
               v1::SampleService::WithRawCallbackMethod_GetStats<
-                  v1::SampleService::Service>>> {
+                  v1::SampleService::WithRawCallbackMethod_GetManifestPage<
+                      v1::SampleService::WithRawCallbackMethod_GetRelativePaths<
+                          v1::SampleService::Service>>>>> {
  public:
   explicit GrpcSampleService(SampleServiceImpl* impl) : impl_(impl) {}
 
   grpc::ServerUnaryReactor* GetManifest(grpc::CallbackServerContext* context,
                                         const grpc::ByteBuffer* request,
                                         grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetManifestPage(grpc::CallbackServerContext* context,
+                                            const grpc::ByteBuffer* request,
+                                            grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetRelativePaths(grpc::CallbackServerContext* context,
+                                             const grpc::ByteBuffer* request,
+                                             grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;

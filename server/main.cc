@@ -57,6 +57,10 @@ ABSL_FLAG(int, max_ids_per_request, 4096,
           "Default 4096.");
 ABSL_FLAG(int64_t, max_request_bytes, int64_t{1} << 20,
           "Encoded size of one request message. Default 1048576 (1 MiB).");
+ABSL_FLAG(int64_t, manifest_page_bytes, int64_t{4} << 20,
+          "Encoded size of one page of the manifest sent to clients (labels and sizes, about 5 "
+          "bytes per sample; a client asks for the pages one by one). At least 64, at most 64 "
+          "MiB. Default 4194304 (4 MiB).");
 ABSL_FLAG(int, max_crop_size, 1024,
           "Largest crop size (output side in pixels) a client may ask for. Default 1024.");
 ABSL_FLAG(absl::Duration, memory_release_delay, absl::Seconds(1),
@@ -136,6 +140,7 @@ const sophon::FlagNames kFlagNames = {
     {"ServiceOptions.idle_stream_timeout", "--idle-stream-timeout"},
     {"ServiceOptions.max_ids_per_request", "--max-ids-per-request"},
     {"ServiceOptions.max_request_bytes", "--max-request-bytes"},
+    {"ServiceOptions.manifest_page_bytes", "--manifest-page-bytes"},
     {"ServiceOptions.max_crop_size", "--max-crop-size"},
     {"ServiceOptions.memory_release.idle_delay", "--memory-release-delay"},
     {"StorageServerOptions.host", "--host"},
@@ -196,6 +201,7 @@ int main(int argc, char** argv) {
   options.service.idle_stream_timeout = absl::GetFlag(FLAGS_idle_stream_timeout);
   options.service.max_ids_per_request = absl::GetFlag(FLAGS_max_ids_per_request);
   options.service.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  options.service.manifest_page_bytes = absl::GetFlag(FLAGS_manifest_page_bytes);
   options.service.max_crop_size = absl::GetFlag(FLAGS_max_crop_size);
   options.service.memory_release.idle_delay = absl::GetFlag(FLAGS_memory_release_delay);
   options.service.limits.max_pixels = absl::GetFlag(FLAGS_max_pixels);

@@ -27,7 +27,7 @@ std::string ServerMemoryBound::ToString() const {
 ServerMemoryBound ComputeServerMemoryBound(const ServiceOptions& options, int64_t manifest_bytes,
                                            int64_t max_file_bytes) {
   ServerMemoryBound b;
-  b.base = kServerBaseBytes + 3 * manifest_bytes;
+  b.base = kServerBaseBytes + 2 * manifest_bytes;
   b.samples = options.inflight_budget_bytes + options.max_stream_inflight_bytes;
   b.transport = options.transport_memory_bytes > 0 ? options.transport_memory_bytes : -1;
   b.requests = int64_t{options.max_streams} * options.max_ids_per_request * 32;

@@ -14,7 +14,7 @@
 namespace sophon {
 
 struct ServerMemoryBound {
-  int64_t base = 0;        // code, libraries, threads' stacks, the manifest (x3: entries, proto, encoded)
+  int64_t base = 0;        // code, libraries, threads' stacks, the manifest (x2: as built, as held)
   int64_t samples = 0;     // the byte budget, and one sample admitted into an empty budget
   int64_t transport = 0;   // gRPC's buffers and call state (the resource quota); -1 = unbounded
   int64_t requests = 0;    // pending request messages: max_streams x max_ids_per_request x 32 B
@@ -35,9 +35,10 @@ inline constexpr int64_t kStreamStateBytes = 4 << 10;
 inline constexpr int64_t kServerBaseBytes = int64_t{64} << 20;
 inline constexpr double kAllocatorOverhead = 0.25;
 
-// REQUIRES: options validated. `manifest_bytes` is the encoded manifest's
-// size; `max_file_bytes` and `max_decoder_memory_bytes` are the source's
-// and the decoder's caps.
+// REQUIRES: options validated. `manifest_bytes` is what the manifest holds
+// while serving (the source's table and the encoded pages); building it
+// holds up to as much again at start-up. `max_file_bytes` is the source's
+// cap.
 ServerMemoryBound ComputeServerMemoryBound(const ServiceOptions& options, int64_t manifest_bytes,
                                            int64_t max_file_bytes);
 

@@ -30,11 +30,21 @@ ByteBudget::Options BudgetOptions(const ServiceOptions& options) {
   return o;
 }
 
+// The manifest header's fields that are the server's, not the dataset's.
+v1::Manifest ServerSettings(const ServiceOptions& options) {
+  v1::Manifest settings;
+  settings.set_prep_workers(static_cast<uint32_t>(options.prep_workers));
+  settings.set_cpu_limit(options.cpu_limit > 0 ? options.cpu_limit : ProcessCpuLimit());
+  settings.set_lenient_jpeg(options.limits.lenient);
+  return settings;
+}
+
 }  // namespace
 
 SampleServiceImpl::SampleServiceImpl(const SampleSource* source, const ServiceOptions& options)
     : source_(source),
       options_(options),
+      manifest_pages_(*source, ServerSettings(options), options.manifest_page_bytes),
       memory_releaser_(options.memory_release),
       budget_(BudgetOptions(options),
               [this](bool busy) {
@@ -48,34 +58,6 @@ SampleServiceImpl::SampleServiceImpl(const SampleSource* source, const ServiceOp
                 ReaperPeriod(std::min(options.idle_stream_timeout, options.write_stall_timeout)),
                 [this] { return Now(); }),
       pool_(options.prep_workers, /*queue_capacity=*/options.prep_workers * 4) {}
-
-absl::Status SampleServiceImpl::GetManifest(const v1::GetManifestRequest&,
-                                            v1::Manifest* response) {
-  response->set_dataset_name(source_->name());
-  response->set_fingerprint(source_->fingerprint());
-  response->set_num_samples(static_cast<uint32_t>(source_->size()));
-  for (const std::string& c : source_->class_names()) response->add_class_names(c);
-  response->mutable_labels()->Reserve(static_cast<int>(source_->size()));
-  response->mutable_raw_sizes()->Reserve(static_cast<int>(source_->size()));
-  for (const ManifestEntry& e : source_->entries()) {
-    response->add_labels(e.label);
-    response->add_raw_sizes(e.raw_size);
-    response->add_relative_paths(e.relative_path);
-  }
-  response->set_prep_workers(static_cast<uint32_t>(pool_.workers()));
-  response->set_cpu_limit(options_.cpu_limit > 0 ? options_.cpu_limit : ProcessCpuLimit());
-  response->set_lenient_jpeg(options_.limits.lenient);
-  return absl::OkStatus();
-}
-
-const std::string& SampleServiceImpl::EncodedManifest() {
-  absl::call_once(manifest_once_, [this] {
-    v1::Manifest manifest;
-    GetManifest({}, &manifest).IgnoreError();  // cannot fail
-    if (!manifest.SerializeToString(&manifest_)) manifest_.clear();
-  });
-  return manifest_;
-}
 
 absl::Status SampleServiceImpl::GetStats(const v1::GetStatsRequest&, v1::ServerStats* response) {
   stats_.Snapshot(response);
@@ -120,7 +102,7 @@ void SampleServiceImpl::FailSample(uint64_t id, Stage stage, const absl::Status&
                                    v1::Sample* out) {
   out->clear_payload();
   out->set_id(id);
-  if (id < source_->size()) out->set_label(source_->entry(id).label);
+  if (id < source_->size()) out->set_label(source_->manifest().label(id));
   out->set_stage(static_cast<v1::Stage>(stage));
   SetSampleStatus(error, out);
   stats_.RecordFailure(error.code());
@@ -130,9 +112,9 @@ void SampleServiceImpl::ProcessSample(Stage target, uint64_t id, const SampleKey
                                       const PipelineOptions& options, int64_t reserved_bytes,
                                       v1::Sample* out) {
   if (options_.before_prep) options_.before_prep(id);
-  const ManifestEntry& entry = source_->entry(id);
+  const ManifestTable& manifest = source_->manifest();
   out->set_id(id);
-  out->set_label(entry.label);
+  out->set_label(manifest.label(id));
   const double t0 = ThreadCpuSeconds();
   const absl::Time wall0 = absl::Now();
   absl::StatusOr<std::string> bytes = source_->Read(id);
@@ -146,14 +128,14 @@ void SampleServiceImpl::ProcessSample(Stage target, uint64_t id, const SampleKey
       StageDataToProto(*std::move(result), out);
       if (static_cast<int64_t>(out->payload().size()) > reserved_bytes) {
         status = absl::ResourceExhaustedError(absl::StrCat(
-            "sample ", id, " (", entry.relative_path, "): the file has ", out->payload().size(),
+            "sample ", id, " (", manifest.relative_path(id), "): the file has ", out->payload().size(),
             " bytes, more than the ", reserved_bytes,
             " reserved for it when the server listed the dataset (it grew since); restart the "
             "server to serve it"));
       }
     } else {
       status = absl::Status(result.status().code(),
-                            absl::StrCat("sample ", id, " (", entry.relative_path,
+                            absl::StrCat("sample ", id, " (", manifest.relative_path(id),
                                          "): ", result.status().message()));
     }
   }

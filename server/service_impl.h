@@ -8,10 +8,10 @@
 #include <memory>
 #include <string>
 
-#include "absl/base/call_once.h"
 #include "absl/status/status.h"
 #include "server/byte_budget.h"
 #include "server/fetch_request.h"
+#include "server/manifest_pages.h"
 #include "server/prep_pool.h"
 #include "server/server_stats.h"
 #include "server/service_options.h"
@@ -30,10 +30,9 @@ class SampleServiceImpl {
   // service reads samples only through it.
   SampleServiceImpl(const SampleSource* source, const ServiceOptions& options);
 
-  // The manifest, encoded once (it never changes while serving): a thousand
-  // clients asking for it cost one copy. Thread-safe.
-  const std::string& EncodedManifest();
-  absl::Status GetManifest(const v1::GetManifestRequest& request, v1::Manifest* response);
+  // The manifest's header and pages, encoded when the service was made (it
+  // never changes while serving). Thread-safe.
+  const ManifestPages& manifest_pages() const { return manifest_pages_; }
   absl::Status GetStats(const v1::GetStatsRequest& request, v1::ServerStats* response);
 
   // Runs in a prep worker: read sample `key.id`, process it to `target`, fill
@@ -67,14 +66,13 @@ class SampleServiceImpl {
  private:
   const SampleSource* const source_;
   const ServiceOptions options_;
+  const ManifestPages manifest_pages_;
   ServerStats stats_;
   MemoryReleaser memory_releaser_;  // told by budget_ when in-flight bytes drain
   ByteBudget budget_;
   RateLimiter rejection_log_{10, absl::Seconds(10)};
   RateLimiter failure_log_{20, absl::Seconds(10)};  // failed samples: a client can repeat them
   RateLimiter stream_log_{20, absl::Seconds(10)};   // stream ends: a client can churn streams
-  absl::once_flag manifest_once_;
-  std::string manifest_;
   StreamRegistry registry_;  // its reaper calls streams: joined before they go
   PrepPool pool_;            // last: joined first on destruction
 };

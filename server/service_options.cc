@@ -48,6 +48,7 @@ absl::Status ServiceOptions::Validate() const {
            {"max_crop_size", max_crop_size, 1},
            {"max_samples_per_message", max_samples_per_message, 1},
            {"max_message_bytes", max_message_bytes, 1},
+           {"manifest_page_bytes", manifest_page_bytes, 64},
            {"limits.max_pixels", limits.max_pixels, 1},
        }) {
     if (absl::Status s = AtLeast(field, value, min); !s.ok()) return s;
@@ -77,6 +78,10 @@ absl::Status ServiceOptions::Validate() const {
   if (max_request_bytes > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ServiceOptions.max_request_bytes must be at most 1 GiB, got ", max_request_bytes));
+  }
+  if (manifest_page_bytes > (int64_t{64} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServiceOptions.manifest_page_bytes must be at most 64 MiB, got ", manifest_page_bytes));
   }
   if (max_crop_size > 16384) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -69,6 +69,10 @@ struct ServiceOptions {
   // --- Responses.
   int max_samples_per_message = 16;     // samples batched into one FetchResponse
   int64_t max_message_bytes = 4 << 20;  // payload bytes per FetchResponse (>= 1 sample)
+  // Encoded bytes of one manifest page (the first goes with GetManifest's
+  // header, the others answer GetManifestPage): a manifest of N samples takes
+  // about 5 N / manifest_page_bytes replies. In [64, 64 MiB].
+  int64_t manifest_page_bytes = 4 << 20;
 
   DecodeLimits limits;
   // When freed sample memory goes back to the system: once the server has

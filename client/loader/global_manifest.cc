@@ -21,10 +21,8 @@ uint64_t Fnv1a(const std::vector<uint64_t>& values) {
   return h;
 }
 
-bool SameShard(const v1::Manifest& a, const v1::Manifest& b) {
-  return a.num_samples() == b.num_samples() &&
-         std::equal(a.class_names().begin(), a.class_names().end(), b.class_names().begin(),
-                    b.class_names().end());
+bool SameShard(const ServerManifest& a, const ServerManifest& b) {
+  return a.num_samples() == b.num_samples() && a.class_names == b.class_names;
 }
 
 }  // namespace
@@ -44,7 +42,8 @@ const char* DatasetLayoutName(DatasetLayout layout) {
 }
 
 absl::StatusOr<GlobalManifest> GlobalManifest::Build(
-    const std::vector<const v1::Manifest*>& manifests, const std::vector<std::string>& addresses) {
+    const std::vector<const ServerManifest*>& manifests,
+    const std::vector<std::string>& addresses) {
   if (manifests.empty() || manifests.size() != addresses.size()) {
     return absl::InvalidArgumentError(absl::StrCat("GlobalManifest needs one manifest per server (",
                                                    manifests.size(), " manifests, ",
@@ -55,25 +54,24 @@ absl::StatusOr<GlobalManifest> GlobalManifest::Build(
   // Group the servers by fingerprint: std::map orders the shards by it.
   std::map<uint64_t, std::vector<int>> by_fingerprint;
   for (int i = 0; i < g.num_servers_; ++i) {
-    const v1::Manifest& m = *manifests[i];
-    if (m.labels_size() != static_cast<int>(m.num_samples()) ||
-        m.raw_sizes_size() != static_cast<int>(m.num_samples())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "storage server ", addresses[i], " sent a manifest of ", m.num_samples(),
-          " samples with ", m.labels_size(), " labels and ", m.raw_sizes_size(), " sizes"));
+    const ServerManifest& m = *manifests[i];
+    if (m.raw_sizes.size() != m.labels.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("storage server ", addresses[i],
+                                                     " sent a manifest with ", m.labels.size(),
+                                                     " labels and ", m.raw_sizes.size(), " sizes"));
     }
-    for (uint32_t label : m.labels()) {
-      if (label >= static_cast<uint32_t>(m.class_names_size())) {
+    for (uint32_t label : m.labels) {
+      if (label >= m.class_names.size()) {
         return absl::InvalidArgumentError(
             absl::StrCat("storage server ", addresses[i], " sent a manifest with label ", label,
-                         " of ", m.class_names_size(), " classes"));
+                         " of ", m.class_names.size(), " classes"));
       }
     }
-    std::vector<int>& group = by_fingerprint[m.fingerprint()];
+    std::vector<int>& group = by_fingerprint[m.fingerprint];
     if (!group.empty() && !SameShard(*manifests[group[0]], m)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "storage servers ", addresses[group[0]], " and ", addresses[i],
-          " report the same dataset fingerprint ", m.fingerprint(),
+          " report the same dataset fingerprint ", m.fingerprint,
           " but different samples or classes: give each shard's servers the same files"));
     }
     group.push_back(i);
@@ -81,34 +79,40 @@ absl::StatusOr<GlobalManifest> GlobalManifest::Build(
   std::set<std::string> names;
   std::set<std::string> classes;
   for (const auto& [fingerprint, servers] : by_fingerprint) {
-    const v1::Manifest& m = *manifests[servers[0]];
-    names.insert(m.dataset_name());
-    classes.insert(m.class_names().begin(), m.class_names().end());
+    const ServerManifest& m = *manifests[servers[0]];
+    names.insert(m.dataset_name);
+    classes.insert(m.class_names.begin(), m.class_names.end());
   }
   g.class_names_.assign(classes.begin(), classes.end());
   g.name_ = absl::StrJoin(names, "+");
   g.shard_of_server_.assign(g.num_servers_, -1);
+  uint64_t total = 0;
+  for (const auto& [fingerprint, servers] : by_fingerprint) {
+    total += manifests[servers[0]]->num_samples();
+  }
+  g.labels_.reserve(total);
+  g.raw_sizes_.reserve(total);
   std::vector<uint64_t> fingerprints;
   bool replicated = false;
   for (const auto& [fingerprint, servers] : by_fingerprint) {
-    const v1::Manifest& m = *manifests[servers[0]];
+    const ServerManifest& m = *manifests[servers[0]];
     Shard shard;
     shard.fingerprint = fingerprint;
-    shard.dataset_name = m.dataset_name();
+    shard.dataset_name = m.dataset_name;
     shard.base = g.labels_.size();
     shard.size = m.num_samples();
     shard.servers = servers;
     replicated = replicated || servers.size() > 1;
     for (int s : servers) g.shard_of_server_[s] = static_cast<int>(g.shards_.size());
     // This shard's labels onto the merged class names.
-    std::vector<uint32_t> to_global(m.class_names_size());
-    for (int c = 0; c < m.class_names_size(); ++c) {
+    std::vector<uint32_t> to_global(m.class_names.size());
+    for (size_t c = 0; c < m.class_names.size(); ++c) {
       to_global[c] = static_cast<uint32_t>(
-          std::lower_bound(g.class_names_.begin(), g.class_names_.end(), m.class_names(c)) -
+          std::lower_bound(g.class_names_.begin(), g.class_names_.end(), m.class_names[c]) -
           g.class_names_.begin());
     }
-    for (uint32_t label : m.labels()) g.labels_.push_back(to_global[label]);
-    g.raw_sizes_.insert(g.raw_sizes_.end(), m.raw_sizes().begin(), m.raw_sizes().end());
+    for (uint32_t label : m.labels) g.labels_.push_back(to_global[label]);
+    g.raw_sizes_.insert(g.raw_sizes_.end(), m.raw_sizes.begin(), m.raw_sizes.end());
     fingerprints.push_back(fingerprint);
     g.shards_.push_back(std::move(shard));
   }

@@ -10,8 +10,8 @@
 // class has one label wherever its samples live. One server: the global
 // manifest is its manifest (same ids, labels, fingerprint).
 //
-// What is kept per sample is compact (a label and a size); relative paths
-// stay with the servers' manifests, for error messages only.
+// What is kept per sample is compact (a label and a size, 8 bytes); relative
+// paths stay on the servers, whose errors name them.
 #ifndef SOPHON_CLIENT_LOADER_GLOBAL_MANIFEST_H_
 #define SOPHON_CLIENT_LOADER_GLOBAL_MANIFEST_H_
 
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "sophon/v1/sophon.pb.h"
+#include "client/loader/server_manifest.h"
 
 namespace sophon {
 
@@ -48,12 +48,14 @@ class GlobalManifest {
   // shard with different class names or sample counts (a fingerprint
   // collision or a malformed manifest), or when a manifest's labels or sizes
   // do not match its sample count.
-  static absl::StatusOr<GlobalManifest> Build(const std::vector<const v1::Manifest*>& manifests,
-                                              const std::vector<std::string>& addresses);
+  static absl::StatusOr<GlobalManifest> Build(
+      const std::vector<const ServerManifest*>& manifests,
+      const std::vector<std::string>& addresses);
 
   uint64_t num_samples() const { return labels_.size(); }
   int num_servers() const { return num_servers_; }
   uint32_t label(uint64_t id) const { return labels_[id]; }
+  // Encoded bytes, saturated at UINT32_MAX (SaturatedSize).
   uint64_t raw_size(uint64_t id) const { return raw_sizes_[id]; }
   const std::vector<std::string>& class_names() const { return class_names_; }
   // One shard: its fingerprint; several: FNV-1a over the shards'
@@ -75,7 +77,7 @@ class GlobalManifest {
  private:
   int num_servers_ = 0;
   std::vector<uint32_t> labels_;
-  std::vector<uint64_t> raw_sizes_;
+  std::vector<uint32_t> raw_sizes_;  // SaturatedSize
   std::vector<std::string> class_names_;
   uint64_t fingerprint_ = 0;
   std::string name_;

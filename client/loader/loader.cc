@@ -55,20 +55,20 @@ absl::Status LoaderOptions::Validate() const {
   return absl::OkStatus();
 }
 
-absl::Status CheckJpegDecodingAgrees(const v1::Manifest& manifest, absl::string_view address,
+absl::Status CheckJpegDecodingAgrees(const ServerManifest& manifest, absl::string_view address,
                                      const DecodeLimits& limits) {
-  if (manifest.lenient_jpeg() == limits.lenient) return absl::OkStatus();
+  if (manifest.lenient_jpeg == limits.lenient) return absl::OkStatus();
   const auto describe = [](bool lenient) {
     return lenient ? "leniently (accepting corrupt-data warnings)" : "strictly";
   };
   return absl::FailedPreconditionError(absl::StrCat(
-      "storage server ", address, " decodes JPEGs ", describe(manifest.lenient_jpeg()),
+      "storage server ", address, " decodes JPEGs ", describe(manifest.lenient_jpeg),
       " but this training node ", describe(limits.lenient),
       " (LoaderOptions.pipeline.limits.lenient): a sample with corrupt data would succeed on "
       "one side and fail on the other, so batches would depend on where each sample is "
       "decoded. Give both or neither of sophon-server --lenient-jpeg and sophon-train "
       "--lenient-jpeg (the server is ",
-      manifest.lenient_jpeg() ? "lenient" : "strict", ", this node ",
+      manifest.lenient_jpeg ? "lenient" : "strict", ", this node ",
       limits.lenient ? "lenient" : "strict", ")"));
 }
 
@@ -650,8 +650,8 @@ void Loader::WorkerLoop() {
         if (!status.ok()) {
           status = absl::Status(
               status.code(),
-              absl::StrCat("sample ", id, " (", servers_->RelativePath(id), " from ",
-                           servers_->address(item.server), ", prepared locally from ",
+              absl::StrCat("sample ", id, " (", servers_->RelativePath(id, item.server),
+                           " from ", servers_->address(item.server), ", prepared locally from ",
                            StageName(received_stage), "): ", status.message()));
         }
       }

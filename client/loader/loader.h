@@ -107,7 +107,7 @@ struct LoaderEpochStats {
 // lenient_jpeg; a server that does not send it is strict); otherwise
 // FAILED_PRECONDITION naming `address` and both sides' setting: a sample
 // would succeed where one side decodes it and fail where the other does.
-absl::Status CheckJpegDecodingAgrees(const v1::Manifest& manifest, absl::string_view address,
+absl::Status CheckJpegDecodingAgrees(const ServerManifest& manifest, absl::string_view address,
                                      const DecodeLimits& limits);
 
 class Loader {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/loader/manifest_reader.h"
 #include "sophon/base/status_macros.h"
 #include "sophon/net/grpc_util.h"
 #include "spdlog/spdlog.h"
@@ -97,6 +98,49 @@ RetryOptions SampleClient::LoggedRetryOptions(absl::string_view what) {
 }
 void FetchCall::Cancel() { context_.TryCancel(); }
 
+// The manifest's calls over the client's stub: each with the unary deadline,
+// retried (with backoff, logged) while the server is unreachable, for up to
+// connect_timeout.
+class SampleClient::Rpcs final : public ManifestRpcs {
+ public:
+  explicit Rpcs(SampleClient* client) : client_(client) {}
+
+  absl::Status GetManifest(v1::Manifest* header) override {
+    return Call("GetManifest", "connect to", "connecting to", [&](grpc::ClientContext* context) {
+      header->Clear();
+      return client_->stub_->GetManifest(context, {}, header);
+    });
+  }
+  absl::Status GetManifestPage(const v1::GetManifestPageRequest& request,
+                               v1::ManifestPage* page) override {
+    return Call(absl::StrCat("GetManifestPage (from sample ", request.start(), ")"),
+                "read the manifest of", "reading the manifest of",
+                [&](grpc::ClientContext* context) {
+                  page->Clear();
+                  return client_->stub_->GetManifestPage(context, request, page);
+                });
+  }
+
+ private:
+  // `doing` and `while_doing` name what is retried, before the address.
+  template <typename F>
+  absl::Status Call(absl::string_view method, absl::string_view doing,
+                    absl::string_view while_doing, F call) {
+    const ClientOptions& o = client_->options_;
+    const std::string what = absl::StrCat(method, " from storage server ", o.address);
+    return Retry(
+        [&] {
+          grpc::ClientContext context;
+          SetDeadline(&context, std::min(o.rpc_timeout, o.connect_timeout));
+          return WrapError(what, call(&context));
+        },
+        absl::StrCat(doing, " storage server ", o.address), absl::Now() + o.connect_timeout,
+        client_->LoggedRetryOptions(absl::StrCat(while_doing, " storage server ", o.address)));
+  }
+
+  SampleClient* const client_;
+};
+
 absl::StatusOr<std::unique_ptr<SampleClient>> SampleClient::Connect(const ClientOptions& options) {
   if (options.address.empty() || options.address.find(':') == std::string::npos) {
     return absl::InvalidArgumentError(
@@ -117,24 +161,10 @@ absl::StatusOr<std::unique_ptr<SampleClient>> SampleClient::Connect(const Client
   if (!channel.ok()) return channel.status();
   client->channel_ = *std::move(channel);
   client->stub_ = v1::SampleService::NewStub(client->channel_);
-  const std::string what = absl::StrCat("GetManifest from storage server ", options.address);
-  absl::Status status = Retry(
-      [&] {
-        grpc::ClientContext context;
-        SetDeadline(&context, std::min(options.rpc_timeout, options.connect_timeout));
-        client->manifest_.Clear();
-        return WrapError(what, client->stub_->GetManifest(&context, {}, &client->manifest_));
-      },
-      absl::StrCat("connect to storage server ", options.address),
-      absl::Now() + options.connect_timeout,
-      client->LoggedRetryOptions(absl::StrCat("connecting to storage server ", options.address)));
-  if (!status.ok()) return WithConnectHint(status, options);
-  const v1::Manifest& m = client->manifest_;
-  if (static_cast<uint32_t>(m.labels_size()) != m.num_samples() ||
-      static_cast<uint32_t>(m.raw_sizes_size()) != m.num_samples()) {
-    return absl::DataLossError(
-        absl::StrCat("storage server ", options.address, " sent an inconsistent manifest"));
-  }
+  Rpcs rpcs(client.get());
+  absl::StatusOr<ServerManifest> manifest = ReadManifest(rpcs, options.address);
+  if (!manifest.ok()) return WithConnectHint(manifest.status(), options);
+  client->manifest_ = *std::move(manifest);
   return client;
 }
 
@@ -153,12 +183,32 @@ absl::StatusOr<v1::ServerStats> SampleClient::GetStats() {
   return stats;
 }
 
+absl::StatusOr<std::vector<std::string>> SampleClient::RelativePaths(
+    const std::vector<uint64_t>& ids) {
+  v1::GetRelativePathsRequest request;
+  request.set_fingerprint(manifest_.fingerprint);
+  for (uint64_t id : ids) request.add_ids(id);
+  v1::RelativePaths response;
+  grpc::ClientContext context;
+  SetDeadline(&context, std::min(options_.rpc_timeout, absl::Seconds(5)));
+  RETURN_IF_ERROR(WrapError(absl::StrCat("GetRelativePaths from storage server ", options_.address),
+                            stub_->GetRelativePaths(&context, request, &response)));
+  if (response.fingerprint() != manifest_.fingerprint ||
+      static_cast<size_t>(response.relative_paths_size()) != ids.size()) {
+    return absl::DataLossError(absl::StrCat("storage server ", options_.address, " sent ",
+                                            response.relative_paths_size(), " paths for ",
+                                            ids.size(), " ids, or of another dataset"));
+  }
+  return std::vector<std::string>(response.relative_paths().begin(),
+                                  response.relative_paths().end());
+}
+
 absl::Status SampleClient::CheckSameDataset(const v1::ServerStats& stats) const {
-  if (stats.dataset_fingerprint() == manifest_.fingerprint()) return absl::OkStatus();
+  if (stats.dataset_fingerprint() == manifest_.fingerprint) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrFormat(
       "storage server %s now serves another dataset (fingerprint %016x, was %016x when this "
       "client read its manifest of %d samples); restart the training job",
-      options_.address, stats.dataset_fingerprint(), manifest_.fingerprint(),
+      options_.address, stats.dataset_fingerprint(), manifest_.fingerprint,
       manifest_.num_samples()));
 }
 

@@ -7,9 +7,11 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/loader/server_manifest.h"
 #include "sophon/base/rate_limiter.h"
 #include "sophon/net/credentials.h"
 #include "sophon/net/grpc_util.h"
@@ -51,16 +53,24 @@ class FetchCall {
 
 class SampleClient {
  public:
-  // Connects and reads the manifest, retrying while the server is unreachable
-  // or restarting; after connect_timeout: UNAVAILABLE naming the address.
-  // InvalidArgument for a malformed address or an unknown credentials kind.
+  // Connects and reads the manifest (ReadManifest: the header, then its
+  // pages), retrying each call while the server is unreachable or
+  // restarting; after connect_timeout: UNAVAILABLE naming the address.
+  // FAILED_PRECONDITION if the server's dataset changed while its manifest
+  // was read. InvalidArgument for a malformed address or an unknown
+  // credentials kind.
   static absl::StatusOr<std::unique_ptr<SampleClient>> Connect(const ClientOptions& options);
 
-  const v1::Manifest& manifest() const { return manifest_; }
+  const ServerManifest& manifest() const { return manifest_; }
   const std::string& address() const { return options_.address; }
   absl::Duration connect_timeout() const { return options_.connect_timeout; }
 
   absl::StatusOr<v1::ServerStats> GetStats();
+  // For messages: the relative paths of samples `ids` (at most 16) of this
+  // server's manifest, in one call without retries, with a deadline of at
+  // most 5 s. Errors name the address; FAILED_PRECONDITION if the server now
+  // serves another dataset.
+  absl::StatusOr<std::vector<std::string>> RelativePaths(const std::vector<uint64_t>& ids);
   std::unique_ptr<FetchCall> OpenFetch();
   // FAILED_PRECONDITION naming the address if `stats` (from GetStats) shows
   // the server now serves another dataset than the manifest this client read
@@ -81,11 +91,12 @@ class SampleClient {
  private:
   SampleClient() = default;
   RetryOptions LoggedRetryOptions(absl::string_view what);
+  class Rpcs;  // ManifestRpcs over stub_
 
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::SampleService::Stub> stub_;
-  v1::Manifest manifest_;
+  ServerManifest manifest_;
   RateLimiter retry_log_{1, absl::Seconds(5)};
 };
 

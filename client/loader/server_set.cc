@@ -42,7 +42,7 @@ absl::StatusOr<std::unique_ptr<ServerSet>> ServerSet::Of(
 }
 
 absl::StatusOr<std::unique_ptr<ServerSet>> ServerSet::Build(std::unique_ptr<ServerSet> set) {
-  std::vector<const v1::Manifest*> manifests;
+  std::vector<const ServerManifest*> manifests;
   for (SampleClient* c : set->clients_) {
     manifests.push_back(&c->manifest());
     set->addresses_.push_back(c->address());
@@ -53,13 +53,11 @@ absl::StatusOr<std::unique_ptr<ServerSet>> ServerSet::Build(std::unique_ptr<Serv
   return set;
 }
 
-std::string ServerSet::RelativePath(uint64_t id) const {
-  if (id >= manifest_.num_samples()) return "?";
-  const Shard& shard = manifest_.shards()[manifest_.ShardOf(id)];
-  const v1::Manifest& m = clients_[shard.servers[0]]->manifest();
-  const uint64_t local = id - shard.base;
-  if (local >= static_cast<uint64_t>(m.relative_paths_size())) return "?";
-  return m.relative_paths(static_cast<int>(local));
+std::string ServerSet::RelativePath(uint64_t id, int server) const {
+  const uint64_t local = manifest_.LocalId(id);
+  absl::StatusOr<std::vector<std::string>> paths = clients_[server]->RelativePaths({local});
+  if (paths.ok()) return (*paths)[0];
+  return absl::StrCat("its sample ", local, " (path unknown: ", paths.status().message(), ")");
 }
 
 }  // namespace sophon

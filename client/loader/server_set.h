@@ -30,8 +30,11 @@ class ServerSet {
   const std::string& address(int server) const { return addresses_[server]; }
   const std::vector<std::string>& addresses() const { return addresses_; }
   const GlobalManifest& manifest() const { return manifest_; }
-  // Global sample `id`'s relative path on its servers (for messages), or "?".
-  std::string RelativePath(uint64_t id) const;
+  // For messages: global sample `id`'s relative path, asked of server
+  // `server` (one that holds it; SampleClient::RelativePaths), or "its sample
+  // N (path unknown: REASON)" when the server cannot say.
+  // REQUIRES: id < manifest().num_samples().
+  std::string RelativePath(uint64_t id, int server) const;
   // "sharded: 3000 samples, ... on a, b, c".
   std::string Describe() const { return manifest_.Describe(addresses_); }
 

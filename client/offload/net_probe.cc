@@ -11,7 +11,7 @@
 namespace sophon {
 absl::StatusOr<NetProbeResult> ProbeBandwidth(SampleClient* client,
                                               const NetProbeOptions& options) {
-  const v1::Manifest& manifest = client->manifest();
+  const ServerManifest& manifest = client->manifest();
   std::vector<uint64_t> order = EpochOrder(options.seed, /*epoch=*/~0ULL, manifest.num_samples());
   if (static_cast<int64_t>(order.size()) > options.max_samples) order.resize(options.max_samples);
   absl::StatusOr<v1::ServerStats> stats0 = client->GetStats();

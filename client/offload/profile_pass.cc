@@ -62,9 +62,9 @@ class RecordingRawPolicy final : public OffloadPolicy {
 // to min(prep workers, cpu limit) CPUs, so wall times measured on one prep
 // worker are scaled by this factor (1 without such a quota) to count the
 // quota once.
-double StorageWallScale(const v1::Manifest& manifest) {
-  if (manifest.cpu_limit() <= 0 || manifest.prep_workers() == 0) return 1.0;
-  return std::min(1.0, manifest.cpu_limit() / manifest.prep_workers());
+double StorageWallScale(const ServerManifest& manifest) {
+  if (manifest.cpu_limit <= 0 || manifest.prep_workers == 0) return 1.0;
+  return std::min(1.0, manifest.cpu_limit / manifest.prep_workers);
 }
 
 // The storage node's time for a sample's ops, without the file read (the cost
@@ -81,12 +81,12 @@ double ServerOpSeconds(double wall, double cpu, double read, double wall_scale) 
 absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
                                                   const LoaderOptions& loader_options,
                                                   int speed_probe_samples) {
-  const v1::Manifest& manifest = client->manifest();
+  const ServerManifest& manifest = client->manifest();
   const uint64_t n = manifest.num_samples();
   const int s = loader_options.pipeline.augment.crop_size;
   const absl::Time start = absl::Now();
   spdlog::info("profiling {} samples of '{}' through {} (a pass without training)", n,
-               manifest.dataset_name(), client->address());
+               manifest.dataset_name, client->address());
 
   LoaderOptions options = loader_options;
   options.on_bad_sample = BadSamplePolicy::kSkip;
@@ -118,15 +118,15 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
   const std::vector<char> ok = all_raw.ok();
 
   DatasetProfile profile;
-  profile.dataset = manifest.dataset_name();
-  profile.fingerprint = manifest.fingerprint();
+  profile.dataset = manifest.dataset_name;
+  profile.fingerprint = manifest.fingerprint;
   profile.crop_size = s;
   profile.times_source = TimesSource::kMeasured;
   profile.samples.resize(n);
   for (uint64_t id = 0; id < n; ++id) {
     SampleProfile& p = profile.samples[id];
     p.id = id;
-    p.bytes[kFirstStage] = std::max<uint64_t>(1, manifest.raw_sizes(static_cast<int>(id)));
+    p.bytes[kFirstStage] = std::max<uint64_t>(1, manifest.raw_sizes[id]);
     SetSizedStageBytes(s, &p);
     // A stage whose size the crop size does not fix (opaque, after the first)
     // is as large as the pass saw it; a bad sample counts as its file size.

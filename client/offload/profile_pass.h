@@ -32,7 +32,7 @@ absl::Status WriteProfileOverNetwork(SampleClient* client, const LoaderOptions& 
 // by prep_workers / cpu_limit; the cost model charges the storage node's work
 // to min(prep workers, cpu limit) CPUs, so wall times measured on one prep
 // worker are scaled by this factor (1 without such a quota).
-double StorageWallScale(const v1::Manifest& manifest);
+double StorageWallScale(const ServerManifest& manifest);
 
 // The storage node's time for a sample's ops, without the file read (the cost
 // model charges it per byte), from what the server reported (see the

@@ -282,7 +282,7 @@ std::vector<ReplanEvent> SmartoffPolicy::replan_events() const {
 absl::StatusOr<StorageMeasurement> MeasureStorageServer(SampleClient* client,
                                                         const LoaderOptions& loader_options,
                                                         const SmartoffOptions& options) {
-  const v1::Manifest& manifest = client->manifest();
+  const ServerManifest& manifest = client->manifest();
   StorageMeasurement out;
   // The probe gives the link rate and what receiving costs this node's CPUs.
   NetProbeOptions probe_options;
@@ -307,13 +307,13 @@ absl::StatusOr<StorageMeasurement> MeasureStorageServer(SampleClient* client,
   out.server.net_bytes_per_s = options.net_bw_mbit > 0 ? MbitToBytesPerSecond(options.net_bw_mbit)
                                                        : probe->bytes_per_second;
   // The storage node's CPUs: its prep workers, or its CPU quota when smaller.
-  const double prep_workers = static_cast<double>(manifest.prep_workers());
-  const double cpu_limit = manifest.cpu_limit() > 0 ? manifest.cpu_limit() : prep_workers;
+  const double prep_workers = static_cast<double>(manifest.prep_workers);
+  const double cpu_limit = manifest.cpu_limit > 0 ? manifest.cpu_limit : prep_workers;
   out.server.remote_cpus =
       options.remote_cpus > 0 ? options.remote_cpus : std::min(prep_workers, cpu_limit);
   if (cpu_limit < prep_workers) {
     spdlog::info("smartoff: storage node {} may use {:.2f} CPUs for its {} prep workers",
-                 client->address(), cpu_limit, manifest.prep_workers());
+                 client->address(), cpu_limit, manifest.prep_workers);
   }
   return out;
 }
@@ -361,9 +361,9 @@ absl::StatusOr<DatasetProfile> LoadOrMakeProfile(
 absl::StatusOr<std::unique_ptr<SmartoffPolicy>> CreateSmartoffPolicy(
     SampleClient* client, const LoaderOptions& loader_options, const SmartoffOptions& options) {
   if (absl::Status st = options.Validate(); !st.ok()) return st;
-  const v1::Manifest& manifest = client->manifest();
+  const ServerManifest& manifest = client->manifest();
   absl::StatusOr<DatasetProfile> profile = LoadOrMakeProfile(
-      manifest.dataset_name(), manifest.fingerprint(), manifest.num_samples(), loader_options,
+      manifest.dataset_name, manifest.fingerprint, manifest.num_samples(), loader_options,
       options, [&] {
         return ProfileOverNetwork(client, loader_options, options.speed_probe_samples);
       });

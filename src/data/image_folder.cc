@@ -111,17 +111,18 @@ absl::StatusOr<std::unique_ptr<ImageFolderSource>> ImageFolderSource::Open(
   }
   const bool inside_only = options.follow_symlinks == FollowSymlinks::kInside;
   int skipped_links = 0;
-  // Under kInside, whether the entry at `path` (a link, or in a linked class
-  // directory) resolves inside the root; logs the first refusals.
-  auto allowed = [&](const fs::path& path, bool in_linked_dir, const std::string& shown) {
-    if (!inside_only || (!in_linked_dir && !IsSymlink(path))) return true;
+  // Under kInside, whether the entry at `path` resolves inside the root when
+  // it is `linked` (a link, or in a linked class directory); logs the first
+  // refusals.
+  auto allowed = [&](const fs::path& path, bool linked, absl::string_view relative) {
+    if (!inside_only || !linked) return true;
     const std::string real = RealPath(path.string());
     if (real.empty()) return false;  // a dangling link: nothing to serve
     if (IsUnder(real, ds->real_root_)) return true;
     if (skipped_links++ < kLoggedSkips) {
       spdlog::warn("dataset {}: skipping '{}': a link to '{}', outside the dataset root "
                    "(ImageFolderOptions.follow_symlinks is inside)",
-                   EscapeName(root), shown, EscapeName(real));
+                   EscapeName(root), EscapeName(relative), EscapeName(real));
     }
     return false;
   };
@@ -132,14 +133,33 @@ absl::StatusOr<std::unique_ptr<ImageFolderSource>> ImageFolderSource::Open(
     const std::string name = it->path().filename().string();
     std::error_code type_ec;
     if (name.empty() || name[0] == '.' || !it->is_directory(type_ec)) continue;
-    if (allowed(it->path(), false, EscapeName(name))) class_dirs.push_back(name);
+    std::error_code link_ec;  // the entry's own type comes from the listing
+    if (allowed(it->path(), it->is_symlink(link_ec), name)) {
+      class_dirs.push_back(name);
+    }
   }
   if (ec) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot list dataset directory '", EscapeName(root), "': ", ec.message()));
   }
   std::sort(class_dirs.begin(), class_dirs.end());
-  std::vector<ManifestEntry> disk_entries;  // relative paths as on disk
+  // A first pass counts the candidates (names only: no stat), so that the
+  // table is made at its size instead of growing by doubling.
+  size_t candidates = 0, candidate_bytes = 0;
+  for (const std::string& cls : class_dirs) {
+    std::error_code count_ec;
+    for (fs::directory_iterator f(fs::path(root) / cls, count_ec); !count_ec && f != end;
+         f.increment(count_ec)) {
+      const std::string name = f->path().filename().string();
+      if (!IsJpegName(name)) continue;
+      ++candidates;
+      candidate_bytes += cls.size() + 1 + name.size();
+    }
+  }
+  ds->manifest_.Reserve(candidates, candidate_bytes);
+  // One class at a time, straight into the compact table: nothing per sample
+  // but the table is held for the whole dataset.
+  ManifestHasher hasher;  // over the names as on disk
   for (uint32_t label = 0; label < class_dirs.size(); ++label) {
     const std::string& cls = class_dirs[label];
     const fs::path dir = fs::path(root) / cls;
@@ -147,11 +167,13 @@ absl::StatusOr<std::unique_ptr<ImageFolderSource>> ImageFolderSource::Open(
     std::vector<std::pair<std::string, uint64_t>> files;
     for (fs::directory_iterator f(dir, ec); !ec && f != end; f.increment(ec)) {
       const std::string name = f->path().filename().string();
-      std::error_code type_ec, size_ec;
-      if (!IsJpegName(name) || !f->is_regular_file(type_ec)) continue;
-      if (!allowed(f->path(), linked_dir, EscapeName(cls + "/" + name))) continue;
-      const uintmax_t size = f->file_size(size_ec);
-      files.emplace_back(name, size_ec ? 0 : size);
+      if (!IsJpegName(name)) continue;
+      // One stat (following links) for the type and the size.
+      struct stat st;
+      if (::stat(f->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      std::error_code link_ec;  // the entry's own type comes from the listing
+      if (!allowed(f->path(), linked_dir || f->is_symlink(link_ec), cls + "/" + name)) continue;
+      files.emplace_back(name, static_cast<uint64_t>(st.st_size));
     }
     if (ec) {
       return absl::FailedPreconditionError(absl::StrCat("cannot list class directory '",
@@ -159,19 +181,20 @@ absl::StatusOr<std::unique_ptr<ImageFolderSource>> ImageFolderSource::Open(
                                                         EscapeName(root), "': ", ec.message()));
     }
     std::sort(files.begin(), files.end());
-    for (auto& [name, size] : files) {
-      ManifestEntry entry;
-      entry.relative_path = absl::StrCat(cls, "/", name);
-      entry.label = label;
-      entry.raw_size = size;
-      disk_entries.push_back(std::move(entry));
+    for (const auto& [name, size] : files) {
+      const std::string on_disk = absl::StrCat(cls, "/", name);
+      hasher.Add(on_disk, size, label);
+      std::string escaped = EscapeName(on_disk);
+      if (escaped != on_disk) ds->disk_paths_.emplace(ds->manifest_.size(), on_disk);
+      ds->manifest_.Add(escaped, label, size);
     }
   }
+  ds->manifest_.ShrinkToFit();
   if (skipped_links > kLoggedSkips) {
     spdlog::warn("dataset {}: skipped {} links to outside the dataset root in all",
                  EscapeName(root), skipped_links);
   }
-  if (disk_entries.empty()) {
+  if (ds->manifest_.size() == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "dataset directory '", EscapeName(root),
         "' holds no samples (expected ImageFolder layout: ROOT/CLASS/*.jpg)",
@@ -183,16 +206,18 @@ absl::StatusOr<std::unique_ptr<ImageFolderSource>> ImageFolderSource::Open(
   }
   // The fingerprint hashes the names as on disk: escaping them for the
   // manifest changes no dataset's fingerprint.
-  ds->fingerprint_ = ManifestFingerprint(disk_entries);
+  ds->fingerprint_ = hasher.value();
   ds->class_names_.reserve(class_dirs.size());
   for (const std::string& cls : class_dirs) ds->class_names_.push_back(EscapeName(cls));
-  ds->entries_ = disk_entries;
-  ds->disk_paths_.reserve(disk_entries.size());
-  for (size_t i = 0; i < disk_entries.size(); ++i) {
-    ds->entries_[i].relative_path = EscapeName(disk_entries[i].relative_path);
-    ds->disk_paths_.push_back(std::move(disk_entries[i].relative_path));
-  }
   return ds;
+}
+
+absl::string_view ImageFolderSource::DiskPath(uint64_t id) const {
+  if (!disk_paths_.empty()) {
+    auto it = disk_paths_.find(id);
+    if (it != disk_paths_.end()) return it->second;
+  }
+  return manifest_.relative_path(id);
 }
 
 std::string ImageFolderSource::name() const {
@@ -202,15 +227,15 @@ std::string ImageFolderSource::name() const {
 }
 
 absl::StatusOr<std::string> ImageFolderSource::Read(uint64_t id) const {
-  if (id >= entries_.size()) {
+  if (id >= manifest_.size()) {
     return absl::OutOfRangeError(
-        absl::StrCat("sample ", id, " is outside the manifest of ", entries_.size(), " samples"));
+        absl::StrCat("sample ", id, " is outside the manifest of ", manifest_.size(), " samples"));
   }
   auto error = [&](absl::StatusCode code, absl::string_view what) {
-    return absl::Status(code, absl::StrCat("sample ", id, " (", entries_[id].relative_path,
+    return absl::Status(code, absl::StrCat("sample ", id, " (", manifest_.relative_path(id),
                                            "): ", what));
   };
-  const std::string path = (fs::path(root_) / disk_paths_[id]).string();
+  const std::string path = (fs::path(root_) / std::string(DiskPath(id))).string();
   // O_NONBLOCK: opening a FIFO swapped in for the file must not wait for a writer.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) {
@@ -278,9 +303,11 @@ absl::StatusOr<std::string> ImageFolderSource::Read(uint64_t id) const {
 
 std::vector<std::string> ImageFolderSource::FilePaths() const {
   std::vector<std::string> paths;
-  paths.reserve(disk_paths_.size());
+  paths.reserve(manifest_.size());
   const fs::path root(root_);
-  for (const std::string& p : disk_paths_) paths.push_back((root / p).string());
+  for (uint64_t id = 0; id < manifest_.size(); ++id) {
+    paths.push_back((root / std::string(DiskPath(id))).string());
+  }
   return paths;
 }
 

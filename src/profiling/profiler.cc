@@ -44,7 +44,7 @@ absl::StatusOr<DatasetProfile> MeasureProfile(const SampleSource& source,
       const auto fail = [&](const absl::Status& error) {
         return absl::Status(error.code(),
                             absl::StrCat("profiling sample ", id, " (",
-                                         source.entry(id).relative_path, "): ", error.message()));
+                                         source.manifest().relative_path(id), "): ", error.message()));
       };
       if (epoch == 0) {
         absl::StatusOr<ImageInfo> info = ReadJpegInfo(bytes, options.pipeline.limits);

@@ -156,7 +156,7 @@ TEST_F(ClusterTest, EveryModeDeliversEverySampleOnceAndIdenticalBatches) {
     for (const Batch& b : *batches) {
       ids.insert(b.ids.begin(), b.ids.end());
       for (size_t i = 0; i < b.ids.size(); ++i) {
-        EXPECT_EQ(b.labels[i], client_->manifest().labels(b.ids[i]));
+        EXPECT_EQ(b.labels[i], client_->manifest().labels[b.ids[i]]);
       }
     }
     EXPECT_EQ(ids.size(), 21u);
@@ -509,7 +509,7 @@ TEST_F(ClusterTest, BandwidthProbeMovesRawBytes) {
   absl::StatusOr<NetProbeResult> probe = ProbeBandwidth(client_.get(), options);
   ASSERT_TRUE(probe.ok()) << probe.status();
   uint64_t total = 0;
-  for (uint64_t size : client_->manifest().raw_sizes()) total += size;
+  for (uint64_t size : client_->manifest().raw_sizes) total += size;
   EXPECT_EQ(probe->samples, 40);
   EXPECT_EQ(probe->bytes, total);
   EXPECT_GT(probe->bytes_per_second, 1e6);  // loopback moves far more than 1 MB/s

@@ -81,7 +81,7 @@ TEST_F(LoaderMemoryTest, BatchBuffersAndQueuedPayloadsStayWithinTheDocumentedBou
   const uint64_t b = options_.batch_size;
   const uint64_t s = options_.pipeline.augment.crop_size;
   uint64_t max_raw = 0;
-  for (uint64_t size : client_->manifest().raw_sizes()) max_raw = std::max(max_raw, size);
+  for (uint64_t size : client_->manifest().raw_sizes) max_raw = std::max<uint64_t>(max_raw, size);
   struct Case {
     Stage stage;
     uint64_t payload;  // most bytes of one sample's payload

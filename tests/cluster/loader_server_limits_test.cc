@@ -271,7 +271,7 @@ TEST_F(LoaderServerLimitsTest, LenientJpegMustAgreeWithTheServer) {
   for (bool server_lenient : {false, true}) {
     client_.reset();
     StartServer(root, [&](ServiceOptions* s) { s->limits.lenient = server_lenient; });
-    EXPECT_EQ(client_->manifest().lenient_jpeg(), server_lenient);
+    EXPECT_EQ(client_->manifest().lenient_jpeg, server_lenient);
     for (bool client_lenient : {false, true}) {
       SCOPED_TRACE(absl::StrCat("server lenient ", server_lenient, ", client lenient ",
                                 client_lenient));
@@ -304,8 +304,8 @@ TEST_F(LoaderServerLimitsTest, LenientJpegMustAgreeWithTheServer) {
     server_.reset();
   }
   // An older server sends no lenient_jpeg: strict.
-  v1::Manifest old_server;
-  old_server.set_num_samples(1);
+  ServerManifest old_server;
+  old_server.labels = {0};
   DecodeLimits strict, lenient;
   lenient.lenient = true;
   EXPECT_TRUE(CheckJpegDecodingAgrees(old_server, "127.0.0.1:1", strict).ok());

@@ -170,8 +170,11 @@ TEST_F(MultiServerTest, ShardedLayoutServesTheUnionWithGlobalLabelsAndKeys) {
   ASSERT_EQ(set_->manifest().layout(), DatasetLayout::kSharded);
   EXPECT_EQ(set_->manifest().class_names().size(), 3u);
   for (uint64_t id = 0; id < set_->manifest().num_samples(); ++id) {
-    // Each sample's label is its class folder's name in the merged list.
-    const std::string path = set_->RelativePath(id);
+    // Each sample's label is its class folder's name in the merged list (the
+    // path from the server's own manifest: paths do not cross the network).
+    const Shard& shard = set_->manifest().shards()[set_->manifest().ShardOf(id)];
+    const std::string path =
+        servers_[shard.servers[0]]->source().entry(set_->manifest().LocalId(id)).relative_path;
     EXPECT_EQ(set_->manifest().class_names()[set_->manifest().label(id)],
               path.substr(0, path.find('/')))
         << path;

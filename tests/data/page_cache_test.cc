@@ -82,7 +82,7 @@ TEST(PageCacheTest, DatasetFilePathsAreTheManifestFiles) {
   absl::StatusOr<CacheResidency> r = MeasureResidency(paths);
   ASSERT_TRUE(r.ok()) << r.status();
   uint64_t total = 0;
-  for (const ManifestEntry& e : (*ds)->entries()) total += e.raw_size;
+  for (uint64_t id = 0; id < (*ds)->size(); ++id) total += (*ds)->manifest().raw_size(id);
   EXPECT_EQ(r->bytes, total);
   EXPECT_EQ(r->files, 4u);
 }

@@ -22,6 +22,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "server/fetch_request.h"
+#include "server/manifest_pages.h"
 #include "server/memory_bound.h"
 #include "sophon/base/process_status.h"
 #include "sophon/data/image_folder.h"
@@ -135,7 +136,7 @@ TEST(ServerMemoryTest, PeakMemoryWithEveryStreamHoldingAMaximalPendingRequestIsU
   client_options.address = server.address();
   absl::StatusOr<std::unique_ptr<SampleClient>> client = SampleClient::Connect(client_options);
   ASSERT_TRUE(client.ok()) << client.status();
-  const v1::Manifest& manifest = (*client)->manifest();
+  const ServerManifest& manifest = (*client)->manifest();
   const absl::StatusOr<ProcessStatus> idle = server.Status();
   ASSERT_TRUE(idle.ok()) << idle.status();
 
@@ -185,9 +186,13 @@ TEST(ServerMemoryTest, PeakMemoryWithEveryStreamHoldingAMaximalPendingRequestIsU
   }
   const absl::StatusOr<ProcessStatus> peak = server.Status();
   ASSERT_TRUE(peak.ok()) << peak.status();
-  const ServerMemoryBound bound =
-      ComputeServerMemoryBound(service, static_cast<int64_t>(manifest.ByteSizeLong()),
-                               max_file_bytes);
+  // What the server's manifest holds: the same source and pages, built here.
+  absl::StatusOr<std::unique_ptr<ImageFolderSource>> source = ImageFolderSource::Open(root);
+  ASSERT_TRUE(source.ok()) << source.status();
+  const ManifestPages pages(**source, v1::Manifest(), service.manifest_page_bytes);
+  const ServerMemoryBound bound = ComputeServerMemoryBound(
+      service, static_cast<int64_t>((*source)->manifest().memory_bytes() + pages.memory_bytes()),
+      max_file_bytes);
   const double mib = 1 << 20;
   std::printf("server RSS idle %.0f MiB, peak %.0f MiB; pending requests %.0f MiB; streams %u; "
               "bound %s\n",

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <memory>
 #include <set>
 #include <utility>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "sophon/data/image_folder.h"
 #include "sophon/net/wire.h"
 #include "tools/bench/h2_raw.h"
 
@@ -146,7 +148,7 @@ std::string AttackResult::Brief() const {
   return s;
 }
 
-Attack::Attack(const AttackOptions& options, const v1::Manifest* manifest)
+Attack::Attack(const AttackOptions& options, const ServerManifest* manifest)
     : options_(options), manifest_(manifest) {}
 
 Attack::~Attack() { Stop(); }
@@ -178,7 +180,7 @@ namespace {
 // The state of one attack's run: its connections and what they did.
 class Runner {
  public:
-  Runner(const AttackOptions& o, const v1::Manifest* manifest, absl::Notification* stop,
+  Runner(const AttackOptions& o, const ServerManifest* manifest, absl::Notification* stop,
          absl::Notification* started)
       : o_(o), manifest_(manifest), stop_(stop), started_(started),
         t0_(absl::Now()), deadline_(t0_ + o.time),
@@ -336,8 +338,8 @@ class Runner {
         ids.push_back((static_cast<uint64_t>(s) * o_.samples_per_stream + k) % n);
       }
       for (uint64_t id : ids) {
-        asked += o_.stage == Stage::kRaw && static_cast<int>(id) < manifest_->raw_sizes_size()
-                     ? static_cast<double>(manifest_->raw_sizes(static_cast<int>(id)))
+        asked += o_.stage == Stage::kRaw && id < manifest_->raw_sizes.size()
+                     ? static_cast<double>(manifest_->raw_sizes[id])
                      : static_cast<double>(StagePayloadBytes(o_.stage, o_.crop_size));
       }
       buffers_.push_back(FetchMessages(ids, o_.stage, o_.crop_size));
@@ -446,23 +448,23 @@ class Runner {
   }
 
   void GrowFile() {
-    // The sample's id: the manifest's relative path that ends the file's path.
-    int id = -1;
-    for (int i = 0; i < manifest_->relative_paths_size(); ++i) {
-      const std::string& rel = manifest_->relative_paths(i);
-      if (o_.grow_file.size() > rel.size() &&
-          o_.grow_file.compare(o_.grow_file.size() - rel.size(), rel.size(), rel) == 0 &&
-          o_.grow_file[o_.grow_file.size() - rel.size() - 1] == '/') {
-        id = i;
-        break;
-      }
+    // The sample's id: the file's place in its dataset, listed as the server
+    // lists it (manifests carry no paths).
+    int64_t id = -1;
+    const std::filesystem::path file(o_.grow_file);
+    absl::StatusOr<std::unique_ptr<ImageFolderSource>> dataset =
+        ImageFolderSource::Open(file.parent_path().parent_path().string());
+    if (dataset.ok()) {
+      const std::vector<std::string> paths = (*dataset)->FilePaths();
+      const auto it = std::find(paths.begin(), paths.end(), file.string());
+      if (it != paths.end()) id = it - paths.begin();
     }
-    if (id < 0) {
+    if (id < 0 || static_cast<uint64_t>(id) >= manifest_->num_samples()) {
       r_.first_error = absl::StrCat(o_.grow_file, " is no sample of the server's dataset");
       return;
     }
     const int64_t before = FileSize(o_.grow_file);
-    r_.figures["manifest_file_bytes"] = static_cast<double>(manifest_->raw_sizes(id));
+    r_.figures["manifest_file_bytes"] = static_cast<double>(manifest_->raw_sizes[id]);
     r_.figures["file_bytes_before"] = static_cast<double>(before);
     if (FILE* f = std::fopen(o_.grow_file.c_str(), "ab")) {
       const std::string chunk(size_t{1} << 20, '\0');
@@ -527,7 +529,7 @@ class Runner {
   }
 
   const AttackOptions& o_;
-  const v1::Manifest* const manifest_;
+  const ServerManifest* const manifest_;
   absl::Notification* const stop_;
   absl::Notification* const started_;
   const absl::Time t0_;

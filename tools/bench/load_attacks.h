@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "client/loader/server_manifest.h"
 #include "sophon/ops/stage.h"
 #include "sophon/v1/sophon.pb.h"
 
@@ -65,7 +66,9 @@ struct AttackOptions {
   // unreadunary, else 65535).
   int64_t receive_window = -1;
   // growfile: a sample file of the server's dataset (absolute path), grown by
-  // appending to grow_to_bytes, then requested grow_requests times.
+  // appending to grow_to_bytes, then requested grow_requests times. Its id
+  // comes from listing its dataset (the folder two levels up) as a server
+  // with the default ImageFolderOptions does: manifests carry no paths.
   std::string grow_file;
   int64_t grow_to_bytes = int64_t{60} << 20;
   int grow_requests = 40;
@@ -104,8 +107,8 @@ struct AttackResult {
 // One attack on a thread of its own.
 class Attack {
  public:
-  // `manifest`: the server's (sample count and paths); outlives the attack.
-  Attack(const AttackOptions& options, const v1::Manifest* manifest);
+  // `manifest`: the server's (sample count and sizes); outlives the attack.
+  Attack(const AttackOptions& options, const ServerManifest* manifest);
   ~Attack();  // stops and joins
   Attack(const Attack&) = delete;
   Attack& operator=(const Attack&) = delete;
@@ -124,7 +127,7 @@ class Attack {
   void Run();
 
   const AttackOptions options_;
-  const v1::Manifest* const manifest_;
+  const ServerManifest* const manifest_;
   absl::Notification stop_;
   absl::Notification started_;
   std::thread thread_;

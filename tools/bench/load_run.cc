@@ -127,10 +127,10 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
   copts.connect_timeout = options.connect_timeout;
   absl::StatusOr<std::unique_ptr<SampleClient>> client = SampleClient::Connect(copts);
   if (!client.ok()) return client.status();
-  const v1::Manifest& manifest = (*client)->manifest();
-  r.dataset = manifest.dataset_name();
+  const ServerManifest& manifest = (*client)->manifest();
+  r.dataset = manifest.dataset_name;
   r.num_samples = manifest.num_samples();
-  r.server_prep_workers = manifest.prep_workers();
+  r.server_prep_workers = manifest.prep_workers;
   if (r.num_samples == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("storage server ", options.address, " serves no samples"));

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -40,11 +41,12 @@ struct ImageFolderOptions {
 // Immutable after Open(); all methods are thread-safe. Read opens the file
 // on every call (no cache of its own: the page cache is the cache).
 //
-// Names on disk are untrusted: the manifest (entries(), class_names()) holds
+// Names on disk are untrusted: the manifest (manifest(), class_names()) holds
 // them escaped (EscapeName: valid UTF-8 without control characters, so a
 // manifest always serialises and a log line cannot be forged), while reads
-// use the names as they are on disk. The fingerprint hashes the names on
-// disk, so it is the same as before names were escaped.
+// use the names as they are on disk (kept a second time only for the rare
+// names that escaping changes). The fingerprint hashes the names on disk, so
+// it is the same as before names were escaped.
 class ImageFolderSource final : public SampleSource {
  public:
   // Scans `root`: classes are the sorted sub-directory names, samples the
@@ -62,7 +64,7 @@ class ImageFolderSource final : public SampleSource {
 
   // Last path component of root (escaped).
   std::string name() const override;
-  const std::vector<ManifestEntry>& entries() const override { return entries_; }
+  const ManifestTable& manifest() const override { return manifest_; }
   const std::vector<std::string>& class_names() const override { return class_names_; }
   uint64_t fingerprint() const override { return fingerprint_; }
   // Reads the sample's file, never blocking on it and never reading more than
@@ -82,13 +84,16 @@ class ImageFolderSource final : public SampleSource {
 
  private:
   ImageFolderSource() = default;
+  // Sample `id`'s relative path as on disk.
+  absl::string_view DiskPath(uint64_t id) const;
 
   std::string root_;
   std::string real_root_;  // root_ with every link resolved (realpath)
   ImageFolderOptions options_;
   std::vector<std::string> class_names_;  // escaped
-  std::vector<ManifestEntry> entries_;    // relative_path escaped
-  std::vector<std::string> disk_paths_;   // relative paths as on disk, by id
+  ManifestTable manifest_;                // relative paths escaped
+  // The relative paths on disk of the samples whose escaped path differs.
+  std::unordered_map<uint64_t, std::string> disk_paths_;
   uint64_t fingerprint_ = 0;
 };
 

@@ -11,17 +11,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "sophon/data/manifest_table.h"
 
 namespace sophon {
-
-// One sample of a manifest. A sample's id is its index in the manifest.
-struct ManifestEntry {
-  // Where the sample lives in its source ("class_name/file.jpg"), as valid
-  // UTF-8 without control characters (EscapeName) for manifests and logs.
-  std::string relative_path;
-  uint32_t label = 0;         // index into class_names()
-  uint64_t raw_size = 0;      // bytes of the sample when the manifest was built
-};
 
 // The manifest and the sample bytes of one dataset. The manifest is fixed
 // when the source is opened (deterministic order: the same files give the
@@ -34,11 +26,11 @@ class SampleSource {
   // Short name of the dataset (ImageFolder: the last component of its root),
   // reported to clients and used to name profiles.
   virtual std::string name() const = 0;
-  // The manifest, in id order.
-  virtual const std::vector<ManifestEntry>& entries() const = 0;
-  // Class names, indexed by ManifestEntry::label.
+  // The manifest, in id order (labels, sizes and escaped relative paths).
+  virtual const ManifestTable& manifest() const = 0;
+  // Class names, indexed by label.
   virtual const std::vector<std::string>& class_names() const = 0;
-  // Identifies the manifest: ManifestFingerprint over the entries for every
+  // Identifies the manifest: ManifestHasher over the samples for every
   // source (with the relative paths as the source stores them, before any
   // escaping for display), so that a profile or a client can tell whether the
   // samples changed.
@@ -58,14 +50,11 @@ class SampleSource {
   // the server reserves at most this much for a sample before reading it.
   virtual uint64_t max_sample_bytes() const { return UINT64_MAX; }
 
-  size_t size() const { return entries().size(); }
-  // REQUIRES: id < size().
-  const ManifestEntry& entry(uint64_t id) const { return entries()[id]; }
+  size_t size() const { return manifest().size(); }
+  // A copy of sample `id`'s entry (for messages and tests; hot paths read
+  // manifest().label(id) and the like). REQUIRES: id < size().
+  ManifestEntry entry(uint64_t id) const { return manifest().entry(id); }
 };
-
-// FNV-1a (64 bit) over every entry's (relative path, raw size, label), in
-// order: the fingerprint every SampleSource reports.
-uint64_t ManifestFingerprint(const std::vector<ManifestEntry>& entries);
 
 }  // namespace sophon
 

@@ -9,24 +9,22 @@ namespace sophon {
 namespace {
 
 // A manifest of `classes` and per-sample labels (into them).
-v1::Manifest MakeManifest(const std::string& name, uint64_t fingerprint,
-                          const std::vector<std::string>& classes,
-                          const std::vector<uint32_t>& labels) {
-  v1::Manifest m;
-  m.set_dataset_name(name);
-  m.set_fingerprint(fingerprint);
-  m.set_num_samples(static_cast<uint32_t>(labels.size()));
-  for (const std::string& c : classes) m.add_class_names(c);
+ServerManifest MakeManifest(const std::string& name, uint64_t fingerprint,
+                            const std::vector<std::string>& classes,
+                            const std::vector<uint32_t>& labels) {
+  ServerManifest m;
+  m.dataset_name = name;
+  m.fingerprint = fingerprint;
+  m.class_names = classes;
+  m.labels = labels;
   for (size_t i = 0; i < labels.size(); ++i) {
-    m.add_labels(labels[i]);
-    m.add_raw_sizes(1000 + fingerprint * 10 + i);
-    m.add_relative_paths(classes[labels[i]] + "/" + std::to_string(i) + ".jpg");
+    m.raw_sizes.push_back(static_cast<uint32_t>(1000 + fingerprint * 10 + i));
   }
   return m;
 }
 
 TEST(GlobalManifestTest, OneServerIsItsOwnManifest) {
-  const v1::Manifest a = MakeManifest("ds", 77, {"cat", "dog"}, {0, 1, 1});
+  const ServerManifest a = MakeManifest("ds", 77, {"cat", "dog"}, {0, 1, 1});
   absl::StatusOr<GlobalManifest> g = GlobalManifest::Build({&a}, {"h:1"});
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->layout(), DatasetLayout::kSingle);
@@ -34,14 +32,14 @@ TEST(GlobalManifestTest, OneServerIsItsOwnManifest) {
   EXPECT_EQ(g->fingerprint(), 77u);
   EXPECT_EQ(g->name(), "ds");
   EXPECT_EQ(g->label(2), 1u);
-  EXPECT_EQ(g->raw_size(1), a.raw_sizes(1));
+  EXPECT_EQ(g->raw_size(1), a.raw_sizes[1]);
   EXPECT_EQ(g->LocalId(2), 2u);
 }
 
 TEST(GlobalManifestTest, ShardsAreOrderedByFingerprintWhateverTheAddressOrder) {
   // Shard 20 has classes {dog, eel}, shard 10 has {ant, dog}.
-  const v1::Manifest hi = MakeManifest("b", 20, {"dog", "eel"}, {0, 1, 1});
-  const v1::Manifest lo = MakeManifest("a", 10, {"ant", "dog"}, {1, 0});
+  const ServerManifest hi = MakeManifest("b", 20, {"dog", "eel"}, {0, 1, 1});
+  const ServerManifest lo = MakeManifest("a", 10, {"ant", "dog"}, {1, 0});
   absl::StatusOr<GlobalManifest> g1 = GlobalManifest::Build({&hi, &lo}, {"h:1", "h:2"});
   absl::StatusOr<GlobalManifest> g2 = GlobalManifest::Build({&lo, &hi}, {"h:2", "h:1"});
   ASSERT_TRUE(g1.ok() && g2.ok());
@@ -55,7 +53,7 @@ TEST(GlobalManifestTest, ShardsAreOrderedByFingerprintWhateverTheAddressOrder) {
     EXPECT_EQ(g->label(1), 0u);  // ant
     EXPECT_EQ(g->label(2), 1u);  // dog of shard 20
     EXPECT_EQ(g->label(3), 2u);  // eel
-    EXPECT_EQ(g->raw_size(2), hi.raw_sizes(0));
+    EXPECT_EQ(g->raw_size(2), hi.raw_sizes[0]);
     EXPECT_EQ(g->ShardOf(1), 0);
     EXPECT_EQ(g->ShardOf(2), 1);
     EXPECT_EQ(g->LocalId(4), 2u);
@@ -69,8 +67,8 @@ TEST(GlobalManifestTest, ShardsAreOrderedByFingerprintWhateverTheAddressOrder) {
 }
 
 TEST(GlobalManifestTest, SameFingerprintMeansReplicasAndMixedLayoutsFollow) {
-  const v1::Manifest a = MakeManifest("a", 10, {"x"}, {0, 0});
-  const v1::Manifest b = MakeManifest("b", 20, {"y"}, {0});
+  const ServerManifest a = MakeManifest("a", 10, {"x"}, {0, 0});
+  const ServerManifest b = MakeManifest("b", 20, {"y"}, {0});
   absl::StatusOr<GlobalManifest> replicated = GlobalManifest::Build({&a, &a}, {"h:1", "h:2"});
   ASSERT_TRUE(replicated.ok());
   EXPECT_EQ(replicated->layout(), DatasetLayout::kReplicated);
@@ -87,19 +85,19 @@ TEST(GlobalManifestTest, SameFingerprintMeansReplicasAndMixedLayoutsFollow) {
 }
 
 TEST(GlobalManifestTest, RefusesReplicasThatDisagreeAndMalformedManifests) {
-  const v1::Manifest a = MakeManifest("a", 10, {"x"}, {0, 0});
-  const v1::Manifest other = MakeManifest("a", 10, {"x"}, {0, 0, 0});
+  const ServerManifest a = MakeManifest("a", 10, {"x"}, {0, 0});
+  const ServerManifest other = MakeManifest("a", 10, {"x"}, {0, 0, 0});
   absl::StatusOr<GlobalManifest> g = GlobalManifest::Build({&a, &other}, {"h:1", "h:2"});
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("h:1"), std::string::npos) << g.status();
   EXPECT_NE(g.status().message().find("h:2"), std::string::npos) << g.status();
-  v1::Manifest bad = a;
-  bad.set_labels(1, 5);
+  ServerManifest bad = a;
+  bad.labels[1] = 5;
   g = GlobalManifest::Build({&bad}, {"h:9"});
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("h:9"), std::string::npos) << g.status();
-  v1::Manifest short_sizes = a;
-  short_sizes.mutable_raw_sizes()->RemoveLast();
+  ServerManifest short_sizes = a;
+  short_sizes.raw_sizes.pop_back();
   EXPECT_FALSE(GlobalManifest::Build({&short_sizes}, {"h:9"}).ok());
 }
 

@@ -242,7 +242,7 @@ TEST(H2RawTest, AHalfSentMessageIsIncompleteUntilItsLastByte) {
 TEST(AttackTest, SlotsOpensItsStreamsFromAnotherAddress) {
   std::unique_ptr<StorageServer> server = StartTestServer("attack_slots");
   ASSERT_NE(server, nullptr);
-  v1::Manifest manifest;
+  ServerManifest manifest;
   AttackOptions o;
   o.kind = AttackKind::kSlots;
   o.port = server->port();
@@ -274,7 +274,7 @@ TEST(AttackTest, SlotsOpensItsStreamsFromAnotherAddress) {
 TEST(AttackTest, HalfSentHoldsEveryMessageOneByteShort) {
   std::unique_ptr<StorageServer> server = StartTestServer("attack_halfsent");
   ASSERT_NE(server, nullptr);
-  v1::Manifest manifest;
+  ServerManifest manifest;
   AttackOptions o;
   o.kind = AttackKind::kHalfSent;
   o.port = server->port();
@@ -302,7 +302,7 @@ TEST(AttackTest, HalfSentHoldsEveryMessageOneByteShort) {
 TEST(AttackTest, ChurnOpensAndEndsItsStreams) {
   std::unique_ptr<StorageServer> server = StartTestServer("attack_churn");
   ASSERT_NE(server, nullptr);
-  v1::Manifest manifest;
+  ServerManifest manifest;
   AttackOptions o;
   o.kind = AttackKind::kChurn;
   o.port = server->port();
@@ -324,7 +324,7 @@ TEST(AttackTest, ChurnOpensAndEndsItsStreams) {
 TEST(AttackTest, UnreadUnaryCallsAreAnsweredButNeverTaken) {
   std::unique_ptr<StorageServer> server = StartTestServer("attack_unread");
   ASSERT_NE(server, nullptr);
-  v1::Manifest manifest;
+  ServerManifest manifest;
   AttackOptions o;
   o.kind = AttackKind::kUnreadUnary;
   o.port = server->port();
@@ -348,8 +348,8 @@ TEST(AttackTest, GrowFileGrowsTheSampleAndAsksForIt) {
   copts.address = server->address();
   absl::StatusOr<std::unique_ptr<SampleClient>> client = SampleClient::Connect(copts);
   ASSERT_TRUE(client.ok()) << client.status();
-  const v1::Manifest& manifest = (*client)->manifest();
-  const std::string path = data_dir + "/" + manifest.relative_paths(3);
+  const ServerManifest& manifest = (*client)->manifest();
+  const std::string path = data_dir + "/" + server->source().entry(3).relative_path;
   AttackOptions o;
   o.kind = AttackKind::kGrowFile;
   o.port = server->port();
@@ -363,7 +363,7 @@ TEST(AttackTest, GrowFileGrowsTheSampleAndAsksForIt) {
   attack.Stop();
   const AttackResult r = attack.result();
   EXPECT_TRUE(r.first_error.empty()) << r.first_error;
-  EXPECT_EQ(r.figures.at("manifest_file_bytes"), manifest.raw_sizes(3));
+  EXPECT_EQ(r.figures.at("manifest_file_bytes"), manifest.raw_sizes[3]);
   EXPECT_EQ(r.figures.at("file_bytes_after"), 1 << 20);
   EXPECT_EQ(std::filesystem::file_size(path), 1u << 20);
   EXPECT_EQ(r.streams_started, 1u);
