@@ -217,11 +217,11 @@ int Loader::RouteLocked(uint64_t id, int wanted) const {
   return best;
 }
 
-bool Loader::WriteRequests(const Link& link, FetchCall* call,
+bool Loader::WriteRequests(uint64_t key_offset, FetchCall* call,
                            const std::deque<std::pair<uint64_t, Stage>>& requests) {
-  FetchRequestBuilder builder(epoch_, options_.seed, options_.pipeline.augment, link.key_offset);
+  FetchRequestBuilder builder(epoch_, options_.seed, options_.pipeline.augment, key_offset);
   for (size_t i = 0; i < requests.size(); ++i) {
-    builder.Add(requests[i].first - link.key_offset, requests[i].second);
+    builder.Add(requests[i].first - key_offset, requests[i].second);
     if (builder.size() == options_.requests_per_message || i + 1 == requests.size()) {
       if (!call->Write(builder.Take())) return false;  // the stream broke: see ReceiveLoop
     }
@@ -300,12 +300,12 @@ void Loader::SendLoop() {
 void Loader::WriteLoop(int server) {
   uint64_t gen = 0;
   std::shared_ptr<FetchCall> call;
-  Link copy;  // the constant fields, read without the lock
+  uint64_t key_offset = 0;  // constant; read once under the lock
   {
     absl::MutexLock lock(&mu_);
     gen = links_[server].gen;
     call = links_[server].call;
-    copy.key_offset = links_[server].key_offset;
+    key_offset = links_[server].key_offset;
   }
   SampleClient* const client = servers_->client(server);
   bool done_sent = false;
@@ -357,7 +357,7 @@ void Loader::WriteLoop(int server) {
     }
     // A failed write means the stream broke: the receiver re-opens it and
     // the next generation resends.
-    if (!writes.empty()) WriteRequests(copy, call.get(), writes);
+    if (!writes.empty()) WriteRequests(key_offset, call.get(), writes);
     if (send_done) call->WritesDone();
   }
 }

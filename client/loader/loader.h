@@ -215,7 +215,7 @@ class Loader {
   // Writes requests (global ids) on `call`, requests_per_message to a
   // message; false at the first failed write (the stream broke, and the
   // receiver re-opens it).
-  bool WriteRequests(const Link& link, FetchCall* call,
+  bool WriteRequests(uint64_t key_offset, FetchCall* call,
                      const std::deque<std::pair<uint64_t, Stage>>& requests);
   void ReceiveLoop(int server);
   void WorkerLoop();
