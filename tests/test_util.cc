@@ -71,15 +71,42 @@ std::string EncodeJpeg(const Image8& image, const EncodeOptions& options) {
       cinfo.in_color_space = JCS_GRAYSCALE;
       break;
     case JpegColor::kCmyk:
+    case JpegColor::kPlainCmyk:
+    case JpegColor::kCmykNoAdobe:
       comps = 4;
       cinfo.input_components = 4;
       cinfo.in_color_space = JCS_CMYK;
       break;
+    case JpegColor::kRgbStored:
+      cinfo.input_components = 3;
+      cinfo.in_color_space = JCS_RGB;
+      break;
   }
   jpeg_set_defaults(&cinfo);
   if (options.color == JpegColor::kCmyk) jpeg_set_colorspace(&cinfo, JCS_YCCK);
+  if (options.color == JpegColor::kRgbStored) jpeg_set_colorspace(&cinfo, JCS_RGB);
+  if (options.color == JpegColor::kCmykNoAdobe) cinfo.write_Adobe_marker = FALSE;
+  if (comps > 1 && options.color != JpegColor::kRgbStored) {
+    int h = 2, v = 2;
+    switch (options.sampling) {
+      case Sampling::k420: h = 2, v = 2; break;
+      case Sampling::k422: h = 2, v = 1; break;
+      case Sampling::k444: h = 1, v = 1; break;
+      case Sampling::k440: h = 1, v = 2; break;
+      case Sampling::k411: h = 4, v = 1; break;
+    }
+    cinfo.comp_info[0].h_samp_factor = h;
+    cinfo.comp_info[0].v_samp_factor = v;
+    for (int c = 1; c < comps; ++c) {
+      // YCCK's K is a full-resolution plane like Y.
+      const bool full = comps == 4 && c == 3;
+      cinfo.comp_info[c].h_samp_factor = full ? h : 1;
+      cinfo.comp_info[c].v_samp_factor = full ? v : 1;
+    }
+  }
   jpeg_set_quality(&cinfo, options.quality, TRUE);
-  if (options.progressive) jpeg_simple_progression(&cinfo);
+  cinfo.arith_code = options.arithmetic ? TRUE : FALSE;
+  if (options.progressive || options.unrefined_progression) jpeg_simple_progression(&cinfo);
   std::vector<jpeg_scan_info> scans;
   if (options.scan_per_coefficient) {
     // DC first and refined (all components), then each AC coefficient of each
@@ -106,6 +133,25 @@ std::string EncodeJpeg(const Image8& image, const EncodeOptions& options) {
         dc.Al = 0;
         scans.push_back(dc);
       }
+    }
+    cinfo.scan_info = scans.data();
+    cinfo.num_scans = static_cast<int>(scans.size());
+  }
+  if (options.unrefined_progression) {
+    // DC in full, then each component's AC coefficients without their
+    // lowest bit (Al 1), never refined.
+    jpeg_scan_info dc{};
+    dc.comps_in_scan = cinfo.num_components;
+    for (int c = 0; c < cinfo.num_components; ++c) dc.component_index[c] = c;
+    scans.push_back(dc);
+    for (int c = 0; c < cinfo.num_components; ++c) {
+      jpeg_scan_info ac{};
+      ac.comps_in_scan = 1;
+      ac.component_index[0] = c;
+      ac.Ss = 1;
+      ac.Se = 63;
+      ac.Al = 1;
+      scans.push_back(ac);
     }
     cinfo.scan_info = scans.data();
     cinfo.num_scans = static_cast<int>(scans.size());

@@ -12,7 +12,12 @@
 
 namespace sophon::testing {
 
-enum class JpegColor { kRgb, kGray, kCmyk };
+// kCmyk is stored as YCCK with an Adobe marker (what Photoshop writes),
+// kPlainCmyk as CMYK with one, kCmykNoAdobe as CMYK without (not inverted).
+// kRgbStored keeps R, G, B unconverted (Adobe transform 0).
+enum class JpegColor { kRgb, kGray, kCmyk, kPlainCmyk, kCmykNoAdobe, kRgbStored };
+// Chroma sampling of a colour file (luma factors; chroma 1x1). k411 is 4x1.
+enum class Sampling { k420, k422, k444, k440, k411 };
 
 struct EncodeOptions {
   int quality = 90;
@@ -22,6 +27,11 @@ struct EncodeOptions {
   // Progressive with one scan per component, AC coefficient and bit: a valid
   // file of 2 + 126 * components scans (380 in colour). Implies progressive.
   bool scan_per_coefficient = false;
+  Sampling sampling = Sampling::k420;
+  bool arithmetic = false;  // arithmetic instead of Huffman coding
+  // Progressive with a script that never refines the lowest bit of the AC
+  // coefficients (libjpeg decodes it with block smoothing). Implies progressive.
+  bool unrefined_progression = false;
 };
 
 // A smooth, photo-like RGB test image (gradients, a few shapes, mild noise).

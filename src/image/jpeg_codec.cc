@@ -1,11 +1,8 @@
 #include "sophon/image/jpeg_codec.h"
 
 // clang-format off
-#include <csetjmp>
-#include <cstdio>
-#include <jpeglib.h>
-#include <jerror.h>
-#include <jpegint.h>  // the entropy decoder's decode_mcu, the crop's iMCU columns
+#include "src/image/jpeg_guard.h"
+#include <jpegint.h>  // the entropy decoder's decode_mcu, the crop's iMCU columns, the upsampler
 // clang-format on
 
 #include <algorithm>
@@ -18,134 +15,12 @@
 namespace sophon {
 namespace {
 
-struct ErrorManager {
-  jpeg_error_mgr pub;
-  jmp_buf jump;
-  char message[JMSG_LENGTH_MAX + 200];
-  absl::StatusCode code;  // of the error that jumped
-  bool premature_eof;
-  bool strict;
-  int64_t max_memory_bytes;
-};
-
-// The message of a failed decode, with the limit it hit where it hit one.
-void ErrorExit(j_common_ptr cinfo) {
-  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
-  char text[JMSG_LENGTH_MAX];
-  (*cinfo->err->format_message)(cinfo, text);
-  const int code = cinfo->err->msg_code;
-  if (code == JERR_NO_BACKING_STORE || code == JERR_OUT_OF_MEMORY) {
-    // libjpeg asks for a backing store once its arrays exceed max_memory_to_use.
-    err->code = absl::StatusCode::kResourceExhausted;
-    std::snprintf(err->message, sizeof(err->message),
-                  "the decode needs more than DecodeLimits.max_memory_bytes (%lld) of memory "
-                  "(libjpeg: %s)",
-                  static_cast<long long>(err->max_memory_bytes), text);
-  } else {
-    err->code = absl::StatusCode::kInvalidArgument;
-    std::snprintf(err->message, sizeof(err->message), "invalid JPEG: %s", text);
-  }
-  longjmp(err->jump, 1);
-}
-
-// Warnings that say nothing about the pixels: never fatal.
-bool IsMetadataWarning(int code) {
-  return code == JWRN_ADOBE_XFORM || code == JWRN_JFIF_MAJOR || code == JWRN_BOGUS_ICC;
-}
-
-// A warning (msg_level -1) is corrupt data: under strict decoding it ends the
-// decode at once (DataLoss); lenient decoding ignores it, except that a
-// premature end of file is remembered (libjpeg would hand back a gray-padded
-// image). Trace messages (msg_level >= 0) are dropped.
-void EmitMessage(j_common_ptr cinfo, int msg_level) {
-  if (msg_level >= 0) return;
-  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
-  cinfo->err->num_warnings++;
-  const int code = cinfo->err->msg_code;
-  if (code == JWRN_JPEG_EOF) err->premature_eof = true;
-  if (!err->strict || IsMetadataWarning(code)) return;
-  char text[JMSG_LENGTH_MAX];
-  (*cinfo->err->format_message)(cinfo, text);
-  err->code = absl::StatusCode::kDataLoss;
-  std::snprintf(err->message, sizeof(err->message),
-                "corrupt JPEG data (libjpeg: %s; strict decoding, DecodeLimits.lenient "
-                "accepts it)",
-                text);
-  longjmp(err->jump, 1);
-}
-
-// Counts the scans of an image as libjpeg reaches them, and the samples
-// (64 per 8x8 block of each component in the scan) that each scan decodes;
-// stops at either limit. libjpeg runs the monitor before each scan's data is
-// consumed (and per row), so a refused scan costs nothing.
-struct ScanMonitor {
-  jpeg_progress_mgr pub;
-  int max_scans;
-  int64_t max_scan_samples;
-  int counted_scan;     // the last scan whose samples are counted
-  int64_t scan_samples;  // summed over the scans so far
-};
-
-void MonitorScans(j_common_ptr cinfo) {
-  if (!cinfo->is_decompressor) return;
-  auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
-  auto* monitor = reinterpret_cast<ScanMonitor*>(cinfo->progress);
-  if (d->input_scan_number == monitor->counted_scan) return;
-  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
-  if (d->input_scan_number > monitor->max_scans) {
-    err->code = absl::StatusCode::kResourceExhausted;
-    std::snprintf(err->message, sizeof(err->message),
-                  "the image has more than DecodeLimits.max_scans (%d) scans", monitor->max_scans);
-    longjmp(err->jump, 1);
-  }
-  monitor->counted_scan = d->input_scan_number;
-  for (int i = 0; i < d->comps_in_scan && i < MAX_COMPS_IN_SCAN; ++i) {
-    const jpeg_component_info* c = d->cur_comp_info[i];
-    if (c == nullptr) continue;
-    monitor->scan_samples += static_cast<int64_t>(c->width_in_blocks) * c->height_in_blocks * DCTSIZE2;
-  }
-  if (monitor->scan_samples > monitor->max_scan_samples) {
-    err->code = absl::StatusCode::kResourceExhausted;
-    std::snprintf(err->message, sizeof(err->message),
-                  "the image's first %d scans decode more than DecodeLimits.max_scan_samples "
-                  "(%lld) samples",
-                  d->input_scan_number, static_cast<long long>(monitor->max_scan_samples));
-    longjmp(err->jump, 1);
-  }
-}
-
-// Bytes of the whole-image coefficient arrays that libjpeg allocates for a
-// progressive or multi-scan image (JCOEF per coefficient, 64 per block, each
-// component padded to its sampling factors), from the header alone.
-int64_t CoefficientBytes(const jpeg_decompress_struct& cinfo) {
-  int64_t bytes = 0;
-  for (int ci = 0; ci < cinfo.num_components; ++ci) {
-    const jpeg_component_info& c = cinfo.comp_info[ci];
-    const int64_t h = std::max(1, c.h_samp_factor), v = std::max(1, c.v_samp_factor);
-    const int64_t w_blocks = (static_cast<int64_t>(c.width_in_blocks) + h - 1) / h * h;
-    const int64_t h_blocks = (static_cast<int64_t>(c.height_in_blocks) + v - 1) / v * v;
-    bytes += w_blocks * h_blocks * DCTSIZE2 * static_cast<int64_t>(sizeof(JCOEF));
-  }
-  return bytes;
-}
-
-// Cheap checks before libjpeg sees the data: the SOI marker at the start and an
-// EOI marker near the end (entropy-coded data cannot contain FF D9, so a file
-// truncated inside its scan has none in its tail).
-absl::Status CheckMarkers(absl::string_view bytes) {
-  if (bytes.empty()) return absl::InvalidArgumentError("empty file");
-  if (bytes.size() < 4 || static_cast<uint8_t>(bytes[0]) != 0xFF ||
-      static_cast<uint8_t>(bytes[1]) != 0xD8) {
-    return absl::InvalidArgumentError("not a JPEG file (no SOI marker)");
-  }
-  const size_t tail = std::min<size_t>(bytes.size(), 64 * 1024);
-  for (size_t i = bytes.size() - 1; i + tail > bytes.size() && i > 0; --i) {
-    if (static_cast<uint8_t>(bytes[i]) == 0xD9 && static_cast<uint8_t>(bytes[i - 1]) == 0xFF) {
-      return absl::OkStatus();
-    }
-  }
-  return absl::InvalidArgumentError("truncated JPEG file (no EOI marker)");
-}
+using jpeg_internal::CheckMarkers;
+using jpeg_internal::CoefficientBytes;
+using jpeg_internal::ErrorManager;
+using jpeg_internal::InitGuard;
+using jpeg_internal::JumpedStatus;
+using jpeg_internal::ScanMonitor;
 
 // CMYK from libjpeg (Adobe files store it inverted) to RGB or RGBX (out_channels
 // 3 or 4; X is 255), as PIL converts it.
@@ -206,23 +81,12 @@ absl::Status Decode(absl::string_view bytes, const DecodeLimits& limits,
   CropColumns crop_columns;
   jpeg_decompress_struct cinfo;
   ErrorManager err;
-  cinfo.err = jpeg_std_error(&err.pub);
-  err.pub.error_exit = ErrorExit;
-  err.pub.emit_message = EmitMessage;
-  err.premature_eof = false;
-  err.strict = !limits.lenient;
-  err.max_memory_bytes = limits.max_memory_bytes;
-  err.code = absl::StatusCode::kInvalidArgument;
-  err.message[0] = '\0';
   ScanMonitor monitor;
-  monitor.pub.progress_monitor = MonitorScans;
-  monitor.max_scans = limits.max_scans;
-  monitor.max_scan_samples = limits.max_scan_samples;
-  monitor.counted_scan = 0;
-  monitor.scan_samples = 0;
+  InitGuard(limits, &err, &monitor);
+  cinfo.err = &err.pub;
   if (setjmp(err.jump)) {
     jpeg_destroy_decompress(&cinfo);
-    return absl::Status(err.code, err.message);
+    return JumpedStatus(err);
   }
   jpeg_create_decompress(&cinfo);
   cinfo.mem->max_memory_to_use = static_cast<long>(limits.max_memory_bytes);
@@ -281,16 +145,7 @@ absl::Status Decode(absl::string_view bytes, const DecodeLimits& limits,
           "crop box (top ", box.top, ", left ", box.left, ", ", box.height, "x", box.width,
           ") outside the ", info->height, "x", info->width, " image"));
     }
-    // Smallest M in {1, 2, 4, 8} with box * M / 8 >= min_side on both sides.
-    // libjpeg-turbo has SIMD inverse DCTs only for these sizes; the others are
-    // plain C (and for 2x2-subsampled chroma at M = 5..7, a 10x10..14x14
-    // IDCT), which costs more than the extra pixels of the next power of two.
-    for (scale = 1; scale < 8; scale *= 2) {
-      if (static_cast<int64_t>(box.width) * scale >= 8LL * request.min_side &&
-          static_cast<int64_t>(box.height) * scale >= 8LL * request.min_side) {
-        break;
-      }
-    }
+    scale = CropDecodeScale(box, request.min_side);
   }
   cinfo.scale_num = static_cast<unsigned>(scale);
   cinfo.scale_denom = 8;
@@ -321,7 +176,20 @@ absl::Status Decode(absl::string_view bytes, const DecodeLimits& limits,
   }
   const int row0 = static_cast<int>(std::floor(by0));
   const int row1 = std::max(row0 + 1, std::min(static_cast<int>(std::ceil(by1)), out_h));
-  if (row0 > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(row0));
+  // Rows above the box are skipped. An upsampler that reads the chroma rows
+  // above and below (4:2:0 and 4:4:0 at full scale) would see, for the
+  // first iMCU row after a skip, rows that jpeg_skip_scanlines never decoded
+  // (uninitialised memory): skip only to the start of the box's iMCU row,
+  // which libjpeg reaches by decoding the iMCU row before it, and read and
+  // drop the rows of that iMCU row above the box. The kept rows are then
+  // those of a full decode, and depend on no iMCU row above the one before
+  // the box's (what a lossless crop of the file keeps, jpeg_crop.h).
+  int skip = row0;
+  if (cinfo.upsample != nullptr && cinfo.upsample->need_context_rows) {
+    const int lines_per_imcu_row = cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size;
+    skip = row0 / lines_per_imcu_row * lines_per_imcu_row;
+  }
+  if (skip > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(skip));
 
   const int width = static_cast<int>(cinfo.output_width);  // after cropping
   const int comps = cinfo.output_components;
@@ -338,6 +206,13 @@ absl::Status Decode(absl::string_view bytes, const DecodeLimits& limits,
     cmyk_row = out->image.pixels.data() + rows * stride;
   }
   const bool inverted = cinfo.saw_Adobe_marker != 0;
+  for (int r = skip; r < row0; ++r) {  // above the box, in its iMCU row: dropped
+    JSAMPROW row = cmyk ? cmyk_row : out->image.pixels.data();
+    if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) {
+      jpeg_destroy_decompress(&cinfo);
+      return absl::InvalidArgumentError("truncated JPEG data");
+    }
+  }
   for (int r = 0; r < rows; ++r) {
     uint8_t* dst = out->image.pixels.data() + r * stride;
     JSAMPROW row = cmyk ? cmyk_row : dst;
@@ -363,6 +238,20 @@ absl::Status Decode(absl::string_view bytes, const DecodeLimits& limits,
 }
 
 }  // namespace
+
+int CropDecodeScale(const CropBox& box, int min_side) {
+  // libjpeg-turbo has SIMD inverse DCTs only for M = 1, 2, 4, 8; the others
+  // are plain C (and for 2x2-subsampled chroma at M = 5..7, a 10x10..14x14
+  // IDCT), which costs more than the extra pixels of the next power of two.
+  int scale = 1;
+  for (; scale < 8; scale *= 2) {
+    if (static_cast<int64_t>(box.width) * scale >= 8LL * min_side &&
+        static_cast<int64_t>(box.height) * scale >= 8LL * min_side) {
+      break;
+    }
+  }
+  return scale;
+}
 
 absl::Status DecodeLimits::Validate() const {
   if (max_pixels < 1) {

@@ -94,6 +94,10 @@ absl::Status DecodeJpegCrop(absl::string_view bytes, int min_side, const DecodeL
                             absl::FunctionRef<absl::StatusOr<CropBox>(const ImageInfo&)> choose_box,
                             DecodedRegion* out);
 
+// The scale M/8 at which DecodeJpegCrop decodes `box`: the smallest M in
+// {1, 2, 4, 8} that keeps the box at least `min_side` pixels on each side.
+int CropDecodeScale(const CropBox& box, int min_side);
+
 // DecodeJpegCrop with a fixed box, into a new region (RGBX, pixels exactly
 // height * width * 4 bytes).
 absl::StatusOr<DecodedRegion> DecodeJpegRegion(absl::string_view bytes, const CropBox& box,

@@ -1,0 +1,259 @@
+#include "sophon/image/jpeg_crop.h"
+
+// clang-format off
+#include "src/image/jpeg_guard.h"
+// clang-format on
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace sophon {
+namespace {
+
+using jpeg_internal::CheckMarkers;
+using jpeg_internal::CoefficientBytes;
+using jpeg_internal::ErrorManager;
+using jpeg_internal::InitGuard;
+using jpeg_internal::JumpedStatus;
+using jpeg_internal::ScanMonitor;
+
+int FloorTo(int v, int step) { return v / step * step; }
+
+int64_t RoundUp(int64_t v, int64_t step) { return (v + step - 1) / step * step; }
+
+// Frees what jpeg_mem_dest allocated.
+struct MemDest {
+  unsigned char* buffer = nullptr;
+  unsigned long size = 0;
+  ~MemDest() { std::free(buffer); }
+};
+
+}  // namespace
+
+RegionBounds CropRegionBounds(const CropBox& box, int image_height, int image_width,
+                              int imcu_height, int imcu_width, bool row_context) {
+  // Columns: the iMCU columns of the box. DecodeJpegCrop crops its scanlines
+  // to these (jpeg_crop_scanline), treating the crop's edges as the image's,
+  // so it reads nothing to the left or right of them.
+  // Rows: the box's iMCU rows, and with row context one more on each side:
+  // DecodeJpegCrop decodes the one above the box, the one below is read ahead.
+  RegionBounds r;
+  r.left = FloorTo(box.left, imcu_width);
+  const int right =
+      std::min(image_width, FloorTo(box.left + box.width - 1, imcu_width) + imcu_width);
+  r.top = FloorTo(box.top, imcu_height);
+  int bottom = FloorTo(box.top + box.height - 1, imcu_height) + imcu_height;
+  if (row_context) {
+    r.top = std::max(0, r.top - imcu_height);
+    bottom += imcu_height;
+  }
+  bottom = std::min(image_height, bottom);
+  r.width = right - r.left;
+  r.height = bottom - r.top;
+  return r;
+}
+
+bool UpsamplesWithRowContext(const jpeg_decompress_struct& cinfo, int scale) {
+  // libjpeg (jdmaster.c) first enlarges a subsampled component's inverse DCT
+  // while that halves the upsampling in both directions; what is left of the
+  // vertical factor is upsampled (jdsample.c), by the "fancy" h2v2 and h1v2
+  // upsamplers with the rows above and below. Any vertical upsampling left
+  // counts here (a superset: libjpeg replicates rows at scale 1/8).
+  for (int c = 0; c < cinfo.num_components; ++c) {
+    const jpeg_component_info& comp = cinfo.comp_info[c];
+    int size = scale;
+    while (size < DCTSIZE && (cinfo.max_h_samp_factor * scale) % (comp.h_samp_factor * size * 2) == 0 &&
+           (cinfo.max_v_samp_factor * scale) % (comp.v_samp_factor * size * 2) == 0) {
+      size *= 2;
+    }
+    if (comp.v_samp_factor * size < cinfo.max_v_samp_factor * scale) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<JpegRegion> CropJpegLossless(
+    absl::string_view bytes, int min_side, const DecodeLimits& limits,
+    absl::FunctionRef<absl::StatusOr<CropBox>(const ImageInfo&)> choose_box) {
+  if (absl::Status s = CheckMarkers(bytes); !s.ok()) return s;
+  // Everything with a destructor exists before setjmp: the longjmp from
+  // libjpeg's error handler skips no cleanup.
+  JpegRegion out;
+  absl::StatusOr<CropBox> chosen = CropBox{};
+  MemDest dest;
+  jpeg_decompress_struct src;
+  jpeg_compress_struct dst;
+  bool dst_created = false;
+  ErrorManager err;
+  ScanMonitor monitor;
+  InitGuard(limits, &err, &monitor);
+  src.err = &err.pub;
+  dst.err = &err.pub;
+  if (setjmp(err.jump)) {
+    if (dst_created) jpeg_destroy_compress(&dst);
+    jpeg_destroy_decompress(&src);
+    return JumpedStatus(err);
+  }
+  jpeg_create_decompress(&src);
+  src.mem->max_memory_to_use = static_cast<long>(limits.max_memory_bytes);
+  src.progress = &monitor.pub;
+  jpeg_mem_src(&src, reinterpret_cast<const unsigned char*>(bytes.data()),
+               static_cast<unsigned long>(bytes.size()));
+  jpeg_read_header(&src, TRUE);
+  auto fail = [&](absl::Status status) {
+    jpeg_destroy_decompress(&src);
+    return status;
+  };
+  const int width = static_cast<int>(src.image_width);
+  const int height = static_cast<int>(src.image_height);
+  if (width <= 0 || height <= 0 ||
+      static_cast<int64_t>(width) * height > limits.max_pixels) {
+    return fail(absl::InvalidArgumentError(absl::StrCat("image dimensions ", width, "x", height,
+                                                        " exceed the limit of ",
+                                                        limits.max_pixels, " pixels")));
+  }
+  if (src.data_precision != 8) {
+    return fail(absl::UnimplementedError(
+        absl::StrCat("cannot crop losslessly: ", src.data_precision, "-bit samples")));
+  }
+  if (src.num_components != 1 && src.num_components != 3 && src.num_components != 4) {
+    return fail(absl::UnimplementedError(
+        absl::StrCat("cannot crop losslessly: ", src.num_components, " components")));
+  }
+  // libjpeg upsamples only by whole factors: every component's sampling
+  // factors divide the largest (others cannot be decoded either).
+  for (int c = 0; c < src.num_components; ++c) {
+    const jpeg_component_info& comp = src.comp_info[c];
+    if (comp.h_samp_factor < 1 || comp.v_samp_factor < 1 ||
+        src.max_h_samp_factor % comp.h_samp_factor != 0 ||
+        src.max_v_samp_factor % comp.v_samp_factor != 0) {
+      return fail(absl::UnimplementedError(absl::StrCat(
+          "cannot crop losslessly: component ", c, " sampled ", comp.h_samp_factor, "x",
+          comp.v_samp_factor, " of ", src.max_h_samp_factor, "x", src.max_v_samp_factor)));
+    }
+  }
+  ImageInfo info;
+  info.width = width;
+  info.height = height;
+  info.components = src.num_components;
+  info.progressive = src.progressive_mode != 0;
+  chosen = choose_box(info);
+  if (!chosen.ok()) return fail(chosen.status());
+  const CropBox box = *chosen;
+  if (box.top < 0 || box.left < 0 || box.height <= 0 || box.width <= 0 ||
+      box.top + box.height > height || box.left + box.width > width) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "crop box (top ", box.top, ", left ", box.left, ", ", box.height, "x", box.width,
+        ") outside the ", height, "x", width, " image")));
+  }
+  const int imcu_w = 8 * src.max_h_samp_factor, imcu_h = 8 * src.max_v_samp_factor;
+  const RegionBounds region =
+      CropRegionBounds(box, height, width, imcu_h, imcu_w,
+                       UpsamplesWithRowContext(src, CropDecodeScale(box, min_side)));
+
+  // The region's coefficient arrays, in blocks, padded to whole MCUs as
+  // libjpeg's coefficient controller reads them.
+  struct Plane {
+    JDIMENSION width_blocks, height_blocks;  // padded
+    JDIMENSION left_blocks, top_blocks;      // the region's offset in the source
+  };
+  Plane planes[MAX_COMPONENTS];
+  int64_t region_bytes = 0;
+  for (int c = 0; c < src.num_components; ++c) {
+    const jpeg_component_info& comp = src.comp_info[c];
+    const int64_t hs = comp.h_samp_factor, vs = comp.v_samp_factor;
+    const int64_t w = (static_cast<int64_t>(region.width) * hs + imcu_w - 1) / imcu_w;
+    const int64_t h = (static_cast<int64_t>(region.height) * vs + imcu_h - 1) / imcu_h;
+    planes[c].width_blocks = static_cast<JDIMENSION>(RoundUp(w, hs));
+    planes[c].height_blocks = static_cast<JDIMENSION>(RoundUp(h, vs));
+    planes[c].left_blocks = static_cast<JDIMENSION>(region.left / imcu_w * hs);
+    planes[c].top_blocks = static_cast<JDIMENSION>(region.top / imcu_h * vs);
+    region_bytes += static_cast<int64_t>(planes[c].width_blocks) * planes[c].height_blocks *
+                    DCTSIZE2 * static_cast<int64_t>(sizeof(JCOEF));
+  }
+  // Reading coefficients holds the whole image's (any file, not only a
+  // progressive one): refuse before they are allocated.
+  const int64_t needed = CoefficientBytes(src) + region_bytes;
+  if (needed > limits.max_memory_bytes) {
+    return fail(absl::ResourceExhaustedError(absl::StrCat(
+        "a lossless crop of a ", width, "x", height, " image needs ", needed,
+        " bytes of DCT coefficients, more than DecodeLimits.max_memory_bytes (",
+        limits.max_memory_bytes, ")")));
+  }
+  jvirt_barray_ptr region_arrays[MAX_COMPONENTS];
+  for (int c = 0; c < src.num_components; ++c) {
+    region_arrays[c] = (*src.mem->request_virt_barray)(
+        reinterpret_cast<j_common_ptr>(&src), JPOOL_IMAGE, FALSE, planes[c].width_blocks,
+        planes[c].height_blocks, static_cast<JDIMENSION>(src.comp_info[c].v_samp_factor));
+  }
+  jvirt_barray_ptr* source_arrays = jpeg_read_coefficients(&src);
+  if (err.premature_eof) {
+    return fail(absl::InvalidArgumentError("truncated JPEG data (premature end of file)"));
+  }
+  // A progressive file whose scans leave some coefficient unrefined is
+  // decoded with block smoothing (estimates from the neighbouring blocks'
+  // DC values), which a sequential copy would not get.
+  if (src.progressive_mode && src.coef_bits != nullptr) {
+    for (int c = 0; c < src.num_components; ++c) {
+      for (int k = 0; k < DCTSIZE2; ++k) {
+        if (src.coef_bits[c][k] != 0) {
+          return fail(absl::UnimplementedError(absl::StrCat(
+              "cannot crop losslessly: the progressive scans leave coefficient ", k,
+              " of component ", c, " unrefined (",
+              src.coef_bits[c][k] < 0 ? "never sent" : "low bits missing", ")")));
+        }
+      }
+    }
+  }
+  // Copy the region's blocks, a block row at a time.
+  for (int c = 0; c < src.num_components; ++c) {
+    const Plane& p = planes[c];
+    const jpeg_component_info& comp = src.comp_info[c];
+    const JDIMENSION src_rows = static_cast<JDIMENSION>(
+        RoundUp(comp.height_in_blocks, comp.v_samp_factor));
+    const JDIMENSION src_cols = static_cast<JDIMENSION>(
+        RoundUp(comp.width_in_blocks, comp.h_samp_factor));
+    for (JDIMENSION row = 0; row < p.height_blocks; ++row) {
+      JBLOCKARRAY to = (*src.mem->access_virt_barray)(reinterpret_cast<j_common_ptr>(&src),
+                                                       region_arrays[c], row, 1, TRUE);
+      const JDIMENSION from_row = p.top_blocks + row;
+      if (from_row >= src_rows) {  // cannot happen: the region lies in the image
+        std::memset(to[0], 0, sizeof(JBLOCK) * p.width_blocks);
+        continue;
+      }
+      JBLOCKARRAY from = (*src.mem->access_virt_barray)(reinterpret_cast<j_common_ptr>(&src),
+                                                         source_arrays[c], from_row, 1, FALSE);
+      const JDIMENSION n = std::min(p.width_blocks, src_cols - std::min(src_cols, p.left_blocks));
+      std::memcpy(to[0], from[0] + p.left_blocks, sizeof(JBLOCK) * n);
+      if (n < p.width_blocks) std::memset(to[0] + n, 0, sizeof(JBLOCK) * (p.width_blocks - n));
+    }
+  }
+
+  jpeg_create_compress(&dst);
+  dst_created = true;
+  jpeg_mem_dest(&dst, &dest.buffer, &dest.size);
+  jpeg_copy_critical_parameters(&src, &dst);
+  dst.image_width = static_cast<JDIMENSION>(region.width);
+  dst.image_height = static_cast<JDIMENSION>(region.height);
+  dst.optimize_coding = TRUE;
+  // The decoder tells colour models apart by these markers: an Adobe marker
+  // makes CMYK inverted, so the region has one only if the file had one.
+  if (src.num_components == 4) dst.write_Adobe_marker = src.saw_Adobe_marker;
+  jpeg_write_coefficients(&dst, region_arrays);
+  jpeg_finish_compress(&dst);
+  jpeg_destroy_compress(&dst);
+  jpeg_finish_decompress(&src);
+  jpeg_destroy_decompress(&src);
+  out.jpeg.assign(reinterpret_cast<const char*>(dest.buffer), dest.size);
+  out.image_height = height;
+  out.image_width = width;
+  out.top = region.top;
+  out.left = region.left;
+  out.height = region.height;
+  out.width = region.width;
+  return out;
+}
+
+}  // namespace sophon

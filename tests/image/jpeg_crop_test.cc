@@ -1,0 +1,231 @@
+#include "sophon/image/jpeg_crop.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "sophon/image/image_ops.h"
+#include "sophon/image/jpeg_codec.h"
+#include "sophon/ops/augment.h"
+#include "tests/test_util.h"
+
+namespace sophon {
+namespace {
+
+using testing::EncodeJpeg;
+using testing::EncodeOptions;
+using testing::JpegColor;
+using testing::MakeTestImage;
+using testing::Sampling;
+
+constexpr int kMinSide = 48;  // crops of 96..480 pixels decode at every scale
+
+absl::StatusOr<JpegRegion> Crop(const std::string& jpeg, const CropBox& box,
+                                const DecodeLimits& limits = DecodeLimits()) {
+  return CropJpegLossless(jpeg, kMinSide, limits,
+                          [&](const ImageInfo&) -> absl::StatusOr<CropBox> { return box; });
+}
+
+// The crop box's pixels as DecodeJpegCrop gives them, and their S x S resize.
+struct BoxPixels {
+  int scale = 0;
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  std::vector<uint8_t> rgb;      // the rows and columns the box touches
+  std::vector<uint8_t> resized;  // kMinSide x kMinSide x 3
+};
+
+BoxPixels DecodeBox(const std::string& jpeg, const CropBox& box) {
+  BoxPixels out;
+  absl::StatusOr<DecodedRegion> r = DecodeJpegRegion(jpeg, box, kMinSide, DecodeLimits());
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return out;
+  out.scale = r->scale_num;
+  out.x0 = r->x0, out.y0 = r->y0, out.x1 = r->x1, out.y1 = r->y1;
+  const int c0 = static_cast<int>(std::floor(r->x0)), c1 = static_cast<int>(std::ceil(r->x1));
+  const int r0 = static_cast<int>(std::floor(r->y0)), r1 = static_cast<int>(std::ceil(r->y1));
+  for (int y = r0; y < r1; ++y) {
+    for (int x = c0; x < c1; ++x) {
+      const uint8_t* p = r->image.pixels.data() + (static_cast<size_t>(y) * r->image.width + x) * 4;
+      out.rgb.insert(out.rgb.end(), p, p + 3);
+    }
+  }
+  out.resized.resize(static_cast<size_t>(kMinSide) * kMinSide * 3);
+  ResizeAreaRgb(r->image.pixels.data(), r->image.height, r->image.width, r->image.width * 4, 4,
+                r->x0, r->y0, r->x1, r->y1, kMinSide, kMinSide, out.resized.data());
+  return out;
+}
+
+struct Variant {
+  std::string name;
+  EncodeOptions options;
+};
+
+std::vector<Variant> AllVariants() {
+  std::vector<Variant> v;
+  const std::pair<const char*, Sampling> samplings[] = {{"420", Sampling::k420},
+                                                        {"422", Sampling::k422},
+                                                        {"444", Sampling::k444},
+                                                        {"440", Sampling::k440},
+                                                        {"411", Sampling::k411}};
+  for (const auto& [name, sampling] : samplings) {
+    v.push_back({absl::StrCat("baseline_", name), {.sampling = sampling}});
+    v.push_back({absl::StrCat("progressive_", name), {.progressive = true, .sampling = sampling}});
+  }
+  v.push_back({"restart_markers", {.restart_interval = 1}});
+  v.push_back({"progressive_restart_markers", {.progressive = true, .restart_interval = 2}});
+  v.push_back({"gray", {.color = JpegColor::kGray}});
+  v.push_back({"gray_progressive", {.progressive = true, .color = JpegColor::kGray}});
+  v.push_back({"ycck", {.color = JpegColor::kCmyk}});
+  v.push_back({"ycck_progressive", {.progressive = true, .color = JpegColor::kCmyk}});
+  v.push_back({"cmyk_adobe", {.color = JpegColor::kPlainCmyk, .sampling = Sampling::k444}});
+  v.push_back({"cmyk_no_adobe", {.color = JpegColor::kCmykNoAdobe, .sampling = Sampling::k444}});
+  v.push_back({"rgb_stored", {.color = JpegColor::kRgbStored}});
+  v.push_back({"arithmetic", {.arithmetic = true}});
+  v.push_back({"arithmetic_progressive_422",
+               {.progressive = true, .sampling = Sampling::k422, .arithmetic = true}});
+  return v;
+}
+
+// The boxes a training run would draw, and boxes on every edge and corner.
+std::vector<CropBox> BoxesFor(int height, int width) {
+  std::vector<CropBox> boxes;
+  AugmentOptions augment;
+  augment.crop_size = kMinSide;
+  for (uint64_t id = 0; id < 24; ++id) {
+    boxes.push_back(AugmentFor({3, 0, id}, height, width, augment).box);
+  }
+  boxes.push_back({0, 0, 60, 70});
+  boxes.push_back({height - 61, width - 53, 61, 53});
+  boxes.push_back({0, width - 200, 150, 200});
+  boxes.push_back({height - 333, 0, 333, 250});
+  boxes.push_back({0, 0, height, width});
+  boxes.push_back({17, 9, 1, 1});
+  boxes.push_back({200, 300, 70, 90});  // inside, at the full scale
+  boxes.push_back({133, 77, 85, 60});
+  return boxes;
+}
+
+// The heart of the stage: for every encoding and every box, decoding the
+// region gives the bytes that decoding the whole file gives inside the box.
+TEST(JpegCropTest, RegionDecodesToTheWholeFilesPixels) {
+  const int kHeight = 477, kWidth = 631;  // partial iMCUs on the right and at the bottom
+  const Image8 img = MakeTestImage(kHeight, kWidth, 11);
+  for (const Variant& variant : AllVariants()) {
+    SCOPED_TRACE(variant.name);
+    const std::string jpeg = EncodeJpeg(img, variant.options);
+    int scales[9] = {};
+    int64_t region_bytes = 0;
+    const std::vector<CropBox> boxes = BoxesFor(kHeight, kWidth);
+    for (const CropBox& box : boxes) {
+      SCOPED_TRACE(absl::StrCat("box top ", box.top, " left ", box.left, " ", box.height, "x",
+                                box.width));
+      absl::StatusOr<JpegRegion> region = Crop(jpeg, box);
+      ASSERT_TRUE(region.ok()) << region.status();
+      EXPECT_EQ(region->image_height, kHeight);
+      EXPECT_EQ(region->image_width, kWidth);
+      EXPECT_LE(region->top, box.top);
+      EXPECT_LE(region->left, box.left);
+      EXPECT_GE(region->top + region->height, box.top + box.height);
+      EXPECT_GE(region->left + region->width, box.left + box.width);
+      absl::StatusOr<ImageInfo> info = ReadJpegInfo(region->jpeg, DecodeLimits());
+      ASSERT_TRUE(info.ok()) << info.status();
+      EXPECT_EQ(info->height, region->height);
+      EXPECT_EQ(info->width, region->width);
+      EXPECT_FALSE(info->progressive);
+      region_bytes += region->jpeg.size();
+
+      const BoxPixels whole = DecodeBox(jpeg, box);
+      const CropBox shifted{box.top - region->top, box.left - region->left, box.height,
+                            box.width};
+      const BoxPixels part = DecodeBox(region->jpeg, shifted);
+      ++scales[whole.scale];
+      ASSERT_EQ(part.scale, whole.scale);
+      EXPECT_EQ(part.x1 - part.x0, whole.x1 - whole.x0);
+      EXPECT_EQ(part.y1 - part.y0, whole.y1 - whole.y0);
+      EXPECT_EQ(part.x0 - std::floor(part.x0), whole.x0 - std::floor(whole.x0));
+      EXPECT_EQ(part.y0 - std::floor(part.y0), whole.y0 - std::floor(whole.y0));
+      ASSERT_EQ(part.rgb.size(), whole.rgb.size());
+      EXPECT_TRUE(part.rgb == whole.rgb) << "the box's decoded pixels differ";
+      EXPECT_TRUE(part.resized == whole.resized) << "the resized crop differs";
+    }
+    // Every scale was exercised, and the regions are smaller than the file.
+    for (int s : {1, 2, 4, 8}) EXPECT_GT(scales[s], 0) << "scale " << s << "/8";
+    EXPECT_LT(region_bytes, static_cast<int64_t>(jpeg.size() * boxes.size()));
+  }
+}
+
+TEST(JpegCropTest, RegionBoundsFollowTheIMcuGridAndTheUpsampler) {
+  // A 4:2:0 file: 16 x 16 iMCUs. Without row context the box's iMCUs.
+  RegionBounds r = CropRegionBounds({40, 37, 300, 300}, 480, 640, 16, 16, false);
+  EXPECT_EQ(r.top, 32);
+  EXPECT_EQ(r.left, 32);
+  EXPECT_EQ(r.top + r.height, 352);  // 340 rounded up to 16
+  EXPECT_EQ(r.left + r.width, 352);
+  // With it, one more iMCU row above and below.
+  r = CropRegionBounds({40, 37, 100, 100}, 480, 640, 16, 16, true);
+  EXPECT_EQ(r.top, 16);
+  EXPECT_EQ(r.left, 32);
+  EXPECT_EQ(r.top + r.height, 160);  // 140 -> 144, + 16
+  EXPECT_EQ(r.left + r.width, 144);
+  // The image's edges clamp.
+  r = CropRegionBounds({0, 600, 480, 40}, 480, 640, 8, 8, true);
+  EXPECT_EQ(r.top, 0);
+  EXPECT_EQ(r.height, 480);
+  EXPECT_EQ(r.left, 600);
+  EXPECT_EQ(r.width, 40);
+}
+
+TEST(JpegCropTest, UnrefinedProgressiveFileIsNotCropped) {
+  const Image8 img = MakeTestImage(120, 160, 2);
+  const std::string jpeg = EncodeJpeg(img, {.unrefined_progression = true});
+  ASSERT_TRUE(DecodeJpeg(jpeg, DecodeLimits()).ok());  // a valid file
+  absl::StatusOr<JpegRegion> region = Crop(jpeg, {10, 10, 50, 50});
+  ASSERT_EQ(region.status().code(), absl::StatusCode::kUnimplemented) << region.status();
+  EXPECT_NE(region.status().message().find("unrefined"), std::string::npos) << region.status();
+}
+
+TEST(JpegCropTest, BadFilesFailAsTheirDecodeDoes) {
+  const Image8 img = MakeTestImage(120, 160, 2);
+  const std::string jpeg = EncodeJpeg(img);
+  const CropBox box{10, 10, 50, 50};
+  EXPECT_EQ(Crop("", box).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Crop("not a jpeg at all", box).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Crop(jpeg.substr(0, jpeg.size() / 2), box).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Corrupt scan data: strict decoding refuses it, lenient accepts it.
+  const std::string cut = testing::TruncateScanKeepEoi(jpeg);
+  EXPECT_EQ(Crop(cut, box).status().code(), absl::StatusCode::kDataLoss);
+  DecodeLimits lenient;
+  lenient.lenient = true;
+  EXPECT_TRUE(Crop(cut, box, lenient).ok());
+  // A box outside the image.
+  EXPECT_EQ(Crop(jpeg, {100, 100, 50, 50}).status().code(), absl::StatusCode::kInvalidArgument);
+  // A header that claims more pixels than allowed.
+  DecodeLimits small;
+  small.max_pixels = 1000;
+  EXPECT_EQ(Crop(jpeg, box, small).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(JpegCropTest, MemoryAndScanCapsAreCheckedBeforeTheWork) {
+  // 4000 x 4000 claimed by a 155-byte-class header: the coefficients would
+  // need about 48 MB; the cap refuses it before anything is allocated.
+  const Image8 img = MakeTestImage(64, 64, 2);
+  const std::string claims = testing::PatchDimensions(EncodeJpeg(img), 4000, 4000);
+  DecodeLimits limits;
+  limits.max_memory_bytes = 16 << 20;
+  absl::StatusOr<JpegRegion> region = Crop(claims, {0, 0, 64, 64}, limits);
+  EXPECT_EQ(region.status().code(), absl::StatusCode::kResourceExhausted) << region.status();
+  EXPECT_NE(region.status().message().find("max_memory_bytes"), std::string::npos);
+  // A file of 380 scans against a cap of 50.
+  const std::string many = EncodeJpeg(img, {.scan_per_coefficient = true});
+  DecodeLimits scans;
+  scans.max_scans = 50;
+  region = Crop(many, {0, 0, 64, 64}, scans);
+  EXPECT_EQ(region.status().code(), absl::StatusCode::kResourceExhausted) << region.status();
+  EXPECT_NE(region.status().message().find("max_scans"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sophon
