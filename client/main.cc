@@ -185,6 +185,10 @@ ABSL_FLAG(double, remote_cpus, 0,
 ABSL_FLAG(double, gpu_batch_seconds, -1,
           "smartoff: training step seconds per batch; negative = measure from the first batches. "
           "Default -1.");
+ABSL_FLAG(std::string, stages, "all",
+          "smartoff: the stages a plan may send samples at, comma-separated from raw, jpeg_crop, "
+          "cropped, flipped, tensor (must include raw), or all. --stages=raw,cropped,flipped,"
+          "tensor plans without the lossless JPEG crop, for comparisons. Default all.");
 ABSL_FLAG(double, replan_threshold, 0.25,
           "smartoff: re-plan the samples not yet requested when a measured resource drifts by "
           "more than this fraction from the assumed one. Default 0.25.");
@@ -229,6 +233,7 @@ const sophon::FlagNames kFlagNames = {
     {"SmartoffOptions.net_bw_mbit", "--net-bw"},
     {"SmartoffOptions.remote_cpus", "--remote-cpus"},
     {"SmartoffOptions.replan_threshold", "--replan-threshold"},
+    {"SmartoffOptions.stages", "--stages"},
     {"Resources.net_bytes_per_s", "--net-bw"},
     {"Resources.remote_cpus", "--remote-cpus"},
     {"Resources.local_cpus", "--workers"},
@@ -463,6 +468,9 @@ absl::Status SmartoffOptionsFromFlags(sophon::PlannerKind kind, sophon::Smartoff
   options->remote_cpus = absl::GetFlag(FLAGS_remote_cpus);
   options->gpu_batch_seconds = absl::GetFlag(FLAGS_gpu_batch_seconds);
   options->replan_threshold = absl::GetFlag(FLAGS_replan_threshold);
+  absl::StatusOr<sophon::StageSet> stages = sophon::ParseStageSet(absl::GetFlag(FLAGS_stages));
+  if (!stages.ok()) return sophon::FlagError("--stages", stages.status());
+  options->stages = *stages;
   return options->Validate();
 }
 

@@ -15,6 +15,7 @@
 #include "prometheus/metric_family.h"
 #include "prometheus/metric_type.h"
 #include "sophon/base/process_status.h"
+#include "sophon/net/wire.h"
 #include "sophon/ops/stage.h"
 #include "spdlog/spdlog.h"
 
@@ -110,13 +111,17 @@ std::vector<MetricFamily> ServerStatsToMetrics(const v1::ServerStats& stats) {
                               "Payload bytes sent, by the stage they were sent at.",
                               MetricType::Counter);
   for (Stage stage : AllStages()) {
-    const int i = StageIndex(stage);
     const std::vector<ClientMetric::Label> labels = {{"stage", StageName(stage)}};
-    Add(&samples, i < stats.samples_by_stage_size() ? stats.samples_by_stage(i) : 0, labels);
-    Add(&bytes, i < stats.bytes_by_stage_size() ? stats.bytes_by_stage(i) : 0, labels);
+    Add(&samples, StatsSamplesAt(stats, stage), labels);
+    Add(&bytes, StatsBytesAt(stats, stage), labels);
   }
   out.push_back(std::move(samples));
   out.push_back(std::move(bytes));
+  out.push_back(ByLabel("sophon_server_samples_declined_total",
+                        "Samples sent at an earlier stage than asked for because the file "
+                        "cannot take it (a JPEG that cannot be cropped losslessly is sent "
+                        "whole), by the stage asked for.",
+                        "stage", stats.declined_by_stage(), 0));
   out.push_back(ByLabel("sophon_server_sample_failures_total",
                         "Samples that failed (read, decode or prep), by reason.", "reason",
                         stats.failures_by_reason(), stats.samples_failed()));

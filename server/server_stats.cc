@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "sophon/net/wire.h"
+
 namespace sophon {
 
 void ServerStats::RecordFailure(absl::StatusCode code) {
@@ -20,9 +22,17 @@ void ServerStats::ObserveStreamInflight(uint32_t n) {
 void ServerStats::Snapshot(v1::ServerStats* out) const {
   out->clear_samples_by_stage();
   out->clear_bytes_by_stage();
+  out->clear_declined_by_stage();
   for (int i = 0; i < kNumStages; ++i) {
-    out->add_samples_by_stage(samples_[i].load(std::memory_order_relaxed));
-    out->add_bytes_by_stage(bytes_[i].load(std::memory_order_relaxed));
+    out->add_samples_by_stage(0);
+    out->add_bytes_by_stage(0);
+  }
+  for (Stage stage : AllStages()) {
+    const int wire = StageToProto(stage);  // the lists are indexed by wire value
+    out->set_samples_by_stage(wire, samples_[StageIndex(stage)].load(std::memory_order_relaxed));
+    out->set_bytes_by_stage(wire, bytes_[StageIndex(stage)].load(std::memory_order_relaxed));
+    const uint64_t declined = declined_[StageIndex(stage)].load(std::memory_order_relaxed);
+    if (declined > 0) (*out->mutable_declined_by_stage())[StageName(stage)] = declined;
   }
   uint64_t failed = 0;
   out->clear_failures_by_reason();

@@ -19,9 +19,14 @@ class ServerStats {
  public:
   ServerStats() : start_(absl::Now()) {}
 
+  // Counted by pipeline position here, by wire value in Snapshot.
   void RecordSample(Stage stage, uint64_t payload_bytes) {
-    samples_[static_cast<int>(stage)].fetch_add(1, std::memory_order_relaxed);
-    bytes_[static_cast<int>(stage)].fetch_add(payload_bytes, std::memory_order_relaxed);
+    samples_[StageIndex(stage)].fetch_add(1, std::memory_order_relaxed);
+    bytes_[StageIndex(stage)].fetch_add(payload_bytes, std::memory_order_relaxed);
+  }
+  // A sample sent at an earlier stage than `asked` (the file cannot take it).
+  void RecordDeclined(Stage asked) {
+    declined_[StageIndex(asked)].fetch_add(1, std::memory_order_relaxed);
   }
   // A sample answered with an error instead of data.
   void RecordFailure(absl::StatusCode code);
@@ -49,6 +54,7 @@ class ServerStats {
   const absl::Time start_;
   std::array<std::atomic<uint64_t>, kNumStages> samples_{};
   std::array<std::atomic<uint64_t>, kNumStages> bytes_{};
+  std::array<std::atomic<uint64_t>, kNumStages> declined_{};
   std::array<std::atomic<uint64_t>, kNumCodes> failed_{};
   std::array<std::atomic<uint64_t>, kNumLimits> rejected_{};
   std::atomic<int32_t> streams_{0};

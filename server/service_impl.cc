@@ -45,6 +45,7 @@ SampleServiceImpl::SampleServiceImpl(const SampleSource* source, const ServiceOp
     : source_(source),
       options_(options),
       manifest_pages_(*source, ServerSettings(options), options.manifest_page_bytes),
+      declined_files_(source->size()),
       memory_releaser_(options.memory_release),
       budget_(BudgetOptions(options),
               [this](bool busy) {
@@ -103,7 +104,7 @@ void SampleServiceImpl::FailSample(uint64_t id, Stage stage, const absl::Status&
   out->clear_payload();
   out->set_id(id);
   if (id < source_->size()) out->set_label(source_->manifest().label(id));
-  out->set_stage(static_cast<v1::Stage>(stage));
+  out->set_stage(StageToProto(stage));
   SetSampleStatus(error, out);
   stats_.RecordFailure(error.code());
 }
@@ -123,7 +124,23 @@ void SampleServiceImpl::ProcessSample(Stage target, uint64_t id, const SampleKey
   if (status.ok()) {
     StageData raw;
     raw.data = *std::move(bytes);
-    absl::StatusOr<StageData> result = RunPipeline(std::move(raw), target, key, options);
+    absl::Status declined;
+    absl::StatusOr<StageData> result =
+        RunPipeline(std::move(raw), target, key, options, nullptr, nullptr, &declined);
+    if (result.ok() && !declined.ok()) {
+      // Sent at an earlier stage (a JPEG that cannot be cropped losslessly
+      // goes whole): the client finishes it from there.
+      stats_.RecordDeclined(target);
+      uint64_t suppressed = 0;
+      if (declined_files_.First(id) && declined_log_.Allow(absl::Now(), &suppressed)) {
+        spdlog::warn("sample {} ({}): sent as {} instead of {}: {}{}", id,
+                     std::string(manifest.relative_path(id)), StageName(result->stage),
+                     StageName(target), std::string(declined.message()),
+                     suppressed > 0 ? absl::StrCat(" [", suppressed,
+                                                   " earlier such files not logged]")
+                                    : std::string());
+      }
+    }
     if (result.ok()) {
       StageDataToProto(*std::move(result), out);
       if (static_cast<int64_t>(out->payload().size()) > reserved_bytes) {
@@ -151,7 +168,8 @@ void SampleServiceImpl::ProcessSample(Stage target, uint64_t id, const SampleKey
                        : std::string());
     }
   } else {
-    stats_.RecordSample(target, out->payload().size());
+    absl::StatusOr<Stage> sent = StageFromProto(out->stage());
+    stats_.RecordSample(sent.ok() ? *sent : target, out->payload().size());
   }
 }
 

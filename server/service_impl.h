@@ -17,6 +17,7 @@
 #include "server/service_options.h"
 #include "server/stream_registry.h"
 #include "sophon/base/memory_releaser.h"
+#include "server/once_per_sample.h"
 #include "sophon/base/rate_limiter.h"
 #include "sophon/data/sample_source.h"
 #include "sophon/ops/pipeline.h"
@@ -73,6 +74,10 @@ class SampleServiceImpl {
   RateLimiter rejection_log_{10, absl::Seconds(10)};
   RateLimiter failure_log_{20, absl::Seconds(10)};  // failed samples: a client can repeat them
   RateLimiter stream_log_{20, absl::Seconds(10)};   // stream ends: a client can churn streams
+  // Files sent at an earlier stage than asked (not croppable losslessly):
+  // logged once per file, and at most 20 files per 10 s.
+  OncePerSample declined_files_;
+  RateLimiter declined_log_{20, absl::Seconds(10)};
   StreamRegistry registry_;  // its reaper calls streams: joined before they go
   PrepPool pool_;            // last: joined first on destruction
 };

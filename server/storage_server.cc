@@ -13,6 +13,7 @@
 #include "server/memory_bound.h"
 #include "sophon/base/allocator.h"
 #include "sophon/data/image_folder.h"
+#include "sophon/net/wire.h"
 #include "spdlog/spdlog.h"
 
 namespace sophon {
@@ -149,12 +150,15 @@ void StorageServer::StatsLoop() {
     uint64_t samples = 0, bytes = 0;
     std::string by_stage;
     for (Stage stage : AllStages()) {
-      const int i = StageIndex(stage);
-      const uint64_t n = cur.samples_by_stage(i) - prev.samples_by_stage(i);
+      const uint64_t n = StatsSamplesAt(cur, stage) - StatsSamplesAt(prev, stage);
       samples += n;
-      bytes += cur.bytes_by_stage(i) - prev.bytes_by_stage(i);
-      absl::StrAppend(&by_stage, i ? " " : "", StageName(stage), "=", n);
+      bytes += StatsBytesAt(cur, stage) - StatsBytesAt(prev, stage);
+      absl::StrAppend(&by_stage, by_stage.empty() ? "" : " ", StageName(stage), "=", n);
     }
+    uint64_t declined = 0;
+    for (const auto& [name, n] : cur.declined_by_stage()) declined += n;
+    for (const auto& [name, n] : prev.declined_by_stage()) declined -= n;
+    if (declined > 0) absl::StrAppend(&by_stage, ", ", declined, " sent whole (not croppable)");
     const double secs = cur.uptime_seconds() - prev.uptime_seconds();
     const double busy = cur.prep_busy_seconds() - prev.prep_busy_seconds();
     if (samples > 0 || cur.active_streams() > 0) {

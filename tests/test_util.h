@@ -65,14 +65,20 @@ struct TestDatasetOptions {
 // Writes ROOT/class_i/img_j.jpg; returns ROOT.
 std::string MakeTestDataset(const std::string& name, const TestDatasetOptions& options);
 
-// Op times of the three ops of today's stage table, in order.
+// Op times of a profile without the lossless crop: decode_crop, flip and
+// tensor; the lossless crop costs 0 and the decode of its region what the
+// file's does (such a profile leaves JPEG_CROP out of its stages).
 inline OpTimes MakeOpTimes(double decode_crop, double flip, double tensor) {
   OpTimes t;
-  t[Stage::kCropped] = decode_crop;
-  t[Stage::kFlipped] = flip;
-  t[Stage::kTensor] = tensor;
+  t[Op::kDecodeCrop] = decode_crop;
+  t[Op::kDecodeJpegCrop] = decode_crop;
+  t[Op::kFlip] = flip;
+  t[Op::kTensor] = tensor;
   return t;
 }
+
+// The stages of a profile taken without the lossless crop.
+inline StageSet StagesWithoutJpegCrop() { return StageSet::All().Remove(Stage::kJpegCrop); }
 
 }  // namespace sophon::testing
 

@@ -82,6 +82,10 @@ ABSL_FLAG(sophon::CommaList, server_remote_cpus, sophon::CommaList(),
 ABSL_FLAG(double, ingress_bw, 0,
           "With --servers > 1: the training node's ingress in Mbit/s, shared by all servers; 0 "
           "= not a limit. Default 0.");
+ABSL_FLAG(std::string, stages, "all",
+          "The stages a plan may choose, comma-separated from raw, jpeg_crop, cropped, flipped, "
+          "tensor (must include raw), or all; only those the profile measured count (a "
+          "published SOPHON profile has no jpeg_crop). Default all.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error. Default info.");
 
 namespace {
@@ -145,7 +149,11 @@ absl::Status Run() {
   source.times_profile = absl::GetFlag(FLAGS_times_profile);
   source.crop_size = absl::GetFlag(FLAGS_crop_size);
   if (source.path.empty()) return absl::InvalidArgumentError("--profile is required");
-  ASSIGN_OR_RETURN(const sophon::DatasetProfile profile, sophon::LoadProfile(source));
+  ASSIGN_OR_RETURN(sophon::DatasetProfile profile, sophon::LoadProfile(source));
+  absl::StatusOr<sophon::StageSet> stages = sophon::ParseStageSet(absl::GetFlag(FLAGS_stages));
+  if (!stages.ok()) return sophon::FlagError("--stages", stages.status());
+  profile.stages = profile.stages.Intersect(*stages);
+  RETURN_IF_ERROR(profile.Validate());
 
   sophon::Resources resources;
   resources.net_bytes_per_s = sophon::MbitToBytesPerSecond(absl::GetFlag(FLAGS_net_bw));

@@ -642,6 +642,10 @@ void Loader::WorkerLoop() {
     if (status.ok()) {
       absl::StatusOr<StageData> data = StageDataFromProto(&item.sample);
       status = data.status();
+      if (status.ok() && options_.measure_skipped_ops) {
+        status = MeasureSkippedOps(*data, SampleKey{options_.seed, epoch_, id}, options_.pipeline,
+                                   &times, &stage_bytes);
+      }
       if (status.ok()) {
         status = FinishToTensor(*std::move(data), SampleKey{options_.seed, epoch_, id},
                                 options_.pipeline,

@@ -56,6 +56,12 @@ struct LoaderOptions {
   int rank = 0;
   int world = 1;
   PipelineOptions pipeline;
+  // Profiling: a sample received at a stage before a skippable one (RAW)
+  // also runs the ops of the path it skips (the lossless crop and the decode
+  // of its region), timed, their output dropped (MeasureSkippedOps), so that
+  // the observations hold every op's time and every stage's size. About
+  // doubles this node's CPU per sample.
+  bool measure_skipped_ops = false;
 
   // The one place these are checked; names the offending field.
   absl::Status Validate() const;

@@ -93,6 +93,7 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
   options.drop_last = false;
   options.rank = 0;
   options.world = 1;
+  options.measure_skipped_ops = true;
   RecordingRawPolicy all_raw(n);
   absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(client, options, &all_raw);
   if (!loader.ok()) return loader.status();
@@ -123,6 +124,7 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
   profile.crop_size = s;
   profile.times_source = TimesSource::kMeasured;
   profile.samples.resize(n);
+  uint64_t declined = 0;
   for (uint64_t id = 0; id < n; ++id) {
     SampleProfile& p = profile.samples[id];
     p.id = id;
@@ -130,11 +132,14 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
     SetSizedStageBytes(s, &p);
     // A stage whose size the crop size does not fix (opaque, after the first)
     // is as large as the pass saw it; a bad sample counts as its file size.
+    p.client = times[id];  // zero for a bad sample: nothing to offload
     for (Stage stage : AllStages()) {
       if (stage == kFirstStage || StagePayloadBytes(stage, s) >= 0) continue;
       p.bytes[stage] = local_bytes[id][stage] > 0 ? local_bytes[id][stage] : p.bytes[kFirstStage];
     }
-    p.client = times[id];  // zero for a bad sample: nothing to offload
+    // A file that cannot be cropped losslessly is sent whole when asked for
+    // JPEG_CROP (MeasureSkippedOps counts it so).
+    if (ok[id] && p.bytes[Stage::kJpegCrop] >= p.bytes[kFirstStage]) ++declined;
   }
 
   // The server does the same work (same epoch, seed and ids) on a few samples.
@@ -167,13 +172,22 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
     }
   }
   profile.server_speed_factor = server_s > 0 && local_s > 0 ? server_s / local_s : 1.0;
-  double decode = 0;
-  for (const OpTimes& t : times) decode += t[Stage::kCropped];  // the decode+crop op
+  double decode = 0, crop = 0, region_decode = 0, raw_bytes = 0, crop_bytes = 0;
+  for (const SampleProfile& p : profile.samples) {
+    decode += p.client[Op::kDecodeCrop];
+    crop += p.client[Op::kJpegCrop];
+    region_decode += p.client[Op::kDecodeJpegCrop];
+    raw_bytes += static_cast<double>(p.bytes[Stage::kRaw]);
+    crop_bytes += static_cast<double>(p.bytes[Stage::kJpegCrop]);
+  }
+  const double per = 1e3 / static_cast<double>(std::max<uint64_t>(1, n));
   spdlog::info(
-      "profiled {} samples in {:.1f}s: mean decode+crop {:.2f} ms here; the server needs {:.2f} "
-      "CPU-s per CPU-s of this node (from {} samples)",
-      n, absl::ToDoubleSeconds(absl::Now() - start), 1e3 * decode / std::max<uint64_t>(1, n),
-      profile.server_speed_factor, probe_ids.size());
+      "profiled {} samples in {:.1f}s: mean decode+crop {:.2f} ms here; lossless crop {:.2f} ms "
+      "and {:.1f} KB (file {:.1f} KB, {} files sent whole), its decode {:.2f} ms; the server "
+      "needs {:.2f} CPU-s per CPU-s of this node (from {} samples)",
+      n, absl::ToDoubleSeconds(absl::Now() - start), decode * per, crop * per, crop_bytes * per / 1e3,
+      raw_bytes * per / 1e3, declined, region_decode * per, profile.server_speed_factor,
+      probe_ids.size());
   if (absl::Status st = profile.Validate(); !st.ok()) return st;
   return profile;
 }

@@ -48,6 +48,16 @@ const char* ReplanReasonName(ReplanReason reason) {
   return "unknown";
 }
 
+namespace {
+
+// The profile with its stages narrowed to those the options allow.
+DatasetProfile WithStages(DatasetProfile profile, StageSet allowed) {
+  profile.stages = profile.stages.Intersect(allowed);
+  return profile;
+}
+
+}  // namespace
+
 absl::Status SmartoffOptions::Validate() const {
   if (!(net_bw_mbit >= 0)) {
     return absl::InvalidArgumentError(
@@ -69,13 +79,18 @@ absl::Status SmartoffOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "SmartoffOptions.speed_probe_samples must be >= 1, got ", speed_probe_samples));
   }
+  if (!stages.Has(kFirstStage)) {
+    return absl::InvalidArgumentError(absl::StrCat("SmartoffOptions.stages (",
+                                                   StageSetNames(stages), ") must include ",
+                                                   StageName(kFirstStage)));
+  }
   return absl::OkStatus();
 }
 
 SmartoffPolicy::SmartoffPolicy(DatasetProfile profile, Resources resources,
                                const SmartoffOptions& options, double storage_wall_scale,
                                Clock clock)
-    : profile_(std::move(profile)),
+    : profile_(WithStages(std::move(profile), options.stages)),
       options_(options),
       measure_gpu_(options.gpu_batch_seconds < 0),
       storage_wall_scale_(storage_wall_scale),
@@ -339,6 +354,9 @@ absl::StatusOr<DatasetProfile> LoadOrMakeProfile(
     }
   } else if (absl::IsNotFound(profile.status())) {
     spdlog::info("smartoff: no profile for dataset '{}' in {}", dataset_name, folder);
+    need_profile = true;
+  } else if (absl::IsFailedPrecondition(profile.status())) {
+    spdlog::info("smartoff: {}; re-profiling", std::string(profile.status().message()));
     need_profile = true;
   } else {
     return absl::Status(profile.status().code(),

@@ -33,6 +33,10 @@ struct SmartoffOptions {
   double replan_threshold = 0.25; // relative drift that triggers a re-plan; > 0
   int64_t replan_min_samples = 256;  // observations between drift checks; >= 1
   int speed_probe_samples = 64;      // samples used to measure the server's speed; >= 1
+  // The stages a plan may choose (besides: only those the profile measured);
+  // must hold RAW. Without JPEG_CROP, smartoff plans as it did before the
+  // lossless crop existed (for comparisons).
+  StageSet stages = StageSet::All();
 
   // The one place these are checked; names the offending field.
   absl::Status Validate() const;

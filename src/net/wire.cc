@@ -34,6 +34,7 @@ static_assert(GetStageInfo(Stage::kRaw).wire == v1::STAGE_RAW);
 static_assert(GetStageInfo(Stage::kCropped).wire == v1::STAGE_CROPPED);
 static_assert(GetStageInfo(Stage::kFlipped).wire == v1::STAGE_FLIPPED);
 static_assert(GetStageInfo(Stage::kTensor).wire == v1::STAGE_TENSOR);
+static_assert(GetStageInfo(Stage::kJpegCrop).wire == v1::STAGE_JPEG_CROP);
 static_assert(static_cast<int>(DType::kBytes) == v1::DTYPE_BYTES);
 static_assert(static_cast<int>(DType::kUint8) == v1::DTYPE_UINT8);
 static_assert(static_cast<int>(DType::kFloat32) == v1::DTYPE_FLOAT32);
@@ -42,6 +43,16 @@ v1::Stage StageToProto(Stage stage) { return static_cast<v1::Stage>(GetStageInfo
 
 absl::StatusOr<Stage> StageFromProto(int wire_stage) { return StageFromWire(wire_stage); }
 
+uint64_t StatsSamplesAt(const v1::ServerStats& stats, Stage stage) {
+  const int i = StageToProto(stage);
+  return i < stats.samples_by_stage_size() ? stats.samples_by_stage(i) : 0;
+}
+
+uint64_t StatsBytesAt(const v1::ServerStats& stats, Stage stage) {
+  const int i = StageToProto(stage);
+  return i < stats.bytes_by_stage_size() ? stats.bytes_by_stage(i) : 0;
+}
+
 void StageDataToProto(StageData data, v1::Sample* sample) {
   const StageInfo& info = GetStageInfo(data.stage);
   sample->set_stage(StageToProto(data.stage));
@@ -49,6 +60,15 @@ void StageDataToProto(StageData data, v1::Sample* sample) {
   sample->clear_shape();
   for (uint32_t d : StageShape(data.stage, data.height, data.width, data.data.size())) {
     sample->add_shape(d);
+  }
+  if (info.layout == Layout::kJpegRegion) {
+    v1::JpegRegion* region = sample->mutable_region();
+    region->set_image_height(static_cast<uint32_t>(data.height));
+    region->set_image_width(static_cast<uint32_t>(data.width));
+    region->set_top(static_cast<uint32_t>(data.region_top));
+    region->set_left(static_cast<uint32_t>(data.region_left));
+  } else {
+    sample->clear_region();
   }
   sample->set_payload(std::move(data.data));
 }
@@ -71,7 +91,20 @@ absl::StatusOr<StageData> StageDataFromProto(v1::Sample* sample) {
     return bad(absl::StrCat("dtype is ", sample->dtype(), ", expected ",
                             static_cast<int>(info.dtype)));
   }
-  if (info.layout != Layout::kOpaque) {
+  if (info.layout == Layout::kJpegRegion) {
+    if (!sample->has_region()) return bad("no region");
+    const v1::JpegRegion& r = sample->region();
+    constexpr uint32_t kMaxSide = 1u << 16;  // a JPEG's sides are 16-bit
+    if (r.image_height() == 0 || r.image_width() == 0 || r.image_height() > kMaxSide ||
+        r.image_width() > kMaxSide || r.top() >= r.image_height() || r.left() >= r.image_width()) {
+      return bad(absl::StrCat("region at (top ", r.top(), ", left ", r.left(), ") of a ",
+                              r.image_height(), "x", r.image_width(), " image"));
+    }
+    data.height = static_cast<int>(r.image_height());
+    data.width = static_cast<int>(r.image_width());
+    data.region_top = static_cast<int>(r.top());
+    data.region_left = static_cast<int>(r.left());
+  } else if (info.layout != Layout::kOpaque) {
     if (shape.size() != 3) return bad("shape does not have 3 dimensions");
     const bool hwc = info.layout == Layout::kHwc;
     data.height = static_cast<int>(shape[hwc ? 0 : 1]);

@@ -2,21 +2,52 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
+
 #include "sophon/image/image_ops.h"
 #include "sophon/image/jpeg_codec.h"
+#include "sophon/image/jpeg_crop.h"
 #include "sophon/ops/pipeline.h"
 
 namespace sophon {
 
+absl::Status JpegCropOp(const SampleKey& key, const PipelineOptions& options, StageData* data) {
+  absl::StatusOr<JpegRegion> region = CropJpegLossless(
+      data->data, options.augment.crop_size, options.limits,
+      [&](const ImageInfo& info) -> absl::StatusOr<CropBox> {
+        return AugmentFor(key, info.height, info.width, options.augment).box;
+      });
+  if (!region.ok()) return region.status();
+  if (region->jpeg.size() >= data->data.size()) {
+    // Sequential coding of a progressive file, or a region that is most of
+    // the image, can outweigh the file: then the file is what to send.
+    return absl::UnimplementedError(absl::StrCat("the region's JPEG (", region->jpeg.size(),
+                                                 " bytes) is not smaller than the file (",
+                                                 data->data.size(), " bytes)"));
+  }
+  data->data = std::move(region->jpeg);
+  data->height = region->image_height;
+  data->width = region->image_width;
+  data->region_top = region->top;
+  data->region_left = region->left;
+  return absl::OkStatus();
+}
+
 absl::Status DecodeCropOp(const SampleKey& key, const PipelineOptions& options, StageData* data) {
   const int s = options.augment.crop_size;
   // The crop box depends on the image size, so it is chosen once the header
-  // is read, within the same decode.
+  // is read, within the same decode. A JPEG_CROP region carries the whole
+  // image's size: its box is that image's, moved by the region's offset.
+  const bool region_input = data->stage == Stage::kJpegCrop;
   thread_local DecodedRegion region;  // reused: no allocation in steady state
   absl::Status status = DecodeJpegCrop(
       data->data, s, options.limits,
       [&](const ImageInfo& info) -> absl::StatusOr<CropBox> {
-        return AugmentFor(key, info.height, info.width, options.augment).box;
+        if (!region_input) return AugmentFor(key, info.height, info.width, options.augment).box;
+        CropBox box = AugmentFor(key, data->height, data->width, options.augment).box;
+        box.top -= data->region_top;
+        box.left -= data->region_left;
+        return box;
       },
       &region);
   if (!status.ok()) return status;
@@ -28,6 +59,8 @@ absl::Status DecodeCropOp(const SampleKey& key, const PipelineOptions& options, 
   data->data = std::move(out);
   data->height = s;
   data->width = s;
+  data->region_top = 0;
+  data->region_left = 0;
   return absl::OkStatus();
 }
 

@@ -21,14 +21,14 @@ StageCost SampleStageCost(const SampleProfile& sample, Stage stage) {
   StageCost cost;
   cost.bytes = sample.bytes[stage];
   cost.raw_bytes = sample.bytes[kFirstStage];
-  // The ops up to `stage` run on the storage node, the rest here.
-  for (int k = StageIndex(kFirstStage) + 1; k < kNumStages; ++k) {
-    const int64_t ns = CpuNanos(sample.client.values[k]);
-    if (k <= StageIndex(stage)) {
-      cost.remote_ns += ns;
-    } else {
-      cost.local_ns += ns;
-    }
+  // The ops on the way to `stage` run on the storage node, those from it on
+  // here (a sample sent RAW is decoded straight from the file, without the
+  // lossless crop: NextOp's path).
+  for (Stage s = kFirstStage; s < kLastStage;) {
+    const OpInfo& op = *NextOp(s, stage > s ? stage : kLastStage);
+    const int64_t ns = CpuNanos(sample.client[op.op]);
+    (op.to <= stage ? cost.remote_ns : cost.local_ns) += ns;
+    s = op.to;
   }
   return cost;
 }

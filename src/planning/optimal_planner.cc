@@ -18,6 +18,12 @@ constexpr double kRelTolerance = 1e-12;
 
 using SampleCosts = std::array<StageCost, kNumStages>;
 
+// A stage no plan may choose (not in the profile's stages) costs this much
+// remote work: it never enters a hull, and no move picks it.
+constexpr int64_t kBarred = std::numeric_limits<int64_t>::max() / 4;
+
+bool IsBarred(const StageCost& c) { return c.remote_ns >= kBarred; }
+
 // The three resource times a plan's work implies, largest first (T_gpu is
 // the same for every plan and left out).
 struct Score {
@@ -65,11 +71,20 @@ struct Edge {
 // Appends the edges of the lower convex hull of a sample's stage points and
 // returns the hull's first stage (least offloaded work, then fewest bytes).
 Stage AppendHullEdges(uint32_t sample, const SampleCosts& c, std::vector<Edge>* edges) {
-  // Points in increasing work; among equal work keep the fewest bytes (the
-  // earlier stage on a full tie).
+  // Points in increasing work (a skippable stage such as JPEG_CROP may cost
+  // the storage node more or less than the next one); among equal work keep
+  // the fewest bytes (the earlier stage on a full tie).
+  std::array<int, kNumStages> order{};
+  int m = 0;
+  for (int k = 0; k < kNumStages; ++k) {
+    if (!IsBarred(c[k])) order[m++] = k;
+  }
+  std::stable_sort(order.begin(), order.begin() + m,
+                   [&](int a, int b) { return c[a].remote_ns < c[b].remote_ns; });
   std::array<int, kNumStages> pts{};
   int n = 0;
-  for (int k = 0; k < kNumStages; ++k) {
+  for (int i = 0; i < m; ++i) {
+    const int k = order[i];
     if (n > 0 && c[pts[n - 1]].remote_ns == c[k].remote_ns) {
       if (c[k].bytes < c[pts[n - 1]].bytes) pts[n - 1] = k;
       continue;
@@ -132,12 +147,19 @@ struct HullWalk {
   double lp_min_s = kInf;          // LP optimum of max(T_net, T_remote, T_local)
 };
 
-HullWalk WalkHull(const std::vector<SampleCosts>& costs, const Resources& resources) {
+// `costs` are the samples' real costs; `relaxed` the same with every stage's
+// local work lowered to (the sample's cheapest total of remote + local) minus
+// its remote work, so that remote + local is constant per sample as the
+// hull walk needs (see optimal_planner.h). The walk runs on the relaxed
+// costs (exact LP bound for them, hence a bound for the real ones, which are
+// never lower) and picks its best state by the real costs.
+HullWalk WalkHull(const std::vector<SampleCosts>& costs, const std::vector<SampleCosts>& relaxed,
+                  const Resources& resources) {
   std::vector<Edge> edges;
   edges.reserve(costs.size() * 3);
   std::vector<Stage> stages(costs.size());
   for (size_t i = 0; i < costs.size(); ++i) {
-    stages[i] = AppendHullEdges(static_cast<uint32_t>(i), costs[i], &edges);
+    stages[i] = AppendHullEdges(static_cast<uint32_t>(i), relaxed[i], &edges);
   }
   // Ascending slope dy / dx (most bytes saved per offloaded second first);
   // exact rational comparison, so a sample's own edges keep their order.
@@ -150,11 +172,12 @@ HullWalk WalkHull(const std::vector<SampleCosts>& costs, const Resources& resour
   });
 
   EpochWork work = WorkOf(costs, stages);
+  EpochWork bound_work = WorkOf(relaxed, stages);
   auto times = [&](const EpochWork& w) {
     const PlanCost c = CostOfWork(w, resources);
     return std::array<double, 3>{c.net_s, c.remote_s, c.local_s};
   };
-  std::array<double, 3> prev = times(work);
+  std::array<double, 3> prev = times(bound_work);
   HullWalk walk;
   walk.lp_min_s = *std::max_element(prev.begin(), prev.end());
   Score best_score = ScoreOf(work, resources);
@@ -166,7 +189,9 @@ HullWalk WalkHull(const std::vector<SampleCosts>& costs, const Resources& resour
     const Edge& edge = edges[e];
     work.Subtract(costs[edge.sample][static_cast<int>(edge.from)]);
     work.Add(costs[edge.sample][static_cast<int>(edge.to)]);
-    const std::array<double, 3> cur = times(work);
+    bound_work.Subtract(relaxed[edge.sample][static_cast<int>(edge.from)]);
+    bound_work.Add(relaxed[edge.sample][static_cast<int>(edge.to)]);
+    const std::array<double, 3> cur = times(bound_work);
     walk.lp_min_s = std::min(walk.lp_min_s, MinMaxOnSegment(prev, cur));
     prev = cur;
     const Score score = ScoreOf(work, resources);
@@ -191,7 +216,7 @@ void Polish(const std::vector<SampleCosts>& costs, const Resources& resources,
     for (size_t i = 0; i < costs.size(); ++i) {
       for (int k = 0; k < kNumStages; ++k) {
         const int cur = static_cast<int>((*stages)[i]);
-        if (k == cur) continue;
+        if (k == cur || IsBarred(costs[i][k])) continue;
         EpochWork w = work;
         w.Subtract(costs[i][cur]);
         w.Add(costs[i][k]);
@@ -213,9 +238,24 @@ std::vector<SampleCosts> CostTable(const DatasetProfile& profile, absl::Span<con
   for (size_t i = 0; i < ids.size(); ++i) {
     for (int k = 0; k < kNumStages; ++k) {
       costs[i][k] = SampleStageCost(profile.samples[ids[i]], static_cast<Stage>(k));
+      if (!profile.stages.Has(StageAt(k))) costs[i][k].remote_ns = kBarred;
     }
   }
   return costs;
+}
+
+std::vector<SampleCosts> RelaxedCosts(const std::vector<SampleCosts>& costs) {
+  std::vector<SampleCosts> relaxed = costs;
+  for (SampleCosts& c : relaxed) {
+    int64_t cheapest = std::numeric_limits<int64_t>::max();
+    for (const StageCost& k : c) {
+      if (!IsBarred(k)) cheapest = std::min(cheapest, k.remote_ns + k.local_ns);
+    }
+    for (StageCost& k : c) {
+      if (!IsBarred(k)) k.local_ns = cheapest - k.remote_ns;
+    }
+  }
+  return relaxed;
 }
 
 double GpuSeconds(const Resources& resources, size_t samples) {
@@ -229,14 +269,14 @@ double GpuSeconds(const Resources& resources, size_t samples) {
 OptimalPlan PlanOptimal(const DatasetProfile& profile, const Resources& resources,
                         absl::Span<const uint64_t> ids) {
   const std::vector<SampleCosts> costs = CostTable(profile, ids);
-  HullWalk walk = WalkHull(costs, resources);
+  HullWalk walk = WalkHull(costs, RelaxedCosts(costs), resources);
 
   // Candidates: the path's best state, every stage for all samples (the
   // fixed modes among them) and the heuristic.
   std::vector<std::vector<Stage>> candidates;
   candidates.push_back(std::move(walk.best_stages));
   for (Stage s : AllStages()) {
-    candidates.emplace_back(ids.size(), s);
+    if (profile.stages.Has(s)) candidates.emplace_back(ids.size(), s);
   }
   candidates.push_back(PlanSophon(profile, resources, ids));
   size_t best = 0;

@@ -122,19 +122,24 @@ absl::StatusOr<int> InferCropSize(uint64_t cropped_bytes, const csv::Line& line,
 
 // The original system's columns for each of our stages: the size file's
 // column of each stage's payload, and the time file's columns whose sum is
-// each op's time (its loader, decoding and crop make our decode_crop).
+// each op's time (its loader, decoding and crop make our decode_crop). The
+// original system had no lossless crop: JPEG_CROP gets the file's size, no
+// op times, and is left out of the profile's stages, so no plan picks it.
 constexpr std::pair<Stage, const char*> kSizeColumns[] = {
     {Stage::kRaw, "raw"},
+    {Stage::kJpegCrop, "raw"},
     {Stage::kCropped, "RandomResizedCrop"},
     {Stage::kFlipped, "RandomHorizontalFlip"},
     {Stage::kTensor, "Normalize"},
 };
 static_assert(std::size(kSizeColumns) == kNumStages, "every stage needs its size column");
-constexpr std::pair<Stage, const char*> kTimeColumns[] = {
-    {Stage::kCropped, "loader"},   {Stage::kCropped, "decoding"},
-    {Stage::kCropped, "RandomResizedCrop"}, {Stage::kFlipped, "RandomHorizontalFlip"},
-    {Stage::kTensor, "ToTensor"},  {Stage::kTensor, "Normalize"},
+constexpr std::pair<Op, const char*> kTimeColumns[] = {
+    {Op::kDecodeCrop, "loader"},   {Op::kDecodeCrop, "decoding"},
+    {Op::kDecodeCrop, "RandomResizedCrop"}, {Op::kFlip, "RandomHorizontalFlip"},
+    {Op::kTensor, "ToTensor"},  {Op::kTensor, "Normalize"},
 };
+// The stages the original files measured.
+static StageSet OriginalStages() { return StageSet::All().Remove(Stage::kJpegCrop); }
 
 absl::StatusOr<DatasetProfile> ParseOriginalSizes(absl::string_view text,
                                                   absl::string_view file_name, int crop_size) {
@@ -148,6 +153,7 @@ absl::StatusOr<DatasetProfile> ParseOriginalSizes(absl::string_view text,
   DatasetProfile profile;
   profile.crop_size = crop_size;
   profile.times_source = TimesSource::kMeasured;
+  profile.stages = OriginalStages();
   for (size_t i = 1; i < lines.size(); ++i) {
     const csv::Line& line = lines[i];
     ASSIGN_OR_RETURN(const std::vector<absl::string_view> f,
@@ -199,9 +205,9 @@ absl::Status ParseOriginalTimes(absl::string_view text, absl::string_view file_n
           file_name, line.number,
           absl::StrCat("index ", index, " out of sequence (expected ", i - 1, ")"));
     }
-    for (const auto& [stage, column] : kTimeColumns) {
+    for (const auto& [op, column] : kTimeColumns) {
       ASSIGN_OR_RETURN(const double seconds, SecondsField(f, columns, column, line, file_name));
-      times[i - 1][stage] += seconds;
+      times[i - 1][op] += seconds;
     }
   }
   if (times.size() != n) {

@@ -34,6 +34,10 @@ absl::Status DatasetProfile::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("profile server_speed must be finite and > 0, got ", server_speed_factor));
   }
+  if (!stages.Has(kFirstStage)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "profile stages (", StageSetNames(stages), ") must include ", StageName(kFirstStage)));
+  }
   for (size_t i = 0; i < samples.size(); ++i) {
     const SampleProfile& s = samples[i];
     if (s.id != i) {
@@ -45,10 +49,9 @@ absl::Status DatasetProfile::Validate() const {
         return absl::InvalidArgumentError(absl::StrCat(
             "sample ", s.id, ": every stage size must be > 0 bytes (", stage.name, " is 0)"));
       }
-      if (stage.op == nullptr) continue;
-      if (absl::Status st = CheckOpSeconds(s.client[stage.stage], stage.op_name, s.id); !st.ok()) {
-        return st;
-      }
+    }
+    for (const OpInfo& op : kOpTable) {
+      if (absl::Status st = CheckOpSeconds(s.client[op.op], op.name, s.id); !st.ok()) return st;
     }
   }
   return absl::OkStatus();

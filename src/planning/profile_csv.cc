@@ -21,19 +21,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kMagic[] = "# sophon-profile v1";
+constexpr char kMagic[] = "# sophon-profile v2";
 constexpr char kMagicPrefix[] = "# sophon-profile ";
-// id, then <stage>_bytes for every stage and <op>_s for every op, in stage
-// table order, then source_pixels.
+// id, then <stage>_bytes for every stage in stage table order, <op>_s for
+// every op in op table order, then source_pixels.
 constexpr int kFirstTimeColumn = 1 + kNumStages;
-constexpr int kPixelsColumn = kFirstTimeColumn + kNumStages - 1;
+constexpr int kPixelsColumn = kFirstTimeColumn + kNumOps;
 const std::vector<std::string>& Columns() {
   static const auto* columns = [] {
     auto* c = new std::vector<std::string>{"id"};
     for (const StageInfo& stage : kStageTable) c->push_back(absl::StrCat(stage.name, "_bytes"));
-    for (const StageInfo& stage : kStageTable) {
-      if (stage.op != nullptr) c->push_back(absl::StrCat(stage.op_name, "_s"));
-    }
+    for (const OpInfo& op : kOpTable) c->push_back(absl::StrCat(op.name, "_s"));
     c->push_back("source_pixels");
     return c;
   }();
@@ -78,6 +76,7 @@ struct Metadata {
   std::optional<int> crop_size;
   double server_speed = 1.0;
   TimesSource times = TimesSource::kMeasured;
+  StageSet stages = StageSet::All();
 };
 
 // "# dataset=NAME fingerprint=HEX crop_size=S server_speed=F times=measured".
@@ -116,6 +115,10 @@ absl::Status ParseMetadata(absl::string_view comment, absl::string_view file, in
         return csv::LineError(file, line,
                               absl::StrCat("server_speed must be > 0, got '", value, "'"));
       }
+    } else if (key == "stages") {
+      absl::StatusOr<StageSet> stages = ParseStageSet(value);
+      if (!stages.ok()) return csv::LineError(file, line, stages.status().message());
+      meta->stages = *stages;
     } else if (key == "times") {
       if (value == TimesSourceName(TimesSource::kMeasured)) {
         meta->times = TimesSource::kMeasured;
@@ -150,7 +153,7 @@ absl::StatusOr<SampleProfile> ParseRow(absl::string_view text, absl::string_view
     }
   }
   for (int i = kFirstTimeColumn; i < kPixelsColumn; ++i) {
-    double* seconds = &s.client.values[i - kFirstTimeColumn + 1];
+    double* seconds = &s.client.values[i - kFirstTimeColumn];
     if (!csv::ParseDouble(f[i], seconds) || *seconds < 0) {
       return csv::LineError(
           file, line, absl::StrCat(Columns()[i], ": expected seconds >= 0, got '", f[i], "'"));
@@ -181,9 +184,11 @@ absl::StatusOr<DatasetProfile> ParseSophonProfile(absl::string_view text,
         absl::StrCat("not a Sophon profile (expected the first line '", kMagic, "')"));
   }
   if (absl::StripAsciiWhitespace(lines[0].text) != kMagic) {
-    return csv::LineError(file_name, lines[0].number,
-                          absl::StrCat("unsupported profile version '", lines[0].text,
-                                       "' (this build reads '", kMagic, "')"));
+    // FailedPrecondition: a valid profile of another version (smartoff
+    // profiles the dataset again).
+    return absl::FailedPreconditionError(absl::StrCat(
+        file_name, ":", lines[0].number, ": unsupported profile version '", lines[0].text,
+        "' (this build reads '", kMagic, "')"));
   }
   Metadata meta;
   DatasetProfile profile;
@@ -225,6 +230,7 @@ absl::StatusOr<DatasetProfile> ParseSophonProfile(absl::string_view text,
   profile.crop_size = *meta.crop_size;
   profile.server_speed_factor = meta.server_speed;
   profile.times_source = meta.times;
+  profile.stages = meta.stages;
   profile.times_detail = absl::StrCat(TimesSourceName(meta.times), " (", file_name, ")");
   if (absl::Status s = profile.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(file_name, ": ", s.message()));
@@ -244,10 +250,11 @@ absl::Status WriteSophonProfile(const DatasetProfile& profile, const std::string
     std::ofstream out(tmp, std::ios::trunc);
     if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
     out << kMagic << "\n";
-    out << absl::StrFormat("# dataset=%s fingerprint=%s crop_size=%d server_speed=%.6g times=%s\n",
-                           EncodeName(profile.dataset), FingerprintHex(profile.fingerprint),
-                           profile.crop_size, profile.server_speed_factor,
-                           TimesSourceName(profile.times_source));
+    out << absl::StrFormat(
+        "# dataset=%s fingerprint=%s crop_size=%d server_speed=%.6g times=%s stages=%s\n",
+        EncodeName(profile.dataset), FingerprintHex(profile.fingerprint), profile.crop_size,
+        profile.server_speed_factor, TimesSourceName(profile.times_source),
+        StageSetNames(profile.stages));
     out << "# units: *_bytes = payload bytes at that stage; *_s = thread CPU seconds of the op "
            "on the training node; source_pixels = width*height of the encoded image (0 = "
            "unknown)\n";
@@ -255,9 +262,7 @@ absl::Status WriteSophonProfile(const DatasetProfile& profile, const std::string
     for (const SampleProfile& s : profile.samples) {
       std::string row = absl::StrCat(s.id);
       for (uint64_t bytes : s.bytes.values) absl::StrAppend(&row, ",", bytes);
-      for (int k = 1; k < kNumStages; ++k) {
-        absl::StrAppendFormat(&row, ",%.9g", s.client.values[k]);
-      }
+      for (double seconds : s.client.values) absl::StrAppendFormat(&row, ",%.9g", seconds);
       out << row << "," << s.source_pixels << "\n";
     }
     out.flush();

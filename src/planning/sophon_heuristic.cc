@@ -25,6 +25,7 @@ std::vector<Stage> PlanSophon(const DatasetProfile& profile, const Resources& re
     Candidate& c = candidates[i];
     uint64_t min_bytes = raw_bytes;
     for (Stage stage : AllStages()) {
+      if (!profile.stages.Has(stage)) continue;
       if (s.bytes[stage] < min_bytes) {
         min_bytes = s.bytes[stage];
         c.stage = stage;

@@ -96,15 +96,15 @@ DecodeFit FitDecode(const std::vector<std::array<double, kTerms>>& rows,
 }  // namespace
 
 absl::Status TimesModel::Validate() const {
-  for (const StageInfo& stage : kStageTable) {
-    const OpCoefficients& c = ops[stage.stage];
+  for (const OpInfo& op : kOpTable) {
+    const OpCoefficients& c = ops[op.op];
     const std::pair<const char*, double> fields[] = {{"s_per_raw_byte", c.s_per_raw_byte},
                                                      {"s_per_source_pixel", c.s_per_source_pixel},
                                                      {"s_fixed", c.s_fixed},
                                                      {"s_per_output_pixel", c.s_per_output_pixel}};
     for (const auto& [name, value] : fields) {
       if (!std::isfinite(value) || value < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("TimesModel.ops[", stage.name, "].", name,
+        return absl::InvalidArgumentError(absl::StrCat("TimesModel.ops[", op.name, "].", name,
                                                        " must be finite and >= 0, got ", value));
       }
     }
@@ -124,11 +124,13 @@ TimesModel DefaultTimesModel() {
   // (the rest is the random crop: smaller crops decode at a smaller DCT
   // scale). For the published OpenImages sizes (mean 317 KB, 0.75 Mpx) this
   // predicts 3.3 ms of decode_crop per sample.
-  m.ops[Stage::kCropped].s_per_raw_byte = 8.4959e-09;
-  m.ops[Stage::kCropped].s_per_source_pixel = 6.2437e-10;
-  m.ops[Stage::kCropped].s_fixed = 1.4281e-04;
-  m.ops[Stage::kFlipped].s_per_output_pixel = 3.4451e-10;
-  m.ops[Stage::kTensor].s_per_output_pixel = 3.3989e-09;
+  // The run measured no lossless crops: jpeg_crop and decode_jpeg_crop are
+  // 0 here (profiles with modelled times offer no JPEG_CROP stage).
+  m.ops[Op::kDecodeCrop].s_per_raw_byte = 8.4959e-09;
+  m.ops[Op::kDecodeCrop].s_per_source_pixel = 6.2437e-10;
+  m.ops[Op::kDecodeCrop].s_fixed = 1.4281e-04;
+  m.ops[Op::kFlip].s_per_output_pixel = 3.4451e-10;
+  m.ops[Op::kTensor].s_per_output_pixel = 3.3989e-09;
   m.source =
       "built-in model: Sophon's pipeline measured by sophon-calibrate-times on "
       "OpenImages-like JPEGs (src/planning/times_model.cc)";
@@ -139,15 +141,14 @@ OpTimes PredictOpTimes(const TimesModel& model, uint64_t raw_bytes, uint64_t sou
                        int crop_size) {
   const double out_pixels = static_cast<double>(crop_size) * crop_size;
   OpTimes t;
-  for (const StageInfo& stage : kStageTable) {
-    const OpCoefficients& c = model.ops[stage.stage];
-    switch (stage.op_cost) {
-      case OpCost::kNone: break;
+  for (const OpInfo& op : kOpTable) {
+    const OpCoefficients& c = model.ops[op.op];
+    switch (op.cost) {
       case OpCost::kInputSized:
-        t[stage.stage] = c.s_per_raw_byte * static_cast<double>(raw_bytes) +
-                         c.s_per_source_pixel * static_cast<double>(source_pixels) + c.s_fixed;
+        t[op.op] = c.s_per_raw_byte * static_cast<double>(raw_bytes) +
+                   c.s_per_source_pixel * static_cast<double>(source_pixels) + c.s_fixed;
         break;
-      case OpCost::kOutputSized: t[stage.stage] = c.s_per_output_pixel * out_pixels; break;
+      case OpCost::kOutputSized: t[op.op] = c.s_per_output_pixel * out_pixels; break;
     }
   }
   return t;
@@ -181,21 +182,20 @@ absl::StatusOr<TimesModel> FitTimesModel(const DatasetProfile& measured) {
   const double out_pixels = static_cast<double>(measured.crop_size) * measured.crop_size *
                             static_cast<double>(measured.samples.size());
   TimesModel m;
-  for (const StageInfo& stage : kStageTable) {
-    OpCoefficients& c = m.ops[stage.stage];
+  for (const OpInfo& op : kOpTable) {
+    OpCoefficients& c = m.ops[op.op];
     std::vector<double> y;
     double total_s = 0;
     for (const SampleProfile& s : measured.samples) {
-      y.push_back(s.client[stage.stage]);
-      total_s += s.client[stage.stage];
+      y.push_back(s.client[op.op]);
+      total_s += s.client[op.op];
     }
-    switch (stage.op_cost) {
-      case OpCost::kNone: break;
+    switch (op.cost) {
       case OpCost::kInputSized: {
         const DecodeFit fit = FitDecode(rows, y, have_pixels);
         if (!std::isfinite(fit.residual)) {
           return absl::FailedPreconditionError(
-              absl::StrCat("profile of '", measured.dataset, "': no non-negative ", stage.op_name,
+              absl::StrCat("profile of '", measured.dataset, "': no non-negative ", op.name,
                            " fit (degenerate sizes)"));
         }
         c.s_per_raw_byte = fit.coef[0];

@@ -54,6 +54,13 @@ absl::StatusOr<DatasetProfile> MeasureProfile(const SampleSource& source,
       StageData raw;
       raw.data = std::move(bytes);
       PerStage<uint64_t> stage_bytes;
+      // The ops a sample sent RAW skips (the lossless crop and its decode).
+      if (absl::Status st = MeasureSkippedOps(
+              raw, SampleKey{options.seed, static_cast<uint64_t>(epoch), id}, options.pipeline,
+              &sample.client, &stage_bytes);
+          !st.ok()) {
+        return fail(st);
+      }
       absl::StatusOr<StageData> out = RunPipeline(
           std::move(raw), kLastStage, SampleKey{options.seed, static_cast<uint64_t>(epoch), id},
           options.pipeline, &sample.client, &stage_bytes);

@@ -300,7 +300,7 @@ TEST_F(ClusterTest, SmartoffProfilesPlansAndMatchesNoOffByteForByte) {
   EXPECT_EQ(stats.samples, 30u);
   // On a 10 Mbit/s link with idle storage CPUs the plan offloads (crops of
   // 32x32x3 bytes are far smaller than the files).
-  EXPECT_GT(stats.samples_by_stage[1] + stats.samples_by_stage[2], 20u);
+  EXPECT_GT(stats.samples - stats.samples_by_stage[StageIndex(Stage::kRaw)], 20u);
   EXPECT_GT(p->PredictedEpochSeconds(), 0);
   ASSERT_EQ(batches.size(), reference->size());
   std::set<uint64_t> ids;
@@ -458,7 +458,7 @@ TEST_F(ClusterTest, ServerMemoryStaysBoundedWithASlowConsumer) {
   EXPECT_LE(received, kReads * static_cast<int>(kMaxInflight));
   // The server prepared what it wrote (taken by the client, or buffered by
   // gRPC on the way) and what it holds, not everything it was asked for.
-  const uint64_t prepared = stats->samples_by_stage(StageIndex(Stage::kTensor));
+  const uint64_t prepared = StatsSamplesAt(*stats, Stage::kTensor);
   EXPECT_GE(prepared, static_cast<uint64_t>(received));
   EXPECT_LT(prepared, static_cast<uint64_t>(kRequested) / 2)
       << "received " << received << ", the rest held by gRPC or the server";

@@ -1,5 +1,11 @@
 #include "sophon/net/wire.h"
 
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace sophon {
@@ -52,6 +58,76 @@ TEST(WireTest, SampleStatusRoundTrips) {
   SetSampleStatus(absl::InvalidArgumentError("sample 3 (a/b.jpg): invalid JPEG"), &s);
   EXPECT_EQ(SampleStatus(s).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(SampleStatus(s).message(), "sample 3 (a/b.jpg): invalid JPEG");
+}
+
+// Wire values are not pipeline positions (JPEG_CROP is 1 in the pipeline, 4
+// on the wire): every stage survives the wire both ways, and a JPEG region
+// keeps where it lies.
+TEST(WireTest, EveryStageCrossesTheWireAsItsOwnValue) {
+  bool some_differ = false;
+  for (Stage stage : AllStages()) {
+    absl::StatusOr<Stage> back = StageFromProto(StageToProto(stage));
+    ASSERT_TRUE(back.ok()) << StageName(stage);
+    EXPECT_EQ(*back, stage);
+    some_differ |= static_cast<int>(StageToProto(stage)) != StageIndex(stage);
+  }
+  EXPECT_TRUE(some_differ) << "the test no longer tells wire values from pipeline positions";
+  StageData region;
+  region.stage = Stage::kJpegCrop;
+  region.data = "\xff\xd8 a region \xff\xd9";
+  region.height = 768;
+  region.width = 1024;
+  region.region_top = 48;
+  region.region_left = 320;
+  v1::Sample sample;
+  StageDataToProto(region, &sample);
+  EXPECT_EQ(sample.stage(), v1::STAGE_JPEG_CROP);
+  absl::StatusOr<StageData> got = StageDataFromProto(&sample);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->stage, Stage::kJpegCrop);
+  EXPECT_EQ(got->data, region.data);
+  EXPECT_EQ(got->height, 768);
+  EXPECT_EQ(got->width, 1024);
+  EXPECT_EQ(got->region_top, 48);
+  EXPECT_EQ(got->region_left, 320);
+  // A region outside its image, or none, is refused.
+  StageDataToProto(region, &sample);
+  sample.mutable_region()->set_top(768);
+  EXPECT_FALSE(StageDataFromProto(&sample).ok());
+  StageDataToProto(region, &sample);
+  sample.clear_region();
+  EXPECT_FALSE(StageDataFromProto(&sample).ok());
+}
+
+// The trial that found two direct casts between the pipeline's Stage and the
+// wire enum: no source file converts between them except through the table
+// (StageToProto / StageFromProto in src/net/wire.cc). A cast of an integer
+// literal (a deliberately invalid wire value in a test) is allowed.
+TEST(WireTest, NoSourceCastsBetweenPipelineStagesAndWireValues) {
+  namespace fs = std::filesystem;
+  const std::regex to_wire(R"(static_cast<\s*(sophon::)?v1::Stage\s*>\s*\(\s*[^0-9\s])");
+  const std::regex from_wire(R"(static_cast<\s*(sophon::)?Stage\s*>\s*\([^)]*stage\(\))");
+  std::vector<std::string> found;
+  int files = 0;
+  for (const char* dir : {"src", "server", "client", "tools", "tests", "fuzz"}) {
+    const fs::path root = fs::path(SOPHON_SOURCE_DIR) / dir;
+    if (!fs::exists(root)) continue;
+    for (const fs::directory_entry& e : fs::recursive_directory_iterator(root)) {
+      const std::string ext = e.path().extension().string();
+      if (!e.is_regular_file() || (ext != ".cc" && ext != ".h")) continue;
+      if (e.path().filename() == "wire.cc" || e.path().filename() == "wire_test.cc") continue;
+      ++files;
+      std::ifstream in(e.path());
+      std::string line;
+      for (int n = 1; std::getline(in, line); ++n) {
+        if (std::regex_search(line, to_wire) || std::regex_search(line, from_wire)) {
+          found.push_back(e.path().string() + ":" + std::to_string(n) + ": " + line);
+        }
+      }
+    }
+  }
+  EXPECT_GT(files, 100);
+  for (const std::string& f : found) ADD_FAILURE() << "convert through StageToProto: " << f;
 }
 
 }  // namespace

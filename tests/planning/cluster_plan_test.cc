@@ -12,6 +12,7 @@ DatasetProfile RandomProfile(int n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> u(0, 1);
   DatasetProfile p;
+  p.stages = testing::StagesWithoutJpegCrop();
   p.dataset = "random";
   for (int i = 0; i < n; ++i) {
     SampleProfile s;
@@ -21,6 +22,7 @@ DatasetProfile RandomProfile(int n, uint64_t seed) {
     s.bytes[Stage::kCropped] = 150528;
     s.bytes[Stage::kFlipped] = 150528;
     s.bytes[Stage::kTensor] = 602112;
+    s.bytes[Stage::kJpegCrop] = s.bytes[Stage::kRaw];
     s.client = testing::MakeOpTimes(1e-3 + 2e-8 * static_cast<double>(raw) * (0.5 + u(rng)),
                                     2e-5, 4e-4);
     p.samples.push_back(s);

@@ -12,6 +12,7 @@ namespace {
 // Two samples with round numbers: sizes in bytes, times in seconds.
 DatasetProfile TwoSamples() {
   DatasetProfile p;
+  p.stages = testing::StagesWithoutJpegCrop();
   p.dataset = "two";
   for (uint64_t i = 0; i < 2; ++i) {
     SampleProfile s;
@@ -20,6 +21,7 @@ DatasetProfile TwoSamples() {
     s.bytes[Stage::kCropped] = 300;
     s.bytes[Stage::kFlipped] = 300;
     s.bytes[Stage::kTensor] = 1200;
+    s.bytes[Stage::kJpegCrop] = s.bytes[Stage::kRaw];
     s.client = testing::MakeOpTimes(0.5 * (i + 1), 0.25, 0.125);
     p.samples.push_back(s);
   }

@@ -34,7 +34,10 @@ DatasetProfile SmallProfile() {
     s.bytes[Stage::kCropped] = 150528;
     s.bytes[Stage::kFlipped] = 150528;
     s.bytes[Stage::kTensor] = 602112;
+    s.bytes[Stage::kJpegCrop] = 61234 + 5 * i;
     s.client = testing::MakeOpTimes(0.00412345678 + i * 1e-4, 2.1e-5, 3.1e-4);
+    s.client[Op::kJpegCrop] = 0.00123456789;
+    s.client[Op::kDecodeJpegCrop] = 0.00345678912 + i * 1e-5;
     s.source_pixels = i == 1 ? 0 : 1024 * 768;
     p.samples.push_back(s);
   }
@@ -47,20 +50,18 @@ void ExpectSameProfile(const DatasetProfile& a, const DatasetProfile& b) {
   EXPECT_EQ(a.crop_size, b.crop_size);
   EXPECT_DOUBLE_EQ(a.server_speed_factor, b.server_speed_factor);
   EXPECT_EQ(a.times_source, b.times_source);
+  EXPECT_EQ(a.stages, b.stages);
   ASSERT_EQ(a.samples.size(), b.samples.size());
   for (size_t i = 0; i < a.samples.size(); ++i) {
     const SampleProfile& x = a.samples[i];
     const SampleProfile& y = b.samples[i];
     EXPECT_EQ(x.id, y.id);
-    EXPECT_EQ(x.bytes[Stage::kRaw], y.bytes[Stage::kRaw]);
-    EXPECT_EQ(x.bytes[Stage::kCropped], y.bytes[Stage::kCropped]);
-    EXPECT_EQ(x.bytes[Stage::kFlipped], y.bytes[Stage::kFlipped]);
-    EXPECT_EQ(x.bytes[Stage::kTensor], y.bytes[Stage::kTensor]);
+    EXPECT_EQ(x.bytes, y.bytes);
     EXPECT_EQ(x.source_pixels, y.source_pixels);
     // Written with 9 significant digits.
-    EXPECT_NEAR(x.client[Stage::kCropped], y.client[Stage::kCropped], 1e-8 * x.client[Stage::kCropped]);
-    EXPECT_NEAR(x.client[Stage::kFlipped], y.client[Stage::kFlipped], 1e-8 * x.client[Stage::kFlipped]);
-    EXPECT_NEAR(x.client[Stage::kTensor], y.client[Stage::kTensor], 1e-8 * x.client[Stage::kTensor]);
+    for (const OpInfo& op : kOpTable) {
+      EXPECT_NEAR(x.client[op.op], y.client[op.op], 1e-8 * x.client[op.op]) << op.name;
+    }
   }
 }
 
@@ -111,7 +112,7 @@ TEST(SophonProfileTest, MeasuredProfileIsKeyedByTheDatasetFingerprint) {
     EXPECT_EQ(s.bytes[Stage::kCropped], 32u * 32 * 3);
     EXPECT_EQ(s.bytes[Stage::kTensor], 32u * 32 * 3 * 4);
     EXPECT_GE(s.source_pixels, 160u * 160);
-    EXPECT_GT(s.client[Stage::kCropped], 0);
+    EXPECT_GT(s.client[Op::kDecodeCrop], 0);
   }
   const std::string folder = DefaultProfileFolder((*ds)->name());
   const std::string dir = testing::MakeTempDir("profile_measured_out") + "/" + folder;
@@ -131,25 +132,26 @@ TEST(SophonProfileTest, MeasuredProfileIsKeyedByTheDatasetFingerprint) {
 
 TEST(SophonProfileTest, MalformedLinesAreRejectedWithTheirLineNumber) {
   const std::string head =
-      "# sophon-profile v1\n"
+      "# sophon-profile v2\n"
       "# dataset=d fingerprint=ff crop_size=224 server_speed=1 times=measured\n"
-      "id,raw_bytes,cropped_bytes,flipped_bytes,tensor_bytes,decode_crop_s,flip_s,tensor_s,"
-      "source_pixels\n"
-      "0,10,20,20,80,0.1,0.01,0.02,100\n";
+      "id,raw_bytes,jpeg_crop_bytes,cropped_bytes,flipped_bytes,tensor_bytes,jpeg_crop_s,"
+      "decode_jpeg_crop_s,decode_crop_s,flip_s,tensor_s,source_pixels\n"
+      "0,10,5,20,20,80,0.05,0.09,0.1,0.01,0.02,100\n";
   ASSERT_TRUE(ParseSophonProfile(head, "f.csv").ok());
   struct Case {
     std::string text;
     std::string where;
   };
   const Case cases[] = {
-      {head + "1,10,20,20,eighty,0.1,0.01,0.02,100\n", "f.csv:5:"},  // not a number
-      {head + "1,10,20,20,80,0.1,0.01\n", "f.csv:5:"},               // too few fields
-      {head + "2,10,20,20,80,0.1,0.01,0.02,100\n", "f.csv:5:"},      // id out of sequence
-      {head + "1,10,20,20,80,-0.1,0.01,0.02,100\n", "f.csv:5:"},     // negative time
-      {head + "1,0,20,20,80,0.1,0.01,0.02,100\n", "f.csv:5:"},       // zero size
-      {"# sophon-profile v2\n", "f.csv:1:"},                         // version
+      {head + "1,10,5,20,20,eighty,0.05,0.09,0.1,0.01,0.02,100\n", "f.csv:5:"},  // not a number
+      {head + "1,10,5,20,20,80,0.05,0.09,0.1,0.01\n", "f.csv:5:"},  // too few fields
+      {head + "2,10,5,20,20,80,0.05,0.09,0.1,0.01,0.02,100\n", "f.csv:5:"},  // id out of sequence
+      {head + "1,10,5,20,20,80,0.05,0.09,-0.1,0.01,0.02,100\n", "f.csv:5:"},  // negative time
+      {head + "1,0,5,20,20,80,0.05,0.09,0.1,0.01,0.02,100\n", "f.csv:5:"},  // zero size
+      {head.substr(0, head.find("id,")) + "# dataset=d fingerprint=ff crop_size=224 stages=raw,"
+       "jpg\n", "f.csv:3:"},                                        // unknown stage
       {"id,raw\n", "f.csv:1:"},                                      // not a profile
-      {"# sophon-profile v1\nid,raw_bytes\n", "f.csv:2:"},           // bad header
+      {"# sophon-profile v2\nid,raw_bytes\n", "f.csv:2:"},           // bad header
   };
   for (const Case& c : cases) {
     absl::StatusOr<DatasetProfile> p = ParseSophonProfile(c.text, "f.csv");
@@ -158,10 +160,29 @@ TEST(SophonProfileTest, MalformedLinesAreRejectedWithTheirLineNumber) {
   }
   // The metadata line is required before the column header.
   absl::StatusOr<DatasetProfile> no_meta = ParseSophonProfile(
-      "# sophon-profile v1\nid,raw_bytes,cropped_bytes,flipped_bytes,tensor_bytes,"
-      "decode_crop_s,flip_s,tensor_s,source_pixels\n",
+      "# sophon-profile v2\nid,raw_bytes,jpeg_crop_bytes,cropped_bytes,flipped_bytes,"
+      "tensor_bytes,jpeg_crop_s,decode_jpeg_crop_s,decode_crop_s,flip_s,tensor_s,"
+      "source_pixels\n",
       "f.csv");
   EXPECT_THAT(no_meta.status().message(), HasSubstr("f.csv:2:"));
+  // A profile of the format before the lossless crop is another version:
+  // FailedPrecondition (smartoff profiles again), naming the line.
+  absl::StatusOr<DatasetProfile> v1 = ParseSophonProfile("# sophon-profile v1\n", "f.csv");
+  EXPECT_EQ(v1.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(v1.status().message(), HasSubstr("f.csv:1:"));
+  // The stages line narrows what planners may choose; RAW stays required.
+  absl::StatusOr<DatasetProfile> narrowed = ParseSophonProfile(
+      "# sophon-profile v2\n"
+      "# dataset=d fingerprint=ff crop_size=224 stages=raw,cropped,tensor\n" +
+          head.substr(head.find("id,")),
+      "f.csv");
+  ASSERT_TRUE(narrowed.ok()) << narrowed.status();
+  EXPECT_EQ(StageSetNames(narrowed->stages), "raw,cropped,tensor");
+  EXPECT_FALSE(ParseSophonProfile("# sophon-profile v2\n"
+                                  "# dataset=d fingerprint=ff crop_size=224 stages=cropped\n" +
+                                      head.substr(head.find("id,")),
+                                  "f.csv")
+                   .ok());
 }
 
 constexpr char kSizes[] =
@@ -187,6 +208,10 @@ TEST(OriginalProfileTest, ParsesSizesWithTrailingSeparatorsAndShapes) {
   EXPECT_EQ(s.bytes[Stage::kCropped], 150561u);
   EXPECT_EQ(s.bytes[Stage::kFlipped], 150561u);
   EXPECT_EQ(s.bytes[Stage::kTensor], 602145u);
+  // The original system had no lossless crop: no plan may choose it.
+  EXPECT_EQ(s.bytes[Stage::kJpegCrop], 95615u);
+  EXPECT_FALSE(p->stages.Has(Stage::kJpegCrop));
+  EXPECT_TRUE(p->stages.Has(Stage::kCropped));
   EXPECT_EQ(s.source_pixels, 1024u * 768u);
   EXPECT_EQ(p->samples[0].source_pixels, 1024u * 614u);
 }
@@ -197,9 +222,9 @@ TEST(OriginalProfileTest, TimesMapOntoSophonOps) {
   ASSERT_TRUE(ParseOriginalTimes(kTimes, "prep_times.csv", &*p).ok());
   EXPECT_EQ(p->times_source, TimesSource::kMeasured);
   const OpTimes& t = p->samples[1].client;
-  EXPECT_DOUBLE_EQ(t[Stage::kCropped], 0.002 + 0.02 + 0.004);  // loader + decoding + crop
-  EXPECT_DOUBLE_EQ(t[Stage::kFlipped], 0.0002);
-  EXPECT_DOUBLE_EQ(t[Stage::kTensor], 0.0006 + 0.0008);  // ToTensor + Normalize
+  EXPECT_DOUBLE_EQ(t[Op::kDecodeCrop], 0.002 + 0.02 + 0.004);  // loader + decoding + crop
+  EXPECT_DOUBLE_EQ(t[Op::kFlip], 0.0002);
+  EXPECT_DOUBLE_EQ(t[Op::kTensor], 0.0006 + 0.0008);  // ToTensor + Normalize
 }
 
 TEST(OriginalProfileTest, MalformedLinesAreRejectedWithTheirLineNumber) {
@@ -250,26 +275,27 @@ TEST(OriginalProfileTest, WithoutTimesTheModelFillsThem) {
   testing::WriteFile(dir + "/prep_sizes.csv", kSizes);
   OriginalProfileOptions options;
   options.sizes_path = dir + "/prep_sizes.csv";
-  options.model.ops[Stage::kCropped].s_per_raw_byte = 1e-8;
-  options.model.ops[Stage::kCropped].s_per_source_pixel = 2e-9;
-  options.model.ops[Stage::kCropped].s_fixed = 1e-4;
-  options.model.ops[Stage::kFlipped].s_per_output_pixel = 1e-10;
-  options.model.ops[Stage::kTensor].s_per_output_pixel = 3e-9;
+  options.model.ops[Op::kDecodeCrop].s_per_raw_byte = 1e-8;
+  options.model.ops[Op::kDecodeCrop].s_per_source_pixel = 2e-9;
+  options.model.ops[Op::kDecodeCrop].s_fixed = 1e-4;
+  options.model.ops[Op::kFlip].s_per_output_pixel = 1e-10;
+  options.model.ops[Op::kTensor].s_per_output_pixel = 3e-9;
   absl::StatusOr<DatasetProfile> p = ReadOriginalProfile(options);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->times_source, TimesSource::kModel);
   EXPECT_EQ(p->dataset, std::filesystem::path(dir).filename().string());
   const OpTimes t = p->samples[0].client;
-  EXPECT_DOUBLE_EQ(t[Stage::kCropped], 1e-8 * 462687 + 2e-9 * 1024 * 614 + 1e-4);
-  EXPECT_DOUBLE_EQ(t[Stage::kFlipped], 1e-10 * 224 * 224);
-  EXPECT_DOUBLE_EQ(t[Stage::kTensor], 3e-9 * 224 * 224);
+  EXPECT_DOUBLE_EQ(t[Op::kDecodeCrop], 1e-8 * 462687 + 2e-9 * 1024 * 614 + 1e-4);
+  EXPECT_DOUBLE_EQ(t[Op::kFlip], 1e-10 * 224 * 224);
+  EXPECT_DOUBLE_EQ(t[Op::kTensor], 3e-9 * 224 * 224);
 
   // The built-in model is a real calibration: every coefficient is set.
   const TimesModel d = DefaultTimesModel();
   EXPECT_TRUE(d.Validate().ok());
-  EXPECT_GT(d.ops[Stage::kCropped].s_per_raw_byte + d.ops[Stage::kCropped].s_per_source_pixel, 0);
-  EXPECT_GT(d.ops[Stage::kFlipped].s_per_output_pixel, 0);
-  EXPECT_GT(d.ops[Stage::kTensor].s_per_output_pixel, 0);
+  EXPECT_GT(d.ops[Op::kDecodeCrop].s_per_raw_byte + d.ops[Op::kDecodeCrop].s_per_source_pixel,
+            0);
+  EXPECT_GT(d.ops[Op::kFlip].s_per_output_pixel, 0);
+  EXPECT_GT(d.ops[Op::kTensor].s_per_output_pixel, 0);
 }
 
 TEST(OriginalProfileTest, ThePublishedOpenImagesProfileParses) {
@@ -288,7 +314,7 @@ TEST(OriginalProfileTest, ThePublishedOpenImagesProfileParses) {
   EXPECT_EQ(p->samples[0].source_pixels, 1024u * 614u);
   EXPECT_EQ(p->samples[0].bytes[Stage::kTensor], 602145u);
   EXPECT_EQ(p->samples[39999].bytes[Stage::kRaw], 579397u);
-  EXPECT_GT(p->samples[39999].client[Stage::kCropped], 0);
+  EXPECT_GT(p->samples[39999].client[Op::kDecodeCrop], 0);
 }
 
 TEST(ProfileLoaderTest, FindsEitherFormatInAFolder) {
@@ -300,7 +326,7 @@ TEST(ProfileLoaderTest, FindsEitherFormatInAFolder) {
   absl::StatusOr<DatasetProfile> original = LoadProfile(source);
   ASSERT_TRUE(original.ok()) << original.status();
   EXPECT_EQ(original->times_source, TimesSource::kMeasured);  // prep_times.csv beside it
-  EXPECT_DOUBLE_EQ(original->samples[0].client[Stage::kFlipped], 0.0001);
+  EXPECT_DOUBLE_EQ(original->samples[0].client[Op::kFlip], 0.0001);
 
   ASSERT_TRUE(SaveProfileFolder(SmallProfile(), dir).ok());
   absl::StatusOr<DatasetProfile> sophon = LoadProfile(source);  // sample_profile.csv wins
@@ -318,11 +344,11 @@ TEST(ProfileLoaderTest, FindsEitherFormatInAFolder) {
 
 TEST(TimesModelTest, FitRecoversTheCoefficientsOfExactData) {
   TimesModel truth;
-  truth.ops[Stage::kCropped].s_per_raw_byte = 4e-9;
-  truth.ops[Stage::kCropped].s_per_source_pixel = 3e-9;
-  truth.ops[Stage::kCropped].s_fixed = 2e-4;
-  truth.ops[Stage::kFlipped].s_per_output_pixel = 5e-10;
-  truth.ops[Stage::kTensor].s_per_output_pixel = 6e-9;
+  truth.ops[Op::kDecodeCrop].s_per_raw_byte = 4e-9;
+  truth.ops[Op::kDecodeCrop].s_per_source_pixel = 3e-9;
+  truth.ops[Op::kDecodeCrop].s_fixed = 2e-4;
+  truth.ops[Op::kFlip].s_per_output_pixel = 5e-10;
+  truth.ops[Op::kTensor].s_per_output_pixel = 6e-9;
   DatasetProfile p;
   p.dataset = "fit";
   for (uint64_t i = 0; i < 50; ++i) {
@@ -337,15 +363,15 @@ TEST(TimesModelTest, FitRecoversTheCoefficientsOfExactData) {
   }
   absl::StatusOr<TimesModel> fit = FitTimesModel(p);
   ASSERT_TRUE(fit.ok()) << fit.status();
-  EXPECT_NEAR(fit->ops[Stage::kCropped].s_per_raw_byte, truth.ops[Stage::kCropped].s_per_raw_byte, 1e-6 * truth.ops[Stage::kCropped].s_per_raw_byte);
-  EXPECT_NEAR(fit->ops[Stage::kCropped].s_per_source_pixel, truth.ops[Stage::kCropped].s_per_source_pixel, 1e-6 * truth.ops[Stage::kCropped].s_per_source_pixel);
-  EXPECT_NEAR(fit->ops[Stage::kCropped].s_fixed, truth.ops[Stage::kCropped].s_fixed, 1e-6 * truth.ops[Stage::kCropped].s_fixed);
-  EXPECT_NEAR(fit->ops[Stage::kFlipped].s_per_output_pixel, truth.ops[Stage::kFlipped].s_per_output_pixel, 1e-9 * truth.ops[Stage::kFlipped].s_per_output_pixel);
-  EXPECT_NEAR(fit->ops[Stage::kTensor].s_per_output_pixel, truth.ops[Stage::kTensor].s_per_output_pixel, 1e-9 * truth.ops[Stage::kTensor].s_per_output_pixel);
+  EXPECT_NEAR(fit->ops[Op::kDecodeCrop].s_per_raw_byte, truth.ops[Op::kDecodeCrop].s_per_raw_byte, 1e-6 * truth.ops[Op::kDecodeCrop].s_per_raw_byte);
+  EXPECT_NEAR(fit->ops[Op::kDecodeCrop].s_per_source_pixel, truth.ops[Op::kDecodeCrop].s_per_source_pixel, 1e-6 * truth.ops[Op::kDecodeCrop].s_per_source_pixel);
+  EXPECT_NEAR(fit->ops[Op::kDecodeCrop].s_fixed, truth.ops[Op::kDecodeCrop].s_fixed, 1e-6 * truth.ops[Op::kDecodeCrop].s_fixed);
+  EXPECT_NEAR(fit->ops[Op::kFlip].s_per_output_pixel, truth.ops[Op::kFlip].s_per_output_pixel, 1e-9 * truth.ops[Op::kFlip].s_per_output_pixel);
+  EXPECT_NEAR(fit->ops[Op::kTensor].s_per_output_pixel, truth.ops[Op::kTensor].s_per_output_pixel, 1e-9 * truth.ops[Op::kTensor].s_per_output_pixel);
 
   // A term that would come out negative is dropped, not returned negative.
   for (SampleProfile& s : p.samples) {
-    s.client[Stage::kCropped] = 1e-3 - 1e-10 * static_cast<double>(s.bytes[Stage::kRaw]);
+    s.client[Op::kDecodeCrop] = 1e-3 - 1e-10 * static_cast<double>(s.bytes[Stage::kRaw]);
   }
   fit = FitTimesModel(p);
   ASSERT_TRUE(fit.ok()) << fit.status();
@@ -379,7 +405,7 @@ TEST(ResourcesTest, ValidateNamesTheOption) {
 TEST(DatasetProfileTest, ValidateNamesTheSample) {
   DatasetProfile p = SmallProfile();
   EXPECT_TRUE(p.Validate().ok());
-  p.samples[2].client[Stage::kFlipped] = std::nan("");
+  p.samples[2].client[Op::kFlip] = std::nan("");
   EXPECT_THAT(p.Validate().message(), HasSubstr("sample 2"));
   p = SmallProfile();
   p.samples[1].id = 5;

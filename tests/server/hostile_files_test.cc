@@ -23,6 +23,7 @@ struct Result {
   int code = 0;
   std::string message;
   std::string payload;
+  int stage = -1;  // the wire value the server answered with
 };
 
 // Fetches every id of the manifest at `stage` on one stream.
@@ -47,7 +48,7 @@ std::map<uint64_t, Result> FetchAll(SampleClient* client, v1::Stage stage) {
   v1::FetchResponse response;
   while (call->Read(&response)) {
     for (const v1::Sample& s : response.samples()) {
-      results[s.id()] = Result{s.error_code(), s.error_message(), s.payload()};
+      results[s.id()] = Result{s.error_code(), s.error_message(), s.payload(), s.stage()};
     }
   }
   EXPECT_TRUE(call->Finish().ok());
@@ -78,6 +79,10 @@ TEST(HostileFilesTest, ServerServesTheGoodAndFailsEachHostileFileAlone) {
   testing::WriteFile(dir + "i_fifo_later.jpg", good);
   // A failing sample whose name would forge a log line.
   testing::WriteFile(dir + "j_newline\n[info] forged.jpg", testing::TruncateScanKeepEoi(good));
+  // A valid file that cannot be cropped losslessly: sent whole for JPEG_CROP.
+  const std::string unrefined =
+      testing::EncodeJpeg(testing::MakeTestImage(96, 128, 44), {.unrefined_progression = true});
+  testing::WriteFile(dir + "k_unrefined.jpg", unrefined);
   std::ostringstream log;
   auto previous = spdlog::default_logger();
   spdlog::set_default_logger(std::make_shared<spdlog::logger>(
@@ -98,7 +103,7 @@ TEST(HostileFilesTest, ServerServesTheGoodAndFailsEachHostileFileAlone) {
   copts.address = (*server)->address();
   absl::StatusOr<std::unique_ptr<SampleClient>> client = SampleClient::Connect(copts);
   ASSERT_TRUE(client.ok()) << client.status();  // the manifest serialised
-  ASSERT_EQ((*client)->manifest().num_samples(), 9u);  // the link outside is not in it
+  ASSERT_EQ((*client)->manifest().num_samples(), 10u);  // the link outside is not in it
   // The ids by (escaped) path, from the server's own manifest: paths do not
   // cross the network.
   const SampleSource& source = (*server)->source();
@@ -108,12 +113,17 @@ TEST(HostileFilesTest, ServerServesTheGoodAndFailsEachHostileFileAlone) {
   ASSERT_TRUE(id.count("c/c_newline\\n[info] forged.jpg"));
   EXPECT_FALSE(id.count("c/h_link_outside.jpg"));
 
-  for (v1::Stage stage : {v1::STAGE_RAW, v1::STAGE_TENSOR}) {
+  // Every stage, the lossless crop included: each answer, failed ones too,
+  // carries the stage asked for as its wire value (never a pipeline index).
+  for (v1::Stage stage :
+       {v1::STAGE_RAW, v1::STAGE_JPEG_CROP, v1::STAGE_CROPPED, v1::STAGE_TENSOR}) {
+    SCOPED_TRACE(v1::Stage_Name(stage));
     std::map<uint64_t, Result> results = FetchAll(client->get(), stage);
-    ASSERT_EQ(results.size(), 9u);
+    ASSERT_EQ(results.size(), 10u);
     auto expect = [&](const std::string& name, absl::StatusCode code, const std::string& text) {
       const Result& r = results[id.at("c/" + name)];
       EXPECT_EQ(r.code, static_cast<int>(code)) << name << ": " << r.message;
+      EXPECT_EQ(r.stage, stage) << name;
       EXPECT_NE(r.message.find(text), std::string::npos) << name << ": " << r.message;
       if (code != absl::StatusCode::kOk) {
         EXPECT_NE(r.message.find("c/" + name.substr(0, 2)), std::string::npos) << r.message;
@@ -126,6 +136,14 @@ TEST(HostileFilesTest, ServerServesTheGoodAndFailsEachHostileFileAlone) {
     expect("g_sparse_3gib.jpg", absl::StatusCode::kResourceExhausted,
            "ImageFolderOptions.max_file_bytes");
     expect("i_fifo_later.jpg", absl::StatusCode::kFailedPrecondition, "FIFO");
+    const Result& k = results[id.at("c/k_unrefined.jpg")];
+    EXPECT_EQ(k.code, 0) << k.message;
+    if (stage == v1::STAGE_JPEG_CROP) {
+      // Sent whole, as RAW, and counted.
+      EXPECT_EQ(k.stage, v1::STAGE_RAW);
+      EXPECT_EQ(k.payload, unrefined);
+      EXPECT_LT(results[id.at("c/a_good.jpg")].payload.size(), good.size());
+    }
     if (stage == v1::STAGE_RAW) {
       EXPECT_EQ(results[id.at("c/a_good.jpg")].payload, good);
       continue;  // the decoder never sees the rest
@@ -136,11 +154,20 @@ TEST(HostileFilesTest, ServerServesTheGoodAndFailsEachHostileFileAlone) {
     expect("f_many_scans.jpg", absl::StatusCode::kResourceExhausted, "DecodeLimits.max_scans");
     expect("j_newline\\n[info] forged.jpg", absl::StatusCode::kDataLoss, "corrupt JPEG data");
   }
+  absl::StatusOr<v1::ServerStats> stats = (*client)->GetStats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->declined_by_stage().at("jpeg_crop"), 1u);
   (*server)->Shutdown();
   spdlog::set_default_logger(previous);
   // Logged escaped, on one line: no line of the log starts with the forged text.
   EXPECT_NE(log.str().find("j_newline\\n[info] forged.jpg"), std::string::npos) << log.str();
   EXPECT_EQ(log.str().find("\n[info] forged"), std::string::npos) << log.str();
+  // The file sent whole is logged once, with its path and the reason.
+  const std::string line = "c/k_unrefined.jpg): sent as raw instead of jpeg_crop";
+  const size_t at = log.str().find(line);
+  EXPECT_NE(at, std::string::npos) << log.str();
+  EXPECT_EQ(log.str().find(line, at + 1), std::string::npos) << "logged twice: " << log.str();
+  EXPECT_NE(log.str().find("unrefined"), std::string::npos) << log.str();
 }
 
 }  // namespace

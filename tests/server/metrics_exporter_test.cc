@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "sophon/net/wire.h"
 #include "gtest/gtest.h"
 #include "sophon/ops/stage.h"
 #include "tests/server/scrape.h"
@@ -25,10 +26,15 @@ using ::sophon::testing::SeriesValue;
 
 v1::ServerStats FakeStats() {
   v1::ServerStats s;
-  for (Stage stage : AllStages()) {
-    s.add_samples_by_stage(10 + StageIndex(stage));
-    s.add_bytes_by_stage(1000 * (1 + StageIndex(stage)));
+  for (int i = 0; i < kNumStages; ++i) {  // indexed by wire value
+    s.add_samples_by_stage(0);
+    s.add_bytes_by_stage(0);
   }
+  for (Stage stage : AllStages()) {
+    s.set_samples_by_stage(StageToProto(stage), 10 + StageIndex(stage));
+    s.set_bytes_by_stage(StageToProto(stage), 1000 * (1 + StageIndex(stage)));
+  }
+  (*s.mutable_declined_by_stage())["jpeg_crop"] = 6;
   s.set_samples_failed(7);
   (*s.mutable_failures_by_reason())["DATA_LOSS"] = 3;
   (*s.mutable_failures_by_reason())["odd \"name\"\\\nline"] = 2;  // 2 left as "unknown"
@@ -81,6 +87,9 @@ TEST(MetricsExporterTest, ServesEveryStatWithNamesLabelsAndValues) {
     EXPECT_THAT(*body, HasSubstr(absl::StrCat("sophon_server_bytes_total{stage=\"",
                                               StageName(stage), "\"} ", 1000 * (1 + i), "\n")));
   }
+  // Files sent whole when asked for a lossless crop, by the stage asked for.
+  EXPECT_THAT(*body,
+              HasSubstr("sophon_server_samples_declined_total{stage=\"jpeg_crop\"} 6\n"));
   // Map entries, the remainder of the total as "unknown", and an escaped label value.
   EXPECT_THAT(*body, HasSubstr("# TYPE sophon_server_sample_failures_total counter\n"));
   EXPECT_THAT(*body, HasSubstr("sophon_server_sample_failures_total{reason=\"DATA_LOSS\"} 3\n"));

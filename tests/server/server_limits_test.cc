@@ -71,7 +71,7 @@ class ServerLimitsTest : public ::testing::Test {
     for (uint64_t id : ids) {
       v1::SampleRequest* s = request.add_samples();
       s->set_id(id);
-      s->set_target_stage(static_cast<v1::Stage>(stage));
+      s->set_target_stage(StageToProto(stage));
     }
     return request;
   }
@@ -409,7 +409,7 @@ TEST_F(ServerLimitsTest, ALargeSampleIsAdmittedUnderAFloodOfSmallOnes) {
   }
   // The flood is under way and the budget contended before the large request.
   ASSERT_TRUE(WaitForStats(server_.get(), [](const v1::ServerStats& s) {
-    return s.budget_waiters() >= 1 && s.samples_by_stage(StageIndex(Stage::kCropped)) > 200;
+    return s.budget_waiters() >= 1 && StatsSamplesAt(s, Stage::kCropped) > 200;
   }));
   auto large_stub = v1::SampleService::NewStub(NewChannel());
   std::map<uint64_t, v1::Sample> got;

@@ -20,6 +20,11 @@ absl::StatusOr<AugmentOptions> FromProto(const v1::AugmentConfig& config);
 v1::Stage StageToProto(Stage stage);
 absl::StatusOr<Stage> StageFromProto(int wire_stage);
 
+// The count of `stage` in ServerStats.samples_by_stage / bytes_by_stage
+// (indexed by wire value); 0 where the list is short.
+uint64_t StatsSamplesAt(const v1::ServerStats& stats, Stage stage);
+uint64_t StatsBytesAt(const v1::ServerStats& stats, Stage stage);
+
 // Moves a payload into a wire sample (id and label are set by the caller).
 void StageDataToProto(StageData data, v1::Sample* sample);
 // Moves a wire sample's payload out, checking dtype, shape and size.

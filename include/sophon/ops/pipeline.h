@@ -17,11 +17,17 @@ namespace sophon {
 // A sample's payload at some stage.
 struct StageData {
   Stage stage = kFirstStage;
-  // The stage's layout (stage.h): opaque bytes, or uint8 HWC, or float32 CHW
-  // (native little-endian). std::string so it moves into protobuf unchanged.
+  // The stage's layout (stage.h): opaque bytes, a JPEG region, uint8 HWC or
+  // float32 CHW (native little-endian). std::string so it moves into
+  // protobuf unchanged.
   std::string data;
-  int height = 0;  // 0 for an opaque stage
+  // The payload's size for HWC / CHW; the whole image's for a JPEG region;
+  // 0 for an opaque stage.
+  int height = 0;
   int width = 0;
+  // A JPEG region's offset in the whole image; 0 otherwise.
+  int region_top = 0;
+  int region_left = 0;
 };
 
 struct PipelineOptions {
@@ -32,15 +38,30 @@ struct PipelineOptions {
 // Checks that `data` is a well-formed payload of its stage for this crop size.
 absl::Status CheckStageData(const StageData& data, int crop_size);
 
-// Takes `in` to `target` by running the table's ops in order. InvalidArgument
-// if target is before in.stage or the input is malformed (the message says
-// what, not which sample: callers add it). `times`, if given, receives the
-// thread CPU seconds of each op run; `stage_bytes`, if given, the payload
-// size of every stage the sample is in, `in`'s included (what profiles need
-// of stages whose size is not fixed by the crop size).
+// Takes `in` to `target` by running the ops on NextOp's path (stage.h).
+// InvalidArgument if target is before in.stage or the input is malformed (the
+// message says what, not which sample: callers add it). `times`, if given,
+// receives the thread CPU seconds of each op run; `stage_bytes`, if given, the
+// payload size of every stage the sample is in, `in`'s included (what
+// profiles need of stages whose size is not fixed by the crop size).
+// When an op declines the sample (stage_ops.h) the result is at the stage
+// before it, earlier than `target`, and `declined` (if given) gets why;
+// without `declined` a refusal is an error.
 absl::StatusOr<StageData> RunPipeline(StageData in, Stage target, const SampleKey& key,
                                       const PipelineOptions& options, OpTimes* times = nullptr,
-                                      PerStage<uint64_t>* stage_bytes = nullptr);
+                                      PerStage<uint64_t>* stage_bytes = nullptr,
+                                      absl::Status* declined = nullptr);
+
+// For profiles: runs, on a copy of `in`, the ops that the path from in.stage
+// to the last stage leaves out, those into and out of each stage it skips
+// (RAW -> JPEG_CROP -> CROPPED beside RAW -> CROPPED), adding their times to
+// `times` and the skipped stages' sizes to `stage_bytes`; their outputs are
+// dropped. A stage an op declines for this sample costs what sending the
+// sample as it is costs: in's size, and for the op out of it the time of the
+// op that skips it (run here). Errors are those of the ops.
+absl::Status MeasureSkippedOps(const StageData& in, const SampleKey& key,
+                               const PipelineOptions& options, OpTimes* times,
+                               PerStage<uint64_t>* stage_bytes);
 
 // Finishes a sample at any stage into float32 CHW written to `dst`
 // (3 * S * S floats), without an intermediate TENSOR buffer. A sample before

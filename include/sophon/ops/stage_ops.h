@@ -11,14 +11,21 @@ struct PipelineOptions;
 struct SampleKey;
 struct StageData;
 
-// REQUIRES: data->stage is the stage before the op's row (the pipeline checks
-// it). On success *data holds the op's output; the pipeline sets its stage.
-// Errors say what is wrong, not which sample: callers add that.
+// REQUIRES: data->stage is the op's `from` stage (the pipeline checks it).
+// On success *data holds the op's output; the pipeline sets its stage.
+// Errors say what is wrong, not which sample: callers add that. An op into a
+// stage a sample may skip may decline with Unimplemented (the sample cannot
+// take that stage), leaving *data unchanged: the pipeline then hands the
+// sample on at its `from` stage.
 using StageOp = absl::Status (*)(const SampleKey& key, const PipelineOptions& options,
                                  StageData* data);
 
-// RAW -> CROPPED: decodes only what the random crop box needs, then resizes
-// it to S x S (uint8 HWC).
+// RAW -> JPEG_CROP: a lossless crop of the JPEG around the sample's crop box
+// (image/jpeg_crop.h). Declines a file that cannot be cropped so.
+absl::Status JpegCropOp(const SampleKey& key, const PipelineOptions& options, StageData* data);
+// RAW or JPEG_CROP -> CROPPED: decodes only what the random crop box needs,
+// then resizes it to S x S (uint8 HWC). From JPEG_CROP, the box is the one
+// of the whole image, moved into the region.
 absl::Status DecodeCropOp(const SampleKey& key, const PipelineOptions& options, StageData* data);
 // CROPPED -> FLIPPED: the random horizontal flip.
 absl::Status FlipOp(const SampleKey& key, const PipelineOptions& options, StageData* data);

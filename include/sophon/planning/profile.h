@@ -20,8 +20,8 @@ struct SampleProfile {
   uint64_t id = 0;             // index in the manifest
   // Payload bytes at every stage; bytes[kFirstStage] is the encoded file.
   PerStage<uint64_t> bytes;
-  // Thread CPU seconds of each op (indexed by the stage it produces), as the
-  // training node runs it.
+  // Thread CPU seconds of each op (stage.h's op table), as the training node
+  // runs it.
   OpTimes client;
   // Width * height of the encoded image; 0 when unknown. Only the times model
   // (times_model.h) uses it.
@@ -45,6 +45,10 @@ struct DatasetProfile {
   TimesSource times_source = TimesSource::kMeasured;
   // Where the times come from, in words, for reports (not stored in files).
   std::string times_detail;
+  // The stages planners may choose for these samples: those the profile
+  // measured (a published SOPHON profile has no JPEG_CROP), less any an
+  // operator removed (smartoff --stages). Always holds RAW.
+  StageSet stages = StageSet::All();
   // samples[i].id == i: a profile covers the whole manifest, in order.
   std::vector<SampleProfile> samples;
 

@@ -2,18 +2,21 @@
 //
 // sample_profile.csv, one header line, one metadata line, more '#' comment
 // lines if any, the column header and one row per sample:
-// # sophon-profile v1
-// # dataset=NAME fingerprint=HEX16 crop_size=224 server_speed=1.0 times=measured
-// id,raw_bytes,cropped_bytes,flipped_bytes,tensor_bytes,decode_crop_s,flip_s,tensor_s,source_pixels
-// 0,462687,150528,150528,602112,0.00412,0.000021,0.000310,786432
-// The columns follow the stage table (ops/stage.h): <stage>_bytes for every
+// # sophon-profile v2
+// # dataset=NAME fingerprint=HEX16 crop_size=224 server_speed=1.0 times=measured stages=raw,jpeg_crop,cropped,flipped,tensor
+// id,raw_bytes,jpeg_crop_bytes,cropped_bytes,flipped_bytes,tensor_bytes,jpeg_crop_s,decode_jpeg_crop_s,decode_crop_s,flip_s,tensor_s,source_pixels
+// 0,462687,101203,150528,150528,602112,0.00301,0.00290,0.00412,0.000021,0.000310,786432
+// The columns follow the tables of ops/stage.h: <stage>_bytes for every
 // stage, <op>_s for every op. Units: *_bytes are payload bytes at that stage;
-// *_s are thread CPU seconds of the op on the training node (decode_crop: RAW
-// -> CROPPED, flip: CROPPED -> FLIPPED, tensor: FLIPPED -> TENSOR); source_pixels is width * height of
-// the encoded image (0 = unknown). fingerprint is SampleSource::fingerprint() of
-// the file list the profile was taken on (0 = unknown); server_speed is the
-// storage node's CPU seconds per training node CPU second; times is
-// "measured" or "model". Rows are in id order, ids 0..n-1.
+// *_s are thread CPU seconds of the op on the training node (jpeg_crop: RAW
+// -> JPEG_CROP, decode_jpeg_crop: JPEG_CROP -> CROPPED, decode_crop: RAW ->
+// CROPPED, flip: CROPPED -> FLIPPED, tensor: FLIPPED -> TENSOR); source_pixels
+// is width * height of the encoded image (0 = unknown). fingerprint is
+// SampleSource::fingerprint() of the file list the profile was taken on (0 =
+// unknown); server_speed is the storage node's CPU seconds per training node
+// CPU second; times is "measured" or "model"; stages are those a planner may
+// choose (absent: all). Rows are in id order, ids 0..n-1. Version 1 files
+// (before JPEG_CROP) are refused with a message: profile the dataset again.
 #ifndef SOPHON_PLANNING_PROFILE_CSV_H_
 #define SOPHON_PLANNING_PROFILE_CSV_H_
 
@@ -34,7 +37,8 @@ inline constexpr char kSampleProfileFile[] = "sample_profile.csv";
 absl::Status WriteSophonProfile(const DatasetProfile& profile, const std::string& path);
 
 // Parses a Sophon profile. InvalidArgument "PATH:LINE: ..." for a malformed
-// line; NotFound if the file is missing.
+// line; FailedPrecondition for another version of the format; NotFound if the
+// file is missing.
 absl::StatusOr<DatasetProfile> ReadSophonProfile(const std::string& path);
 absl::StatusOr<DatasetProfile> ParseSophonProfile(absl::string_view text,
                                                   absl::string_view file_name);

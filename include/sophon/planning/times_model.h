@@ -4,9 +4,11 @@
 //   op seconds = s_per_raw_byte * raw_bytes + s_per_source_pixel * source_pixels
 //                + s_fixed + s_per_output_pixel * S * S
 //
-// per op of the stage table. An op whose cost grows with its input (OpCost::
-// kInputSized: decode_crop) uses the first three terms, one that grows with
-// its output (kOutputSized: flip, tensor) the last.
+// per op of the op table. An op whose cost grows with its input (OpCost::
+// kInputSized: jpeg_crop, decode_crop, decode_jpeg_crop) uses the first three
+// terms, one that grows with its output (kOutputSized: flip, tensor) the
+// last. decode_jpeg_crop's input is the region, not the file: predicting it
+// from the file's size and pixels is the model's approximation.
 // (seconds of one training-node thread; S = crop size). Decode reads every
 // entropy-coded byte, but with DCT scaling and region decoding only part of
 // the pixels, so both terms appear. The coefficients come from a calibration
@@ -33,9 +35,8 @@ struct OpCoefficients {
 };
 
 struct TimesModel {
-  // Per op, indexed by the stage it produces (stage.h); which terms are
-  // fitted follows the op's OpCost.
-  PerStage<OpCoefficients> ops;
+  // Per op (stage.h); which terms are fitted follows the op's OpCost.
+  PerOp<OpCoefficients> ops;
   std::string source;  // where the coefficients come from, for reports
 
   // The one place these are checked: every coefficient finite and >= 0.
