@@ -71,9 +71,9 @@ TEST(CostModelTest, PredictsEachResourceAndTheBottleneck) {
   EXPECT_DOUBLE_EQ(c->gpu_s, 0);
   EXPECT_DOUBLE_EQ(c->epoch_s, 13.0);
   EXPECT_EQ(c->bottleneck, Resource::kNetwork);
-  EXPECT_EQ(c->samples_per_stage[0], 1);
-  EXPECT_EQ(c->samples_per_stage[1], 1);
-  EXPECT_EQ(c->samples_per_stage[3], 0);
+  EXPECT_EQ(c->samples_per_stage[StageIndex(Stage::kRaw)], 1);
+  EXPECT_EQ(c->samples_per_stage[StageIndex(Stage::kCropped)], 1);
+  EXPECT_EQ(c->samples_per_stage[StageIndex(Stage::kTensor)], 0);
 }
 
 // The storage node reads every sample's file, whatever its stage, and sends

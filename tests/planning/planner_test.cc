@@ -171,7 +171,7 @@ TEST(PlannerTest, StorageCpuBudgetIsRespected) {
   for (PlannerKind kind : {PlannerKind::kOptimal, PlannerKind::kSophon}) {
     const PlanResult result = Plan(kind, p, r);
     EXPECT_EQ(result.cost.samples_per_stage[0], 5) << PlannerKindName(kind);
-    EXPECT_EQ(result.cost.samples_per_stage[1], 5) << PlannerKindName(kind);
+    EXPECT_EQ(result.cost.samples_per_stage[StageIndex(Stage::kCropped)], 5) << PlannerKindName(kind);
     EXPECT_DOUBLE_EQ(result.cost.remote_s, 5);
     EXPECT_DOUBLE_EQ(result.cost.epoch_s, 5.5);
     EXPECT_NEAR(result.lower_bound_s, 10 / 1.9, 1e-9);
@@ -187,7 +187,7 @@ TEST(PlannerTest, SlowLocalCpuPushesWorkToTheStorageNode) {
   const PlanResult opt = Plan(PlannerKind::kOptimal, p, r);
   const PlanResult nooff = Plan(PlannerKind::kNoOff, p, r);
   const PlanResult sophon = Plan(PlannerKind::kSophon, p, r);
-  EXPECT_GT(opt.cost.samples_per_stage[3], 0);
+  EXPECT_GT(opt.cost.samples_per_stage[StageIndex(Stage::kTensor)], 0);
   EXPECT_LT(opt.cost.epoch_s, 0.5 * nooff.cost.epoch_s);
   EXPECT_LT(opt.cost.epoch_s, sophon.cost.epoch_s);
 }

@@ -36,14 +36,14 @@ namespace {
 // Fraction of the variance of the measured decode times that the model explains.
 double DecodeRSquared(const sophon::DatasetProfile& p, const sophon::TimesModel& m) {
   double mean = 0;
-  for (const auto& s : p.samples) mean += s.client[Op::kDecodeCrop];
+  for (const auto& s : p.samples) mean += s.client[sophon::Op::kDecodeCrop];
   mean /= p.samples.size();
   double ss_res = 0, ss_tot = 0;
   for (const auto& s : p.samples) {
     const double pred =
-        sophon::PredictOpTimes(m, s.bytes[Stage::kRaw], s.source_pixels, p.crop_size)[Op::kDecodeCrop];
-    ss_res += (s.client[Op::kDecodeCrop] - pred) * (s.client[Op::kDecodeCrop] - pred);
-    ss_tot += (s.client[Op::kDecodeCrop] - mean) * (s.client[Op::kDecodeCrop] - mean);
+        sophon::PredictOpTimes(m, s.bytes[Stage::kRaw], s.source_pixels, p.crop_size)[sophon::Op::kDecodeCrop];
+    ss_res += (s.client[sophon::Op::kDecodeCrop] - pred) * (s.client[sophon::Op::kDecodeCrop] - pred);
+    ss_tot += (s.client[sophon::Op::kDecodeCrop] - mean) * (s.client[sophon::Op::kDecodeCrop] - mean);
   }
   return ss_tot > 0 ? 1 - ss_res / ss_tot : 0;
 }
@@ -53,9 +53,9 @@ void PrintReport(const sophon::DatasetProfile& p, const sophon::TimesModel& m) {
   for (const auto& s : p.samples) {
     raw += s.bytes[Stage::kRaw];
     pixels += s.source_pixels;
-    decode += s.client[Op::kDecodeCrop];
-    flip += s.client[Op::kFlip];
-    tensor += s.client[Op::kTensor];
+    decode += s.client[sophon::Op::kDecodeCrop];
+    flip += s.client[sophon::Op::kFlip];
+    tensor += s.client[sophon::Op::kTensor];
   }
   const double n = p.samples.size();
   std::printf("samples %zu, mean raw %.0f B, mean source %.0f px, S = %d\n", p.samples.size(),
@@ -63,11 +63,11 @@ void PrintReport(const sophon::DatasetProfile& p, const sophon::TimesModel& m) {
   std::printf("measured mean CPU ms: decode_crop %.4f, flip %.4f, tensor %.4f\n", 1e3 * decode / n,
               1e3 * flip / n, 1e3 * tensor / n);
   std::printf("decode_crop fit R^2 = %.3f\n", DecodeRSquared(p, m));
-  std::printf("  m.ops[Op::kDecodeCrop].s_per_raw_byte = %.4e;\n", m.ops[Op::kDecodeCrop].s_per_raw_byte);
-  std::printf("  m.ops[Op::kDecodeCrop].s_per_source_pixel = %.4e;\n", m.ops[Op::kDecodeCrop].s_per_source_pixel);
-  std::printf("  m.ops[Op::kDecodeCrop].s_fixed = %.4e;\n", m.ops[Op::kDecodeCrop].s_fixed);
-  std::printf("  m.ops[Op::kFlip].s_per_output_pixel = %.4e;\n", m.ops[Op::kFlip].s_per_output_pixel);
-  std::printf("  m.ops[Op::kTensor].s_per_output_pixel = %.4e;\n", m.ops[Op::kTensor].s_per_output_pixel);
+  std::printf("  m.ops[sophon::Op::kDecodeCrop].s_per_raw_byte = %.4e;\n", m.ops[sophon::Op::kDecodeCrop].s_per_raw_byte);
+  std::printf("  m.ops[sophon::Op::kDecodeCrop].s_per_source_pixel = %.4e;\n", m.ops[sophon::Op::kDecodeCrop].s_per_source_pixel);
+  std::printf("  m.ops[sophon::Op::kDecodeCrop].s_fixed = %.4e;\n", m.ops[sophon::Op::kDecodeCrop].s_fixed);
+  std::printf("  m.ops[sophon::Op::kFlip].s_per_output_pixel = %.4e;\n", m.ops[sophon::Op::kFlip].s_per_output_pixel);
+  std::printf("  m.ops[sophon::Op::kTensor].s_per_output_pixel = %.4e;\n", m.ops[sophon::Op::kTensor].s_per_output_pixel);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 
 namespace sophon {
 namespace {
@@ -15,6 +16,7 @@ constexpr int kSamples = 1000;
 // Every sample alike: a 100 KB file whose decode costs 4 ms here.
 DatasetProfile UniformProfile() {
   DatasetProfile p;
+  p.stages = testing::StagesWithoutJpegCrop();
   p.dataset = "uniform";
   p.crop_size = kCrop;
   for (uint64_t i = 0; i < kSamples; ++i) {
@@ -22,9 +24,7 @@ DatasetProfile UniformProfile() {
     s.id = i;
     for (Stage stage : AllStages()) s.bytes[stage] = 100000;  // opaque stages: the file's size
     SetSizedStageBytes(kCrop, &s);
-    s.client[Stage::kCropped] = 0.004;
-    s.client[Stage::kFlipped] = 1e-5;
-    s.client[Stage::kTensor] = 1e-4;
+    s.client = testing::MakeOpTimes(0.004, 1e-5, 1e-4);
     p.samples.push_back(s);
   }
   return p;
