@@ -14,6 +14,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "sophon/base/allocator.h"
 #include "sophon/cli/cli.h"
 #include "sophon/data/image_folder.h"
 #include "sophon/planning/profile_csv.h"
@@ -73,6 +74,10 @@ void PrintReport(const sophon::DatasetProfile& p, const sophon::TimesModel& m) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As sophon-server and sophon-train do: without it every sample's large
+  // buffers are fresh pages, whose faults (expensive under a hypervisor)
+  // would be measured as op time.
+  sophon::ConfigureAllocatorForLargeBuffers();
   sophon::InitUsage(
       "Fits Sophon's op-times model to this machine.\n"
       "Usage: sophon-calibrate-times --data=DIR [--epochs=3] [--profile-out=DIR]");
