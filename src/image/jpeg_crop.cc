@@ -85,7 +85,9 @@ absl::StatusOr<JpegRegion> CropJpegLossless(
   MemDest dest;
   jpeg_decompress_struct src;
   jpeg_compress_struct dst;
-  bool dst_created = false;
+  // Set after setjmp and read after the longjmp: volatile, or the handler may
+  // see its value at setjmp (false) and leak the encoder.
+  volatile bool dst_created = false;
   ErrorManager err;
   ScanMonitor monitor;
   InitGuard(limits, &err, &monitor);
