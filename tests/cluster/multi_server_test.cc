@@ -351,10 +351,12 @@ TEST_F(MultiServerTest, SmartoffPlansEveryServersSamplesAndMatchesNoOffByteForBy
   profile.dataset = set_->manifest().name();
   profile.fingerprint = set_->manifest().fingerprint();
   profile.crop_size = options.pipeline.augment.crop_size;
+  profile.stages = testing::StagesWithoutJpegCrop();
   for (uint64_t id = 0; id < set_->manifest().num_samples(); ++id) {
     SampleProfile& p = profile.samples.emplace_back();
     p.id = id;
     p.bytes[kFirstStage] = set_->manifest().raw_size(id);
+    p.bytes[Stage::kJpegCrop] = p.bytes[kFirstStage];
     SetSizedStageBytes(profile.crop_size, &p);
     p.client = testing::MakeOpTimes(0.01, 1e-4, 1e-4);
   }
