@@ -185,8 +185,9 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
       "profiled {} samples in {:.1f}s: mean decode+crop {:.2f} ms here; lossless crop {:.2f} ms "
       "and {:.1f} KB (file {:.1f} KB, {} files sent whole), its decode {:.2f} ms; the server "
       "needs {:.2f} CPU-s per CPU-s of this node (from {} samples)",
-      n, absl::ToDoubleSeconds(absl::Now() - start), decode * per, crop * per, crop_bytes * per / 1e3,
-      raw_bytes * per / 1e3, declined, region_decode * per, profile.server_speed_factor,
+      n, absl::ToDoubleSeconds(absl::Now() - start), decode * per, crop * per,
+      crop_bytes * per / 1e6, raw_bytes * per / 1e6, declined, region_decode * per,
+      profile.server_speed_factor,
       probe_ids.size());
   if (absl::Status st = profile.Validate(); !st.ok()) return st;
   return profile;
