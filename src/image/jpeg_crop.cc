@@ -93,9 +93,17 @@ absl::StatusOr<JpegRegion> CropJpegLossless(
   InitGuard(limits, &err, &monitor);
   src.err = &err.pub;
   dst.err = &err.pub;
+  // Set while the region is written: an error there (coefficients a lenient
+  // read let through that the encoder refuses) is the region's, not the
+  // file's, which decodes: decline, and the file is sent whole.
+  volatile bool writing = false;
   if (setjmp(err.jump)) {
     if (dst_created) jpeg_destroy_compress(&dst);
     jpeg_destroy_decompress(&src);
+    if (writing) {
+      return absl::UnimplementedError(
+          absl::StrCat("cannot crop losslessly: the region cannot be written (", err.message, ")"));
+    }
     return JumpedStatus(err);
   }
   jpeg_create_decompress(&src);
@@ -235,6 +243,7 @@ absl::StatusOr<JpegRegion> CropJpegLossless(
 
   jpeg_create_compress(&dst);
   dst_created = true;
+  writing = true;
   jpeg_mem_dest(&dst, &dest.buffer, &dest.size);
   jpeg_copy_critical_parameters(&src, &dst);
   dst.image_width = static_cast<JDIMENSION>(region.width);
@@ -246,6 +255,8 @@ absl::StatusOr<JpegRegion> CropJpegLossless(
   jpeg_write_coefficients(&dst, region_arrays);
   jpeg_finish_compress(&dst);
   jpeg_destroy_compress(&dst);
+  dst_created = false;
+  writing = false;
   jpeg_finish_decompress(&src);
   jpeg_destroy_decompress(&src);
   out.jpeg.assign(reinterpret_cast<const char*>(dest.buffer), dest.size);

@@ -53,7 +53,8 @@ RegionBounds CropRegionBounds(const CropBox& box, int image_height, int image_wi
 // that cannot be cropped so that its pixels stay the same (a progressive file
 // whose scans leave coefficients unrefined, which the decoder smooths across
 // blocks; sampling factors libjpeg cannot upsample; data precision other than
-// 8 bits): serve such a file whole.
+// 8 bits; coefficients the encoder refuses to write, which a lenient read can
+// let through): serve such a file whole.
 absl::StatusOr<JpegRegion> CropJpegLossless(
     absl::string_view bytes, int min_side, const DecodeLimits& limits,
     absl::FunctionRef<absl::StatusOr<CropBox>(const ImageInfo&)> choose_box);
