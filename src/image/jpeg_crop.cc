@@ -74,6 +74,44 @@ bool UpsamplesWithRowContext(const jpeg_decompress_struct& cinfo, int scale) {
   return false;
 }
 
+namespace {
+
+// The size of a component's inverse DCT in a decode at scale/8, as
+// UpsamplesWithRowContext computes it.
+int ScaledDctSize(const jpeg_decompress_struct& cinfo, const jpeg_component_info& comp,
+                  int scale) {
+  int size = scale;
+  while (size < DCTSIZE && (cinfo.max_h_samp_factor * scale) % (comp.h_samp_factor * size * 2) == 0 &&
+         (cinfo.max_v_samp_factor * scale) % (comp.v_samp_factor * size * 2) == 0) {
+    size *= 2;
+  }
+  return size;
+}
+
+// libjpeg's "fancy" upsamplers that double a component horizontally (h2v1,
+// h2v2; jdsample.c) filter it only where it is more than 2 samples wide at
+// the decode's scale (downsampled_width, from the file's width before
+// jpeg_crop_scanline narrows it), and replicate samples otherwise. Whether a
+// region `width` pixels wide has such a component 2 samples wide or less,
+// where the image_width-pixel image has it wider: the region's decode would
+// replicate where the whole file's is filtered.
+bool NarrowForTheUpsampler(const jpeg_decompress_struct& cinfo, int scale, int width,
+                           int image_width) {
+  if (scale == 1) return false;  // libjpeg filters nothing at 1/8
+  for (int c = 0; c < cinfo.num_components; ++c) {
+    const jpeg_component_info& comp = cinfo.comp_info[c];
+    const int size = ScaledDctSize(cinfo, comp, scale);
+    const int h_in = comp.h_samp_factor * size / scale;  // libjpeg's h_in_group
+    if (h_in * 2 != cinfo.max_h_samp_factor) continue;
+    const int64_t per = static_cast<int64_t>(comp.h_samp_factor) * size;
+    const int64_t of = static_cast<int64_t>(cinfo.max_h_samp_factor) * DCTSIZE;
+    if ((width * per + of - 1) / of <= 2 && (image_width * per + of - 1) / of > 2) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 absl::StatusOr<JpegRegion> CropJpegLossless(
     absl::string_view bytes, int min_side, const DecodeLimits& limits,
     absl::FunctionRef<absl::StatusOr<CropBox>(const ImageInfo&)> choose_box) {
@@ -159,9 +197,19 @@ absl::StatusOr<JpegRegion> CropJpegLossless(
         ") outside the ", height, "x", width, " image")));
   }
   const int imcu_w = 8 * src.max_h_samp_factor, imcu_h = 8 * src.max_v_samp_factor;
-  const RegionBounds region =
-      CropRegionBounds(box, height, width, imcu_h, imcu_w,
-                       UpsamplesWithRowContext(src, CropDecodeScale(box, min_side)));
+  const int scale = CropDecodeScale(box, min_side);
+  RegionBounds region = CropRegionBounds(box, height, width, imcu_h, imcu_w,
+                                         UpsamplesWithRowContext(src, scale));
+  // A region too narrow for the fancy upsampler gets whole iMCU columns
+  // more, on the left while there are some, then on the right.
+  while (region.width < width && NarrowForTheUpsampler(src, scale, region.width, width)) {
+    if (region.left > 0) {
+      region.left -= imcu_w;
+      region.width += imcu_w;
+    } else {
+      region.width = std::min(width - region.left, region.width + imcu_w);
+    }
+  }
 
   // The region's coefficient arrays, in blocks, padded to whole MCUs as
   // libjpeg's coefficient controller reads them.

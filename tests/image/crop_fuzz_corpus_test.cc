@@ -72,8 +72,11 @@ std::vector<Seed> MakeSeeds() {
     add(absl::StrCat("ok-progressive-", name, ".jpg"),
         EncodeJpeg(img, {.quality = 75, .progressive = true, .sampling = sampling}));
   }
-  // Narrow and short images: the last iMCU column or row a few pixels wide.
-  add("ok-baseline-420-20x21.jpg", EncodeJpeg(MakeTestImage(20, 21, 44), {.quality = 75}));
+  // Narrow and short images: the last iMCU column or row a few pixels wide
+  // (a region of a last column 3 or 4 pixels wide has 2 chroma samples).
+  add("ok-baseline-420-21x20.jpg", EncodeJpeg(MakeTestImage(21, 20, 44), {.quality = 75}));
+  add("ok-baseline-422-13x35.jpg",
+      EncodeJpeg(MakeTestImage(13, 35, 47), {.quality = 75, .sampling = Sampling::k422}));
   add("ok-baseline-411-9x37.jpg",
       EncodeJpeg(MakeTestImage(9, 37, 45), {.quality = 75, .sampling = Sampling::k411}));
   add("ok-baseline-440-19x3.jpg",

@@ -30,8 +30,9 @@ using testing::Sampling;
 constexpr int kMinSide = 48;  // crops of 96..480 pixels decode at every scale
 
 absl::StatusOr<JpegRegion> Crop(const std::string& jpeg, const CropBox& box,
-                                const DecodeLimits& limits = DecodeLimits()) {
-  return CropJpegLossless(jpeg, kMinSide, limits,
+                                const DecodeLimits& limits = DecodeLimits(),
+                                int min_side = kMinSide) {
+  return CropJpegLossless(jpeg, min_side, limits,
                           [&](const ImageInfo&) -> absl::StatusOr<CropBox> { return box; });
 }
 
@@ -43,9 +44,9 @@ struct BoxPixels {
   std::vector<uint8_t> resized;  // kMinSide x kMinSide x 3
 };
 
-BoxPixels DecodeBox(const std::string& jpeg, const CropBox& box) {
+BoxPixels DecodeBox(const std::string& jpeg, const CropBox& box, int min_side = kMinSide) {
   BoxPixels out;
-  absl::StatusOr<DecodedRegion> r = DecodeJpegRegion(jpeg, box, kMinSide, DecodeLimits());
+  absl::StatusOr<DecodedRegion> r = DecodeJpegRegion(jpeg, box, min_side, DecodeLimits());
   EXPECT_TRUE(r.ok()) << r.status();
   if (!r.ok()) return out;
   out.scale = r->scale_num;
@@ -232,6 +233,44 @@ TEST(JpegCropTest, MemoryAndScanCapsAreCheckedBeforeTheWork) {
   region = Crop(many, {0, 0, 64, 64}, scans);
   EXPECT_EQ(region.status().code(), absl::StatusCode::kResourceExhausted) << region.status();
   EXPECT_NE(region.status().message().find("max_scans"), std::string::npos);
+}
+
+// Found by fuzz/crop_fuzzer.cc (a 4:2:2 file, a 6 x 6 box decoded at 2/8):
+// libjpeg filters a horizontally subsampled component ("fancy" h2v1 and h2v2
+// upsampling) only where it is more than 2 samples wide at the decode's
+// scale, and judges that on the file's width before jpeg_crop_scanline
+// narrows it. A region whose chroma is 2 samples wide there was upsampled by
+// replication where the whole file is filtered.
+TEST(JpegCropTest, NarrowRegionIsUpsampledAsTheWholeFile) {
+  struct Case {
+    const char* name;
+    Sampling sampling;
+    int width;
+    CropBox box;
+    int min_side;
+  };
+  const Case cases[] = {
+      // Full scale: the last iMCU column 4 or 3 pixels wide (2 chroma samples).
+      {"420 last column 4 wide", Sampling::k420, 36, {8, 32, 8, 4}, kMinSide},
+      {"420 last column 3 wide", Sampling::k420, 35, {20, 33, 5, 2}, kMinSide},
+      {"422 last column 4 wide", Sampling::k422, 52, {3, 48, 30, 4}, kMinSide},
+      // 2/8: every iMCU column is 4 pixels (2 chroma samples) wide.
+      {"422 one column at 2/8", Sampling::k422, 64, {10, 20, 6, 12}, 1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string jpeg = EncodeJpeg(MakeTestImage(40, c.width, 5), {.sampling = c.sampling});
+    absl::StatusOr<JpegRegion> region = Crop(jpeg, c.box, DecodeLimits(), c.min_side);
+    ASSERT_TRUE(region.ok()) << region.status();
+    const CropBox shifted{c.box.top - region->top, c.box.left - region->left, c.box.height,
+                          c.box.width};
+    const BoxPixels whole = DecodeBox(jpeg, c.box, c.min_side);
+    const BoxPixels part = DecodeBox(region->jpeg, shifted, c.min_side);
+    ASSERT_EQ(part.scale, whole.scale);
+    ASSERT_EQ(part.rgb.size(), whole.rgb.size());
+    EXPECT_TRUE(part.rgb == whole.rgb) << "the box's decoded pixels differ (region left "
+                                       << region->left << ", " << region->width << " wide)";
+  }
 }
 
 // A gray 8 x 16 baseline JPEG of two blocks, written from DCT coefficients:

@@ -40,7 +40,10 @@ RegionBounds CropRegionBounds(const CropBox& box, int image_height, int image_wi
                               int imcu_height, int imcu_width, bool row_context);
 
 // Reads the header, asks `choose_box` for the crop box (its error is returned
-// as is), and writes the region CropRegionBounds names as a JPEG: the same
+// as is), and writes the region CropRegionBounds names as a JPEG (widened by
+// whole iMCU columns where a horizontally subsampled component would be 2
+// samples wide or less at the box's decode scale: libjpeg upsamples such a
+// component without the filter it applies to the whole file): the same
 // quantization tables, sampling factors and colour model, the region's DCT
 // coefficients copied unchanged, sequential Huffman coding with tables
 // optimised for the region (a progressive or arithmetic-coded file is
