@@ -188,7 +188,7 @@ ABSL_FLAG(double, gpu_batch_seconds, -1,
           "training with --measure-step, and from the first training steps). Default -1.");
 ABSL_FLAG(bool, measure_step, true,
           "smartoff without --gpu-batch-seconds (and not --device=emulate, whose step time is "
-          "the GPU profile's): before the first plan, time 1 warm-up and 3 training steps of the "
+          "the GPU profile's): before the first plan, time 2 warm-up and 3 training steps of the "
           "model on a synthetic batch of --batch-size x 3 x --crop-size^2 and plan with their "
           "median; the steps use an optimizer of their own and the weights, buffers and RNG are "
           "put back, so training is bit-identical to a run without it. Under ranks each rank times its own step, without "

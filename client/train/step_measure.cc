@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "sophon/emulation/synthetic_batch.h"
@@ -52,13 +53,18 @@ absl::StatusOr<StepMeasurement> MeasureTrainingStep(Trainer* trainer,
   std::sort(timed.begin(), timed.end());
   m.seconds = timed[timed.size() / 2];
   m.total_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  std::string steps_text;
+  for (int i = 0; i < steps; ++i) {
+    absl::StrAppend(&steps_text, i == 0 ? "" : i == options.warmup_steps ? " | " : " ",
+                    absl::StrFormat("%.3f", m.step_seconds[i]));
+  }
   spdlog::info(
-      "training step measured before training: {:.3f}s/batch on {} (median of {} steps, "
-      "{:.3f}s to {:.3f}s, after {} warm-up; a synthetic batch of {} x 3x{}x{}: copy, forward, "
-      "backward and the step of a separate optimizer of the same kind, then the weights, "
-      "buffers and RNG put back; {}; {:.2f}s in all)",
-      m.seconds, trainer->DeviceName(), options.timed_steps, timed.front(), timed.back(),
-      options.warmup_steps, options.batch_size, options.crop_size, options.crop_size,
+      "training step measured before training: {:.3f}s/batch on {} (the median of the last {} of "
+      "{} steps: {} s; a synthetic batch of {} x 3x{}x{}: copy, forward, backward and the step of "
+      "a separate optimizer of the same kind, then the weights, buffers and RNG put back; {}; "
+      "{:.2f}s in all)",
+      m.seconds, trainer->DeviceName(), options.timed_steps, steps, steps_text, options.batch_size,
+      options.crop_size, options.crop_size,
       world_size > 1 ? absl::StrCat("this rank alone, without the gradient all-reduce of ",
                                     world_size, " ranks")
                      : std::string("one rank"),

@@ -27,7 +27,10 @@ struct StepMeasureOptions {
   int batch_size = 256;   // samples per step of this rank; >= 1
   int crop_size = 224;    // images are 3 x crop_size x crop_size float32; >= 1
   int num_classes = 1000; // labels cycle through [0, num_classes); >= 1
-  int warmup_steps = 1;   // untimed first steps (allocation, kernel set-up); >= 0
+  // Untimed first steps; >= 0. On the CPU the first step of a model takes
+  // ~4x the steady one and the second still ~1.5x (first-touch memory,
+  // kernel set-up; tools/demo.sh's ResNet-18), hence two.
+  int warmup_steps = 2;
   int timed_steps = 3;    // their median is the step time; >= 1
   uint64_t seed = 0;      // of the synthetic pixels
 

@@ -60,6 +60,7 @@ TEST(MeasureTrainingStepTest, MedianOfTheTimedStepsWithoutTheWarmUp) {
   // median of the last three is 0.3.
   ScriptedTrainer trainer({9.0, 0.2, 0.4, 0.3});
   StepMeasureOptions options;
+  options.warmup_steps = 1;
   options.batch_size = 5;
   options.crop_size = 7;
   options.num_classes = 3;
@@ -89,7 +90,7 @@ TEST(MeasureTrainingStepTest, EmulatedStepTakesAtLeastTheProfiledTime) {
   options.num_classes = 10;
   absl::StatusOr<StepMeasurement> m = MeasureTrainingStep(trainer->get(), options);
   ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_EQ(m->step_seconds.size(), 4u);
+  EXPECT_EQ(m->step_seconds.size(), 5u);  // 2 warm-up, 3 timed
   EXPECT_GE(m->seconds, 0.003);  // 1 ms copy + 2 ms compute (no upper bound: a busy machine)
 }
 
@@ -99,13 +100,13 @@ TEST(MeasureTrainingStepTest, ErrorsSayWhatWasMeasured) {
   EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(m.status().message(), HasSubstr("measuring the training step"));
 
-  ScriptedTrainer short_answer({0.1, 0.1});
+  ScriptedTrainer short_answer({0.1, 0.1, 0.1});
   m = MeasureTrainingStep(&short_answer, StepMeasureOptions{});
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInternal);
 }
 
 TEST(MeasureTrainingStepTest, OptionsAreCheckedByName) {
-  ScriptedTrainer trainer({1, 1, 1, 1});
+  ScriptedTrainer trainer({1, 1, 1, 1, 1});
   StepMeasureOptions options;
   options.timed_steps = 0;
   absl::StatusOr<StepMeasurement> m = MeasureTrainingStep(&trainer, options);
