@@ -191,9 +191,9 @@ ABSL_FLAG(bool, measure_step, true,
           "the GPU profile's): before the first plan, time 2 warm-up and 3 training steps of the "
           "model on a synthetic batch of --batch-size x 3 x --crop-size^2 and plan with their "
           "median; the steps use an optimizer of their own and the weights, buffers and RNG are "
-          "put back, so training is bit-identical to a run without it. Under ranks each rank times its own step, without "
-          "the gradient all-reduce. false: the first plan assumes no step time until the first "
-          "training steps are measured. Default true.");
+          "put back, so training is bit-identical to a run without it. Under ranks each rank "
+          "times its own step, without the gradient all-reduce. false: the first plan assumes no "
+          "step time until the first training steps are measured. Default true.");
 ABSL_FLAG(double, replan_threshold, 0.25,
           "smartoff: re-plan the samples not yet requested when a measured resource drifts by "
           "more than this fraction from the assumed one. Default 0.25.");
@@ -689,7 +689,11 @@ int main(int argc, char** argv) {
       measure.seed = loader_options.seed;
       absl::StatusOr<sophon::StepMeasurement> step =
           sophon::MeasureTrainingStep(trainer->get(), measure, loader_options.world);
-      if (!step.ok()) return Fail(step.status());
+      if (!step.ok()) {
+        return Fail(absl::Status(step.status().code(),
+                                 absl::StrCat(step.status().message(),
+                                              " (--measure-step=false plans epoch 0 without it)")));
+      }
       smartoff_options.measured_gpu_batch_seconds = step->seconds;
     }
     if ((*servers)->size() > 1) {

@@ -49,7 +49,8 @@ absl::StatusOr<ModelStateSnapshot> ModelStateSnapshot::Take(const torch::nn::Mod
     s.cpu_rng_ = GeneratorState(torch::kCPU);
     if (device.is_cuda()) s.device_rng_ = GeneratorState(device);
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("copying the model's state failed: ", ExceptionText(e)));
+    return absl::InternalError(
+        absl::StrCat("copying the model's state failed: ", ExceptionText(e)));
   }
   return s;
 }

@@ -94,20 +94,29 @@ TEST(MeasureTrainingStepTest, EmulatedStepTakesAtLeastTheProfiledTime) {
   EXPECT_GE(m->seconds, 0.003);  // 1 ms copy + 2 ms compute (no upper bound: a busy machine)
 }
 
+// Small batches (the default options make 256 images of 224x224).
+StepMeasureOptions Small() {
+  StepMeasureOptions options;
+  options.batch_size = 2;
+  options.crop_size = 4;
+  options.num_classes = 2;
+  return options;
+}
+
 TEST(MeasureTrainingStepTest, ErrorsSayWhatWasMeasured) {
   PlainTrainer plain;
-  absl::StatusOr<StepMeasurement> m = MeasureTrainingStep(&plain, StepMeasureOptions{});
+  absl::StatusOr<StepMeasurement> m = MeasureTrainingStep(&plain, Small());
   EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(m.status().message(), HasSubstr("measuring the training step"));
 
   ScriptedTrainer short_answer({0.1, 0.1, 0.1});
-  m = MeasureTrainingStep(&short_answer, StepMeasureOptions{});
+  m = MeasureTrainingStep(&short_answer, Small());
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInternal);
 }
 
 TEST(MeasureTrainingStepTest, OptionsAreCheckedByName) {
   ScriptedTrainer trainer({1, 1, 1, 1, 1});
-  StepMeasureOptions options;
+  StepMeasureOptions options = Small();
   options.timed_steps = 0;
   absl::StatusOr<StepMeasurement> m = MeasureTrainingStep(&trainer, options);
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
