@@ -22,6 +22,7 @@
 #include "client/loader/server_list.h"
 #include "client/loader/server_set.h"
 #include "client/train/launch_env.h"
+#include "client/train/step_measure.h"
 #include "client/offload/cluster_policy.h"
 #include "client/offload/fixed_policy.h"
 #include "client/offload/profile_pass.h"
@@ -183,8 +184,16 @@ ABSL_FLAG(double, remote_cpus, 0,
           "smartoff: storage node prep CPUs; 0 = the server's --prep-workers, or its CPU limit "
           "(sophon-server --cpu-limit) when smaller. Default 0.");
 ABSL_FLAG(double, gpu_batch_seconds, -1,
-          "smartoff: training step seconds per batch; negative = measure from the first batches. "
-          "Default -1.");
+          "smartoff: training step seconds per batch, fixed; negative = measure it (before "
+          "training with --measure-step, and from the first training steps). Default -1.");
+ABSL_FLAG(bool, measure_step, true,
+          "smartoff without --gpu-batch-seconds (and not --device=emulate, whose step time is "
+          "the GPU profile's): before the first plan, time 2 warm-up and 3 training steps of the "
+          "model on a synthetic batch of --batch-size x 3 x --crop-size^2 and plan with their "
+          "median; the steps use an optimizer of their own and the weights, buffers and RNG are "
+          "put back, so training is bit-identical to a run without it. Under ranks each rank "
+          "times its own step, without the gradient all-reduce. false: the first plan assumes no "
+          "step time until the first training steps are measured. Default true.");
 ABSL_FLAG(std::string, stages, "all",
           "smartoff: the stages a plan may send samples at, comma-separated from raw, jpeg_crop, "
           "cropped, flipped, tensor (must include raw), or all. --stages=raw,cropped,flipped,"
@@ -234,6 +243,8 @@ const sophon::FlagNames kFlagNames = {
     {"SmartoffOptions.remote_cpus", "--remote-cpus"},
     {"SmartoffOptions.replan_threshold", "--replan-threshold"},
     {"SmartoffOptions.stages", "--stages"},
+    {"StepMeasureOptions.batch_size", "--batch-size"},
+    {"StepMeasureOptions.crop_size", "--crop-size"},
     {"Resources.net_bytes_per_s", "--net-bw"},
     {"Resources.remote_cpus", "--remote-cpus"},
     {"Resources.local_cpus", "--workers"},
@@ -676,6 +687,22 @@ int main(int argc, char** argv) {
       absl::StatusOr<sophon::GpuStepTime> step = emulated->StepTimeFor(loader_options.batch_size);
       if (!step.ok()) return Fail(step.status());
       smartoff_options.gpu_batch_seconds = step->copy_seconds + step->compute_seconds;
+      spdlog::info("smartoff: training step {:.3f}s/batch from the GPU profile (not measured)",
+                   smartoff_options.gpu_batch_seconds);
+    } else if (smartoff_options.gpu_batch_seconds < 0 && absl::GetFlag(FLAGS_measure_step)) {
+      sophon::StepMeasureOptions measure;
+      measure.batch_size = loader_options.batch_size;
+      measure.crop_size = loader_options.pipeline.augment.crop_size;
+      measure.num_classes = trainer_options.num_classes;
+      measure.seed = loader_options.seed;
+      absl::StatusOr<sophon::StepMeasurement> step =
+          sophon::MeasureTrainingStep(trainer->get(), measure, loader_options.world);
+      if (!step.ok()) {
+        return Fail(absl::Status(step.status().code(),
+                                 absl::StrCat(step.status().message(),
+                                              " (--measure-step=false plans epoch 0 without it)")));
+      }
+      smartoff_options.measured_gpu_batch_seconds = step->seconds;
     }
     if ((*servers)->size() > 1) {
       absl::StatusOr<std::unique_ptr<sophon::ClusterSmartoffPolicy>> created =

@@ -245,7 +245,7 @@ absl::StatusOr<std::unique_ptr<ClusterSmartoffPolicy>> CreateClusterSmartoffPoli
     if (shared) cluster.ingress_bytes_per_s = together;
   }
   cluster.local_cpus = loader_options.workers;
-  cluster.gpu_seconds_per_batch = std::max(0.0, options.gpu_batch_seconds);
+  cluster.gpu_seconds_per_batch = std::max(0.0, options.FirstPlanStepSeconds());
   cluster.batch_size = loader_options.batch_size;
   if (absl::Status st = cluster.Validate(); !st.ok()) return st;
   return std::make_unique<ClusterSmartoffPolicy>(*std::move(profile), std::move(cluster),

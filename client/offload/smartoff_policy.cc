@@ -75,6 +75,11 @@ absl::Status SmartoffOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "SmartoffOptions.replan_min_samples must be >= 1, got ", replan_min_samples));
   }
+  if (!(measured_gpu_batch_seconds >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SmartoffOptions.measured_gpu_batch_seconds must be >= 0, got ",
+        measured_gpu_batch_seconds));
+  }
   if (speed_probe_samples < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "SmartoffOptions.speed_probe_samples must be >= 1, got ", speed_probe_samples));
@@ -388,19 +393,26 @@ absl::StatusOr<std::unique_ptr<SmartoffPolicy>> CreateSmartoffPolicy(
   if (!profile.ok()) return profile.status();
   absl::StatusOr<StorageMeasurement> measured = MeasureStorageServer(client, loader_options, options);
   if (!measured.ok()) return measured.status();
-  Resources resources;
-  resources.net_bytes_per_s = measured->server.net_bytes_per_s;
-  resources.remote_cpus = measured->server.remote_cpus;
-  resources.remote_seconds_per_raw_byte = measured->server.remote_seconds_per_raw_byte;
-  resources.remote_seconds_per_wire_byte = measured->server.remote_seconds_per_wire_byte;
-  resources.local_seconds_per_wire_byte = measured->local_seconds_per_wire_byte;
-  const double wall_scale = measured->wall_scale;
-  resources.remote_speed = profile->server_speed_factor;
-  resources.local_cpus = loader_options.workers;
-  resources.gpu_seconds_per_batch = std::max(0.0, options.gpu_batch_seconds);
-  resources.batch_size = loader_options.batch_size;
+  const Resources resources =
+      FirstPlanResources(*measured, profile->server_speed_factor, loader_options, options);
   if (absl::Status st = resources.Validate(); !st.ok()) return st;
-  return std::make_unique<SmartoffPolicy>(*std::move(profile), resources, options, wall_scale);
+  return std::make_unique<SmartoffPolicy>(*std::move(profile), resources, options,
+                                          measured->wall_scale);
+}
+
+Resources FirstPlanResources(const StorageMeasurement& measured, double remote_speed,
+                             const LoaderOptions& loader_options, const SmartoffOptions& options) {
+  Resources resources;
+  resources.net_bytes_per_s = measured.server.net_bytes_per_s;
+  resources.remote_cpus = measured.server.remote_cpus;
+  resources.remote_seconds_per_raw_byte = measured.server.remote_seconds_per_raw_byte;
+  resources.remote_seconds_per_wire_byte = measured.server.remote_seconds_per_wire_byte;
+  resources.local_seconds_per_wire_byte = measured.local_seconds_per_wire_byte;
+  resources.remote_speed = remote_speed;
+  resources.local_cpus = loader_options.workers;
+  resources.gpu_seconds_per_batch = std::max(0.0, options.FirstPlanStepSeconds());
+  resources.batch_size = loader_options.batch_size;
+  return resources;
 }
 
 }  // namespace sophon

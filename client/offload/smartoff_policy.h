@@ -29,7 +29,13 @@ struct SmartoffOptions {
   std::string profile_out;     // where a new profile is written; "" = profile_folder
   double net_bw_mbit = 0;      // network bandwidth; 0 = measure it
   double remote_cpus = 0;      // storage CPUs; 0 = min(server's prep workers, its CPU limit)
-  double gpu_batch_seconds = -1;  // step time; < 0 = measure from the first batches
+  double gpu_batch_seconds = -1;  // step time, fixed; < 0 = measure from the first batches
+  // With gpu_batch_seconds < 0: the step time measured before training
+  // (MeasureTrainingStep, client/train/step_measure.h) that the first plan
+  // assumes; the first training steps are still measured and re-plan when
+  // they drift from it. 0 = not measured (the first plan assumes no step
+  // time). >= 0.
+  double measured_gpu_batch_seconds = 0;
   double replan_threshold = 0.25; // relative drift that triggers a re-plan; > 0
   int64_t replan_min_samples = 256;  // observations between drift checks; >= 1
   int speed_probe_samples = 64;      // samples used to measure the server's speed; >= 1
@@ -40,6 +46,11 @@ struct SmartoffOptions {
 
   // The one place these are checked; names the offending field.
   absl::Status Validate() const;
+  // The step time the first plan assumes: gpu_batch_seconds when given,
+  // else measured_gpu_batch_seconds.
+  double FirstPlanStepSeconds() const {
+    return gpu_batch_seconds >= 0 ? gpu_batch_seconds : measured_gpu_batch_seconds;
+  }
 };
 
 // Why smartoff re-planned.
@@ -126,6 +137,12 @@ struct StorageMeasurement {
   double wall_scale = 1;  // StorageWallScale of its manifest
   NetProbeResult probe;
 };
+// What the first plan of a single server assumes: the measured server and
+// link, the profile's storage speed, the loader's workers and batch, the step
+// time of SmartoffOptions.FirstPlanStepSeconds(). Not validated.
+Resources FirstPlanResources(const StorageMeasurement& measured, double remote_speed,
+                             const LoaderOptions& loader_options, const SmartoffOptions& options);
+
 absl::StatusOr<StorageMeasurement> MeasureStorageServer(SampleClient* client,
                                                         const LoaderOptions& loader_options,
                                                         const SmartoffOptions& options);

@@ -122,6 +122,20 @@ absl::StatusOr<StepResult> EmulatedTrainer::Sleep(const Batch& batch, double com
 
 absl::StatusOr<StepResult> EmulatedTrainer::Step(const Batch& batch) { return Sleep(batch, 1.0); }
 
+absl::StatusOr<std::vector<double>> EmulatedTrainer::TrialSteps(const Batch& batch, int steps) {
+  if (steps < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("trial steps must be >= 1, got ", steps));
+  }
+  std::vector<double> seconds;
+  for (int i = 0; i < steps; ++i) {
+    const Clock::time_point start = Clock::now();
+    absl::StatusOr<StepResult> step = Step(batch);
+    if (!step.ok()) return step.status();
+    seconds.push_back(SecondsBetween(start, Clock::now()));
+  }
+  return seconds;
+}
+
 absl::StatusOr<StepResult> EmulatedTrainer::Evaluate(const Batch& batch) {
   return Sleep(batch, options_.evaluate_compute_fraction);
 }

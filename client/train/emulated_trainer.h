@@ -48,6 +48,8 @@ class EmulatedTrainer final : public Trainer {
   // models), count = batch.n and the copy time actually slept.
   absl::StatusOr<StepResult> Step(const Batch& batch) override;
   absl::StatusOr<StepResult> Evaluate(const Batch& batch) override;
+  // `steps` Steps, timed: there is no state to put back.
+  absl::StatusOr<std::vector<double>> TrialSteps(const Batch& batch, int steps) override;
   // "emulated v100 x1".
   std::string DeviceName() const override;
   // FailedPrecondition: no model is trained.

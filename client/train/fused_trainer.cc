@@ -5,6 +5,8 @@
 #include <torch/utils.h>
 
 #include <exception>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +48,12 @@ class FusedTrainer final : public TorchTrainerBase {
   void ZeroGrad() override { optimizer_->ZeroGrad(); }
   StepResult Forward(const BatchTensors& t, int64_t n, bool train) override;
   void OptimizerStep() override { optimizer_->Step(); }
+  absl::StatusOr<std::function<void()>> NewTrialOptimizer() override {
+    ASSIGN_OR_RETURN(std::shared_ptr<FusedOptimizer> optimizer,
+                     FusedOptimizer::Create(options_.optimizer, model_->parameters(),
+                                            options_.models));
+    return std::function<void()>([optimizer] { optimizer->Step(); });
+  }
   StepResult EmptyResult() const override {
     StepResult result;
     result.models.resize(static_cast<size_t>(model_->num_models()));

@@ -9,6 +9,8 @@
 #include <torch/utils.h>
 
 #include <exception>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -62,6 +64,10 @@ class TorchTrainer final : public TorchTrainerBase {
   void ZeroGrad() override { optimizer_->zero_grad(); }
   StepResult Forward(const BatchTensors& t, int64_t n, bool train) override;
   void OptimizerStep() override { optimizer_->step(); }
+  absl::StatusOr<std::function<void()>> NewTrialOptimizer() override {
+    std::shared_ptr<torch::optim::Optimizer> optimizer = MakeOptimizer(options_, model_);
+    return std::function<void()>([optimizer] { optimizer->step(); });
+  }
   StepResult EmptyResult() const override { return StepResult{}; }
 
   void SaveOptimizer(torch::serialize::OutputArchive& archive) const override {

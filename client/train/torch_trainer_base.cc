@@ -5,6 +5,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/train/state_snapshot.h"
 #include "sophon/base/status_macros.h"
 
 namespace sophon {
@@ -74,6 +77,44 @@ absl::StatusOr<StepResult> TorchTrainerBase::Step(const Batch& batch) {
   } catch (const std::exception& e) {  // c10::Error derives from std::exception.
     return StepError(/*train=*/true, batch, e);
   }
+}
+
+absl::StatusOr<std::vector<double>> TorchTrainerBase::TrialSteps(const Batch& batch, int steps) {
+  if (steps < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("trial steps must be >= 1, got ", steps));
+  }
+  RETURN_IF_ERROR(ValidateBatch(batch, options_.arch, options_.num_classes));
+  std::function<void()> optimizer_step;
+  try {
+    ASSIGN_OR_RETURN(optimizer_step, NewTrialOptimizer());
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("making the trial steps' optimizer failed: ", ExceptionText(e)));
+  }
+  ASSIGN_OR_RETURN(const ModelStateSnapshot snapshot, ModelStateSnapshot::Take(module(), device_));
+  std::vector<double> seconds;
+  absl::Status stepped;
+  try {
+    for (int i = 0; i < steps; ++i) {
+      // As Step without a process group: the same copy, forward, backward
+      // and optimizer arithmetic.
+      const absl::Time start = absl::Now();
+      ZeroGrad();
+      Forward(ToTensors(batch, device_), batch.n, /*train=*/true);
+      optimizer_step();
+      seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+    }
+  } catch (const std::exception& e) {
+    stepped = StepError(/*train=*/true, batch, e);
+  }
+  // Whatever the steps did, and whether they ended or threw.
+  if (absl::Status restored = snapshot.Restore(module()); !restored.ok()) {
+    return absl::InternalError(absl::StrCat(
+        "after trial steps the model could not be put back (do not train on): ",
+        restored.message()));
+  }
+  RETURN_IF_ERROR(stepped);
+  return seconds;
 }
 
 absl::StatusOr<StepResult> TorchTrainerBase::Evaluate(const Batch& batch) {

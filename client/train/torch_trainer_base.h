@@ -18,8 +18,10 @@
 
 #include <torch/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -39,6 +41,10 @@ class TorchTrainerBase : public Trainer, protected CheckpointedState {
 
   absl::StatusOr<StepResult> Step(const Batch& batch) final;
   absl::StatusOr<StepResult> Evaluate(const Batch& batch) final;
+  // The step without its collectives, timed `steps` times between a
+  // ModelStateSnapshot and its restore (state_snapshot.h), with an optimizer
+  // of its own (NewTrialOptimizer): the trainer's is never stepped.
+  absl::StatusOr<std::vector<double>> TrialSteps(const Batch& batch, int steps) final;
   std::string DeviceName() const final { return device_.str(); }
   absl::Status SaveCheckpoint(const std::string& path, const TrainingCursor& cursor) final;
   absl::StatusOr<TrainingCursor> LoadCheckpoint(const std::string& path) final;
@@ -57,6 +63,11 @@ class TorchTrainerBase : public Trainer, protected CheckpointedState {
   virtual StepResult Forward(const BatchTensors& batch, int64_t n, bool train) = 0;
   // One optimizer step from the gradients. May throw.
   virtual void OptimizerStep() = 0;
+  // A new optimizer of the trainer's kind and hyperparameters over the same
+  // parameters, with no state of its own yet, as a function that steps it
+  // (and may throw): trial steps do the work of OptimizerStep on it, and it
+  // goes when the function does.
+  virtual absl::StatusOr<std::function<void()>> NewTrialOptimizer() = 0;
   // The result of a training step on an empty batch (count 0).
   virtual StepResult EmptyResult() const = 0;
 

@@ -136,6 +136,24 @@ class Trainer {
   // gradients (result: count 0, loss 0). Under world_size 1 such a batch is an
   // error. A failed collective ends with Unavailable naming the rank(s) gone.
   virtual absl::StatusOr<StepResult> Step(const Batch& batch) = 0;
+  // Times `steps` training steps on `batch` (each as Step runs it: the copy
+  // to the device, forward, backward, optimizer step) and leaves no trace of
+  // them: they step a new optimizer of the same kind and hyperparameters
+  // (never the trainer's, whose state stays as it was), and the parameters,
+  // buffers, gradients and random generators are put back afterwards, so that
+  // training afterwards is bit-identical to training without them. The first
+  // step allocates that optimizer's state (SGD momentum, Adam moments): time
+  // it as a warm-up. Runs no collective, even under
+  // world_size > 1 (a rank may call it alone; the step it times is this
+  // rank's, without the gradient all-reduce). Returns each step's wall
+  // seconds. InvalidArgument for steps < 1 or a batch Step would refuse (n
+  // must be >= 1); Internal when the state could not be put back (the
+  // trainer must not train on). Unimplemented by trainers that cannot.
+  virtual absl::StatusOr<std::vector<double>> TrialSteps(const Batch& batch, int steps) {
+    (void)batch;
+    (void)steps;
+    return absl::UnimplementedError("this trainer cannot time trial steps");
+  }
   // Called by the train loop before epoch `epoch` (0-based) of `epochs`:
   // sets each model's learning rate for it (TrainerOptions.lr_schedule).
   virtual void BeginEpoch(int epoch, int epochs) {

@@ -1,5 +1,6 @@
 #include "client/offload/smartoff_policy.h"
 
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -156,6 +157,73 @@ TEST_F(SmartoffPolicyTest, ReplanReachesOnlyPositionsNotYetRequested) {
   EXPECT_EQ(policy_->replans(), 0);
 }
 
+// sophon-train measures the step before training (MeasureTrainingStep) and
+// hands it over in SmartoffOptions.measured_gpu_batch_seconds.
+class FirstPlanTest : public ::testing::Test {
+ protected:
+  Resources FirstResources(const SmartoffOptions& options) {
+    StorageMeasurement measured;
+    measured.server.net_bytes_per_s = 12.5e6;
+    measured.server.remote_cpus = 2;
+    LoaderOptions loader;
+    loader.workers = 2;
+    loader.batch_size = 32;
+    return FirstPlanResources(measured, 1.0, loader, options);
+  }
+
+  // The policy of `options`, its epoch of every sample begun and the first
+  // 200 positions handed out.
+  std::unique_ptr<SmartoffPolicy> Begin(const SmartoffOptions& options) {
+    const Resources r = FirstResources(options);
+    EXPECT_TRUE(r.Validate().ok()) << r.Validate();
+    auto policy = std::make_unique<SmartoffPolicy>(UniformProfile(), r, options);
+    order_.resize(kSamples);
+    std::iota(order_.begin(), order_.end(), 0);
+    EXPECT_TRUE(policy->BeginEpoch(0, order_).ok());
+    std::vector<SampleAssignment> out(200);
+    policy->Plan(0, absl::MakeConstSpan(order_).subspan(0, 200), absl::MakeSpan(out));
+    return policy;
+  }
+
+  std::vector<uint64_t> order_;
+};
+
+TEST_F(FirstPlanTest, MeasuredStepPlansTheFirstEpochAndTheStepsStillCheckIt) {
+  SmartoffOptions options;
+  options.gpu_batch_seconds = -1;
+  options.measured_gpu_batch_seconds = 0.5;
+  std::unique_ptr<SmartoffPolicy> policy = Begin(options);
+  EXPECT_DOUBLE_EQ(policy->resources().gpu_seconds_per_batch, 0.5);
+  // 1000 samples in batches of 32: 32 steps of 0.5 s, far above the rest.
+  EXPECT_DOUBLE_EQ(policy->PredictedEpochSeconds(), 16.0);
+  EXPECT_EQ(policy->last_plan().cost.bottleneck, Resource::kGpu);
+  // Steps within the threshold of the measurement: no re-plan.
+  for (int i = 0; i < 4; ++i) policy->OnStep(0.55);
+  EXPECT_EQ(policy->replans(), 0);
+  // Twice as long: the steps are still measured, and they win.
+  for (int i = 0; i < 4; ++i) policy->OnStep(1.0);
+  ASSERT_EQ(policy->replans(), 1);
+  EXPECT_EQ(policy->replan_events()[0].reasons,
+            std::vector<ReplanReason>{ReplanReason::kStepTime});
+  EXPECT_DOUBLE_EQ(policy->resources().gpu_seconds_per_batch, 1.0);
+}
+
+TEST_F(FirstPlanTest, AGivenStepTimeWinsAndIsNotRemeasured) {
+  SmartoffOptions options;
+  options.gpu_batch_seconds = 0.2;
+  options.measured_gpu_batch_seconds = 0.5;  // ignored
+  std::unique_ptr<SmartoffPolicy> policy = Begin(options);
+  EXPECT_DOUBLE_EQ(policy->resources().gpu_seconds_per_batch, 0.2);
+  for (int i = 0; i < 8; ++i) policy->OnStep(1.0);
+  EXPECT_EQ(policy->replans(), 0);
+}
+
+TEST_F(FirstPlanTest, WithoutAMeasurementTheFirstPlanAssumesNoStepTime) {
+  SmartoffOptions options;  // gpu_batch_seconds -1, nothing measured
+  EXPECT_DOUBLE_EQ(options.FirstPlanStepSeconds(), 0);
+  EXPECT_DOUBLE_EQ(FirstResources(options).gpu_seconds_per_batch, 0);
+}
+
 TEST(SmartoffOptionsTest, ValidateNamesTheOption) {
   SmartoffOptions o;
   EXPECT_TRUE(o.Validate().ok());
@@ -164,6 +232,10 @@ TEST(SmartoffOptionsTest, ValidateNamesTheOption) {
   o = SmartoffOptions();
   o.replan_min_samples = 0;
   EXPECT_NE(o.Validate().message().find("SmartoffOptions.replan_min_samples"), std::string::npos);
+  o = SmartoffOptions();
+  o.measured_gpu_batch_seconds = -1;
+  EXPECT_NE(o.Validate().message().find("SmartoffOptions.measured_gpu_batch_seconds"),
+            std::string::npos);
 }
 
 }  // namespace
