@@ -34,12 +34,18 @@ struct MemDest {
 }  // namespace
 
 RegionBounds CropRegionBounds(const CropBox& box, int image_height, int image_width,
-                              int imcu_height, int imcu_width, bool row_context) {
+                              int imcu_height, int imcu_width, int scale, bool row_context) {
   // Columns: the iMCU columns of the box. DecodeJpegCrop crops its scanlines
   // to these (jpeg_crop_scanline), treating the crop's edges as the image's,
   // so it reads nothing to the left or right of them.
-  // Rows: the box's iMCU rows, and with row context one more on each side:
-  // DecodeJpegCrop decodes the one above the box, the one below is read ahead.
+  // Rows: the box's iMCU rows. With row context, the upsampler makes an
+  // output row 2k from chroma rows k and k - 1, and row 2k + 1 from k and
+  // k + 1: of the rows DecodeJpegCrop keeps (floor(top * scale / 8) to
+  // ceil(bottom * scale / 8) at the decode's scale), only the first row of
+  // an iMCU row reads the iMCU row above (which DecodeJpegCrop decodes when
+  // it skips to the box), and only its last row the one below (read ahead).
+  // The region takes the iMCU row above or below only when a kept row reads
+  // it: inside the region the decoder would replicate its edge instead.
   RegionBounds r;
   r.left = FloorTo(box.left, imcu_width);
   const int right =
@@ -47,8 +53,11 @@ RegionBounds CropRegionBounds(const CropBox& box, int image_height, int image_wi
   r.top = FloorTo(box.top, imcu_height);
   int bottom = FloorTo(box.top + box.height - 1, imcu_height) + imcu_height;
   if (row_context) {
-    r.top = std::max(0, r.top - imcu_height);
-    bottom += imcu_height;
+    const int64_t lines = static_cast<int64_t>(imcu_height) * scale / DCTSIZE;  // per iMCU row
+    const int64_t first = static_cast<int64_t>(box.top) * scale / DCTSIZE;
+    const int64_t end = (static_cast<int64_t>(box.top + box.height) * scale + DCTSIZE - 1) / DCTSIZE;
+    if (lines <= 0 || first % lines == 0) r.top = std::max(0, r.top - imcu_height);
+    if (lines <= 0 || end % lines == 0) bottom += imcu_height;
   }
   bottom = std::min(image_height, bottom);
   r.width = right - r.left;
@@ -198,7 +207,7 @@ absl::StatusOr<JpegRegion> CropJpegLossless(
   }
   const int imcu_w = 8 * src.max_h_samp_factor, imcu_h = 8 * src.max_v_samp_factor;
   const int scale = CropDecodeScale(box, min_side);
-  RegionBounds region = CropRegionBounds(box, height, width, imcu_h, imcu_w,
+  RegionBounds region = CropRegionBounds(box, height, width, imcu_h, imcu_w, scale,
                                          UpsamplesWithRowContext(src, scale));
   // A region too narrow for the fancy upsampler gets whole iMCU columns
   // more, on the left while there are some, then on the right.

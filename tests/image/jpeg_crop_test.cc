@@ -166,23 +166,69 @@ TEST(JpegCropTest, RegionDecodesToTheWholeFilesPixels) {
 
 TEST(JpegCropTest, RegionBoundsFollowTheIMcuGridAndTheUpsampler) {
   // A 4:2:0 file: 16 x 16 iMCUs. Without row context the box's iMCUs.
-  RegionBounds r = CropRegionBounds({40, 37, 300, 300}, 480, 640, 16, 16, false);
+  RegionBounds r = CropRegionBounds({40, 37, 300, 300}, 480, 640, 16, 16, 8, false);
   EXPECT_EQ(r.top, 32);
   EXPECT_EQ(r.left, 32);
   EXPECT_EQ(r.top + r.height, 352);  // 340 rounded up to 16
   EXPECT_EQ(r.left + r.width, 352);
-  // With it, one more iMCU row above and below.
-  r = CropRegionBounds({40, 37, 100, 100}, 480, 640, 16, 16, true);
-  EXPECT_EQ(r.top, 16);
+  // With it, still the box's iMCU rows when the box neither starts on an
+  // iMCU row's first line nor ends on one's last.
+  r = CropRegionBounds({40, 37, 100, 100}, 480, 640, 16, 16, 8, true);
+  EXPECT_EQ(r.top, 32);
   EXPECT_EQ(r.left, 32);
-  EXPECT_EQ(r.top + r.height, 160);  // 140 -> 144, + 16
+  EXPECT_EQ(r.top + r.height, 144);  // 140 -> 144
   EXPECT_EQ(r.left + r.width, 144);
+  // Starting on an iMCU row's first line: the row above; ending on one's
+  // last line: the row below.
+  r = CropRegionBounds({48, 37, 96, 100}, 480, 640, 16, 16, 8, true);
+  EXPECT_EQ(r.top, 32);
+  EXPECT_EQ(r.top + r.height, 160);  // 144, + 16
+  // At scale 4/8 an iMCU row is 8 output lines: box line 50 is output line
+  // 25, not the first of its iMCU row (24); 49 is line 24.
+  r = CropRegionBounds({50, 37, 96, 100}, 480, 640, 16, 16, 4, true);
+  EXPECT_EQ(r.top, 48);
+  EXPECT_EQ(r.top + r.height, 160);  // ends at line 73 (ceil(146/2)): 73 % 8 != 0
+  r = CropRegionBounds({49, 37, 95, 100}, 480, 640, 16, 16, 4, true);
+  EXPECT_EQ(r.top, 32);
+  EXPECT_EQ(r.top + r.height, 160);  // ends at line 72: the last of its iMCU row
   // The image's edges clamp.
-  r = CropRegionBounds({0, 600, 480, 40}, 480, 640, 8, 8, true);
+  r = CropRegionBounds({0, 600, 480, 40}, 480, 640, 8, 8, 8, true);
   EXPECT_EQ(r.top, 0);
   EXPECT_EQ(r.height, 480);
   EXPECT_EQ(r.left, 600);
   EXPECT_EQ(r.width, 40);
+}
+
+// Boxes whose first and last lines fall on every position that matters in
+// their iMCU rows (the first and last lines, and next to them) and whose
+// columns do the same, at every scale: the region takes the iMCU row above
+// or below exactly when the upsampler reads it, and never misses one.
+TEST(JpegCropTest, BoxEdgesOnTheIMcuGridDecodeAsTheWholeFile) {
+  const int kHeight = 477, kWidth = 631;
+  const Image8 img = MakeTestImage(kHeight, kWidth, 5);
+  const int offsets[] = {0, 1, 14, 15, 31};
+  for (const Variant& variant : AllVariants()) {
+    SCOPED_TRACE(variant.name);
+    const std::string jpeg = EncodeJpeg(img, variant.options);
+    for (int min_side : {96, 48, 24, 12}) {  // scales 8/8, 4/8, 2/8, 1/8 for these boxes
+      for (int top_off : offsets) {
+        for (int end_off : offsets) {
+          const CropBox box{64 + top_off, 96 + end_off, 128 + end_off - top_off, 112};
+          SCOPED_TRACE(absl::StrCat("min_side ", min_side, " box top ", box.top, " left ",
+                                    box.left, " ", box.height, "x", box.width));
+          absl::StatusOr<JpegRegion> region = Crop(jpeg, box, DecodeLimits(), min_side);
+          ASSERT_TRUE(region.ok()) << region.status();
+          const BoxPixels whole = DecodeBox(jpeg, box, min_side);
+          const CropBox shifted{box.top - region->top, box.left - region->left, box.height,
+                                box.width};
+          const BoxPixels part = DecodeBox(region->jpeg, shifted, min_side);
+          ASSERT_EQ(part.scale, whole.scale);
+          ASSERT_EQ(part.rgb.size(), whole.rgb.size());
+          ASSERT_TRUE(part.rgb == whole.rgb) << "the box's decoded pixels differ";
+        }
+      }
+    }
+  }
 }
 
 TEST(JpegCropTest, UnrefinedProgressiveFileIsNotCropped) {

@@ -30,14 +30,15 @@ struct JpegRegion {
 // so that DecodeJpegCrop(region, box - offset, min_side) reproduces
 // DecodeJpegCrop(whole file, box, min_side) inside the box: the iMCU columns
 // and rows the box touches and, with `row_context` (the decode at the box's
-// scale upsamples chroma vertically, from the rows above and below), one more
-// iMCU row above and below. imcu_width/height are 8 x the largest sampling
-// factors.
+// scale, scale/8, upsamples chroma vertically from the rows above and below),
+// the iMCU row above where the first row the decode keeps is the first of its
+// iMCU row, and the one below where the last row it keeps is the last of its
+// iMCU row. imcu_width/height are 8 x the largest sampling factors.
 struct RegionBounds {
   int top = 0, left = 0, height = 0, width = 0;
 };
 RegionBounds CropRegionBounds(const CropBox& box, int image_height, int image_width,
-                              int imcu_height, int imcu_width, bool row_context);
+                              int imcu_height, int imcu_width, int scale, bool row_context);
 
 // Reads the header, asks `choose_box` for the crop box (its error is returned
 // as is), and writes the region CropRegionBounds names as a JPEG (widened by
