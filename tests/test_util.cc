@@ -230,6 +230,32 @@ std::string ReadFile(const std::string& path) {
   return bytes.str();
 }
 
+std::vector<NamedEncoding> AllJpegEncodings() {
+  std::vector<NamedEncoding> v;
+  const std::pair<const char*, Sampling> samplings[] = {{"420", Sampling::k420},
+                                                        {"422", Sampling::k422},
+                                                        {"444", Sampling::k444},
+                                                        {"440", Sampling::k440},
+                                                        {"411", Sampling::k411}};
+  for (const auto& [name, sampling] : samplings) {
+    v.push_back({absl::StrCat("baseline_", name), {.sampling = sampling}});
+    v.push_back({absl::StrCat("progressive_", name), {.progressive = true, .sampling = sampling}});
+  }
+  v.push_back({"restart_markers", {.restart_interval = 1}});
+  v.push_back({"progressive_restart_markers", {.progressive = true, .restart_interval = 2}});
+  v.push_back({"gray", {.color = JpegColor::kGray}});
+  v.push_back({"gray_progressive", {.progressive = true, .color = JpegColor::kGray}});
+  v.push_back({"ycck", {.color = JpegColor::kCmyk}});
+  v.push_back({"ycck_progressive", {.progressive = true, .color = JpegColor::kCmyk}});
+  v.push_back({"cmyk_adobe", {.color = JpegColor::kPlainCmyk, .sampling = Sampling::k444}});
+  v.push_back({"cmyk_no_adobe", {.color = JpegColor::kCmykNoAdobe, .sampling = Sampling::k444}});
+  v.push_back({"rgb_stored", {.color = JpegColor::kRgbStored}});
+  v.push_back({"arithmetic", {.arithmetic = true}});
+  v.push_back({"arithmetic_progressive_422",
+               {.progressive = true, .sampling = Sampling::k422, .arithmetic = true}});
+  return v;
+}
+
 std::string MakeTestDataset(const std::string& name, const TestDatasetOptions& options) {
   const std::string root = MakeTempDir(name);
   CounterRng rng(SampleKey{options.seed, 1, 1}, 3);
@@ -238,7 +264,10 @@ std::string MakeTestDataset(const std::string& name, const TestDatasetOptions& o
       const int h = static_cast<int>(rng.RandInt(options.min_side, options.max_side + 1));
       const int w = static_cast<int>(rng.RandInt(options.min_side, options.max_side + 1));
       const Image8 img = MakeTestImage(h, w, options.seed * 1000 + c * 100 + i);
-      WriteFile(absl::StrCat(root, "/class_", c, "/img_", i, ".jpg"), EncodeJpeg(img));
+      const size_t k = static_cast<size_t>(c) * options.per_class + i;
+      const EncodeOptions encoding =
+          options.encodings.empty() ? EncodeOptions() : options.encodings[k % options.encodings.size()];
+      WriteFile(absl::StrCat(root, "/class_", c, "/img_", i, ".jpg"), EncodeJpeg(img, encoding));
     }
   }
   return root;

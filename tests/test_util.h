@@ -34,6 +34,16 @@ struct EncodeOptions {
   bool unrefined_progression = false;
 };
 
+// Every encoding the decoder and the lossless crop are tested on, by name:
+// baseline and progressive at 4:2:0, 4:2:2, 4:4:4, 4:4:0 and 4:1:1, restart
+// markers, gray, YCCK, CMYK with and without an Adobe marker, RGB stored,
+// arithmetic coding.
+struct NamedEncoding {
+  std::string name;
+  EncodeOptions options;
+};
+std::vector<NamedEncoding> AllJpegEncodings();
+
 // A smooth, photo-like RGB test image (gradients, a few shapes, mild noise).
 Image8 MakeTestImage(int height, int width, uint64_t seed);
 
@@ -60,6 +70,9 @@ struct TestDatasetOptions {
   int min_side = 160;  // images are random sizes in [min_side, max_side]
   int max_side = 320;
   uint64_t seed = 1;
+  // The k-th file written (class by class) is encoded with
+  // encodings[k % encodings.size()]; empty: the default encoding.
+  std::vector<EncodeOptions> encodings;
 };
 
 // Writes ROOT/class_i/img_j.jpg; returns ROOT.

@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "client/loader/loader.h"
@@ -256,6 +257,75 @@ TEST_F(ClusterTest, MixedAndReplannedEpochsMatchNoOffByteForByte) {
   for (auto& [stage, n] : observed_by_stage) total += n;
   EXPECT_EQ(total, 24);
   EXPECT_GE(observed_by_stage.size(), 3u);  // several stages really crossed the wire
+}
+
+// A plan sending sample id at stage (id + shift) % kNumStages.
+class RotatingPolicy final : public OffloadPolicy {
+ public:
+  explicit RotatingPolicy(int shift) : shift_(shift) {}
+  std::string name() const override { return "rotating"; }
+  absl::Status BeginEpoch(uint64_t, absl::Span<const uint64_t>) override {
+    return absl::OkStatus();
+  }
+  void Plan(int64_t, absl::Span<const uint64_t> ids, absl::Span<SampleAssignment> out) override {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      out[i].stage = StageAt(static_cast<int>((ids[i] + shift_) % kNumStages));
+    }
+  }
+
+ private:
+  const int shift_;
+};
+
+// Files of every encoding the lossless crop handles or declines, each sent
+// at every stage over five epochs of mixed plans: the batches equal nooff's
+// byte for byte, and JPEG_CROP samples really crossed the wire.
+TEST_F(ClusterTest, MixedPlansOverEveryEncodingMatchNoOffByteForByte) {
+  testing::TestDatasetOptions dopts;
+  dopts.classes = 2;
+  dopts.encodings.clear();
+  for (const testing::NamedEncoding& e : testing::AllJpegEncodings()) {
+    dopts.encodings.push_back(e.options);
+  }
+  dopts.per_class = static_cast<int>(dopts.encodings.size());  // each encoding twice
+  dopts.min_side = 200;
+  dopts.max_side = 420;
+  StartServer(testing::MakeTestDataset("cluster_encodings", dopts));
+  const size_t n = 2 * dopts.encodings.size();
+  LoaderOptions options = SmallLoaderOptions();
+  absl::StatusOr<std::vector<Batch>> reference = RunEpoch(PlannerKind::kNoOff, options, 3);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+
+  uint64_t jpeg_crop_received = 0;
+  for (int shift = 0; shift < kNumStages; ++shift) {
+    SCOPED_TRACE(absl::StrCat("shift ", shift));
+    RotatingPolicy planner(shift);
+    absl::StatusOr<std::unique_ptr<Loader>> loader =
+        Loader::Create(client_.get(), options, &planner);
+    ASSERT_TRUE(loader.ok()) << loader.status();
+    ASSERT_TRUE((*loader)->StartEpoch(3).ok());
+    std::vector<Batch> batches;
+    while (true) {
+      Batch b;
+      absl::StatusOr<bool> more = (*loader)->Next(&b);
+      ASSERT_TRUE(more.ok()) << more.status();
+      if (!*more) break;
+      batches.push_back(std::move(b));
+    }
+    const LoaderEpochStats stats = (*loader)->stats();
+    EXPECT_EQ(stats.samples, n);
+    jpeg_crop_received += stats.samples_by_stage[StageIndex(Stage::kJpegCrop)];
+    ASSERT_EQ(batches.size(), reference->size());
+    for (size_t k = 0; k < batches.size(); ++k) {
+      ASSERT_EQ(batches[k].ids, (*reference)[k].ids);
+      EXPECT_EQ(0, std::memcmp(batches[k].images.data(), (*reference)[k].images.data(),
+                               batches[k].images.size() * sizeof(float)))
+          << "batch " << k;
+    }
+  }
+  // Every file was planned at JPEG_CROP once; one whose crop region is no
+  // smaller than the file is sent whole, the others as regions.
+  EXPECT_GE(jpeg_crop_received, n / 2);
 }
 
 TEST_F(ClusterTest, SmartoffProfilesPlansAndMatchesNoOffByteForByte) {

@@ -65,36 +65,8 @@ BoxPixels DecodeBox(const std::string& jpeg, const CropBox& box, int min_side = 
   return out;
 }
 
-struct Variant {
-  std::string name;
-  EncodeOptions options;
-};
-
-std::vector<Variant> AllVariants() {
-  std::vector<Variant> v;
-  const std::pair<const char*, Sampling> samplings[] = {{"420", Sampling::k420},
-                                                        {"422", Sampling::k422},
-                                                        {"444", Sampling::k444},
-                                                        {"440", Sampling::k440},
-                                                        {"411", Sampling::k411}};
-  for (const auto& [name, sampling] : samplings) {
-    v.push_back({absl::StrCat("baseline_", name), {.sampling = sampling}});
-    v.push_back({absl::StrCat("progressive_", name), {.progressive = true, .sampling = sampling}});
-  }
-  v.push_back({"restart_markers", {.restart_interval = 1}});
-  v.push_back({"progressive_restart_markers", {.progressive = true, .restart_interval = 2}});
-  v.push_back({"gray", {.color = JpegColor::kGray}});
-  v.push_back({"gray_progressive", {.progressive = true, .color = JpegColor::kGray}});
-  v.push_back({"ycck", {.color = JpegColor::kCmyk}});
-  v.push_back({"ycck_progressive", {.progressive = true, .color = JpegColor::kCmyk}});
-  v.push_back({"cmyk_adobe", {.color = JpegColor::kPlainCmyk, .sampling = Sampling::k444}});
-  v.push_back({"cmyk_no_adobe", {.color = JpegColor::kCmykNoAdobe, .sampling = Sampling::k444}});
-  v.push_back({"rgb_stored", {.color = JpegColor::kRgbStored}});
-  v.push_back({"arithmetic", {.arithmetic = true}});
-  v.push_back({"arithmetic_progressive_422",
-               {.progressive = true, .sampling = Sampling::k422, .arithmetic = true}});
-  return v;
-}
+using Variant = testing::NamedEncoding;
+std::vector<Variant> AllVariants() { return testing::AllJpegEncodings(); }
 
 // The boxes a training run would draw, and boxes on every edge and corner.
 std::vector<CropBox> BoxesFor(int height, int width) {
