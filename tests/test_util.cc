@@ -94,6 +94,8 @@ std::string EncodeJpeg(const Image8& image, const EncodeOptions& options) {
       case Sampling::k444: h = 1, v = 1; break;
       case Sampling::k440: h = 1, v = 2; break;
       case Sampling::k411: h = 4, v = 1; break;
+      case Sampling::kMixed: h = 2, v = 2; break;
+      case Sampling::kLumaSubsampled: h = 2, v = 2; break;
     }
     cinfo.comp_info[0].h_samp_factor = h;
     cinfo.comp_info[0].v_samp_factor = v;
@@ -103,6 +105,11 @@ std::string EncodeJpeg(const Image8& image, const EncodeOptions& options) {
       cinfo.comp_info[c].h_samp_factor = full ? h : 1;
       cinfo.comp_info[c].v_samp_factor = full ? v : 1;
     }
+    if (options.sampling == Sampling::kMixed) {
+      cinfo.comp_info[1].h_samp_factor = 2;
+      cinfo.comp_info[2].v_samp_factor = 2;
+    }
+    if (options.sampling == Sampling::kLumaSubsampled) cinfo.comp_info[1].v_samp_factor = 4;
   }
   jpeg_set_quality(&cinfo, options.quality, TRUE);
   cinfo.arith_code = options.arithmetic ? TRUE : FALSE;
@@ -241,6 +248,7 @@ std::vector<NamedEncoding> AllJpegEncodings() {
     v.push_back({absl::StrCat("baseline_", name), {.sampling = sampling}});
     v.push_back({absl::StrCat("progressive_", name), {.progressive = true, .sampling = sampling}});
   }
+  v.push_back({"mixed_sampling", {.sampling = Sampling::kMixed}});
   v.push_back({"restart_markers", {.restart_interval = 1}});
   v.push_back({"progressive_restart_markers", {.progressive = true, .restart_interval = 2}});
   v.push_back({"gray", {.color = JpegColor::kGray}});

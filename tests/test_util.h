@@ -17,7 +17,10 @@ namespace sophon::testing {
 // kRgbStored keeps R, G, B unconverted (Adobe transform 0).
 enum class JpegColor { kRgb, kGray, kCmyk, kPlainCmyk, kCmykNoAdobe, kRgbStored };
 // Chroma sampling of a colour file (luma factors; chroma 1x1). k411 is 4x1.
-enum class Sampling { k420, k422, k444, k440, k411 };
+// k420..k411 subsample the chroma; kMixed samples Cb 2x1 and Cr 1x2 beside
+// Y 2x2; kLumaSubsampled is a layout where luma is not the largest plane
+// (Y 2x2, Cb 1x4, Cr 1x1).
+enum class Sampling { k420, k422, k444, k440, k411, kMixed, kLumaSubsampled };
 
 struct EncodeOptions {
   int quality = 90;
@@ -36,8 +39,8 @@ struct EncodeOptions {
 
 // Every encoding the decoder and the lossless crop are tested on, by name:
 // baseline and progressive at 4:2:0, 4:2:2, 4:4:4, 4:4:0 and 4:1:1, restart
-// markers, gray, YCCK, CMYK with and without an Adobe marker, RGB stored,
-// arithmetic coding.
+// markers, chroma planes sampled 2x1 and 1x2, gray, YCCK, CMYK with and
+// without an Adobe marker, RGB stored, arithmetic coding.
 struct NamedEncoding {
   std::string name;
   EncodeOptions options;

@@ -1,6 +1,7 @@
 #include "sophon/image/jpeg_crop.h"
 
 // clang-format off
+#include "src/image/cut_source.h"
 #include "src/image/huffman_tables.h"
 #include "src/image/jpeg_guard.h"
 // clang-format on
@@ -16,11 +17,14 @@ namespace {
 
 using jpeg_internal::CheckMarkers;
 using jpeg_internal::CoefficientBytes;
+using jpeg_internal::CutSource;
 using jpeg_internal::ErrorManager;
 using jpeg_internal::InitGuard;
 using jpeg_internal::InstallFittedHuffmanTables;
 using jpeg_internal::JumpedStatus;
 using jpeg_internal::ScanMonitor;
+using jpeg_internal::StopAfterRows;
+using jpeg_internal::UseCutSource;
 
 int FloorTo(int v, int step) { return v / step * step; }
 
@@ -132,6 +136,7 @@ absl::StatusOr<JpegRegion> CropJpegLossless(
   JpegRegion out;
   absl::StatusOr<CropBox> chosen = CropBox{};
   MemDest dest;
+  CutSource source;
   jpeg_decompress_struct src;
   jpeg_compress_struct dst;
   // Set after setjmp and read after the longjmp: volatile, or the handler may
@@ -158,8 +163,7 @@ absl::StatusOr<JpegRegion> CropJpegLossless(
   jpeg_create_decompress(&src);
   src.mem->max_memory_to_use = static_cast<long>(limits.max_memory_bytes);
   src.progress = &monitor.pub;
-  jpeg_mem_src(&src, reinterpret_cast<const unsigned char*>(bytes.data()),
-               static_cast<unsigned long>(bytes.size()));
+  UseCutSource(&src, bytes, &err, &source);
   jpeg_read_header(&src, TRUE);
   auto fail = [&](absl::Status status) {
     jpeg_destroy_decompress(&src);
@@ -191,6 +195,17 @@ absl::StatusOr<JpegRegion> CropJpegLossless(
       return fail(absl::UnimplementedError(absl::StrCat(
           "cannot crop losslessly: component ", c, " sampled ", comp.h_samp_factor, "x",
           comp.v_samp_factor, " of ", src.max_h_samp_factor, "x", src.max_v_samp_factor)));
+    }
+    // A plane between full and lowest resolution in a direction (4:2:0 luma
+    // with 1x4 chroma, say) is upsampled in a way the region does not
+    // reproduce: the crop is tested, and right, where every factor is 1 or
+    // the largest.
+    if ((comp.h_samp_factor != 1 && comp.h_samp_factor != src.max_h_samp_factor) ||
+        (comp.v_samp_factor != 1 && comp.v_samp_factor != src.max_v_samp_factor)) {
+      return fail(absl::UnimplementedError(absl::StrCat(
+          "cannot crop losslessly: component ", c, " sampled ", comp.h_samp_factor, "x",
+          comp.v_samp_factor, " of ", src.max_h_samp_factor, "x", src.max_v_samp_factor,
+          ", neither full nor lowest resolution")));
     }
   }
   ImageInfo info;
@@ -257,9 +272,21 @@ absl::StatusOr<JpegRegion> CropJpegLossless(
         reinterpret_cast<j_common_ptr>(&src), JPOOL_IMAGE, FALSE, planes[c].width_blocks,
         planes[c].height_blocks, static_cast<JDIMENSION>(src.comp_info[c].v_samp_factor));
   }
+  // Nothing below the region is read (in a file of one scan).
+  if (region.top + region.height < height) {
+    StopAfterRows(&src, static_cast<JDIMENSION>((region.top + region.height) / imcu_h));
+  }
   jvirt_barray_ptr* source_arrays = jpeg_read_coefficients(&src);
   if (err.premature_eof) {
     return fail(absl::InvalidArgumentError("truncated JPEG data (premature end of file)"));
+  }
+  // A lenient read lets corrupt data through; how libjpeg fills in for it
+  // depends on how the file is read (a decode skips and crops rows and
+  // columns, the crop reads everything): such a file is sent whole, to be
+  // decoded as in every other mode.
+  if (err.corrupt_warnings > 0) {
+    return fail(absl::UnimplementedError(
+        "cannot crop losslessly: the file has corrupt data (read leniently)"));
   }
   // A progressive file whose scans leave some coefficient unrefined is
   // decoded with block smoothing (estimates from the neighbouring blocks'

@@ -41,10 +41,13 @@ bool IsMetadataWarning(int code) {
 void EmitMessage(j_common_ptr cinfo, int msg_level) {
   if (msg_level >= 0) return;
   auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  if (err->data_cut) return;
   cinfo->err->num_warnings++;
   const int code = cinfo->err->msg_code;
   if (code == JWRN_JPEG_EOF) err->premature_eof = true;
-  if (!err->strict || IsMetadataWarning(code)) return;
+  if (IsMetadataWarning(code)) return;
+  ++err->corrupt_warnings;
+  if (!err->strict) return;
   char text[JMSG_LENGTH_MAX];
   (*cinfo->err->format_message)(cinfo, text);
   err->code = absl::StatusCode::kDataLoss;
@@ -92,6 +95,8 @@ void InitGuard(const DecodeLimits& limits, ErrorManager* err, ScanMonitor* monit
   err->pub.emit_message = EmitMessage;
   err->premature_eof = false;
   err->strict = !limits.lenient;
+  err->data_cut = false;
+  err->corrupt_warnings = 0;
   err->max_memory_bytes = limits.max_memory_bytes;
   err->code = absl::StatusCode::kInvalidArgument;
   err->message[0] = '\0';

@@ -30,6 +30,11 @@ struct ErrorManager {
   absl::StatusCode code;  // of the error that jumped
   bool premature_eof;
   bool strict;
+  // Set by a data source that ended the data on purpose (CutSource): the
+  // warnings that follow are about data never read, and are dropped.
+  bool data_cut;
+  // Corrupt-data warnings seen (those a lenient decode lets through).
+  int corrupt_warnings;
   int64_t max_memory_bytes;
 };
 

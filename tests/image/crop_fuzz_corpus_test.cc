@@ -104,6 +104,11 @@ std::vector<Seed> MakeSeeds() {
   // Valid files the crop refuses (served whole).
   add("unimplemented-unrefined-progression.jpg",
       EncodeJpeg(img, {.quality = 75, .unrefined_progression = true}));
+  // Luma 2x2 of a 2x4 grid (Cb 1x4): a plane between full and lowest
+  // resolution.
+  add("unimplemented-luma-subsampled.jpg",
+      EncodeJpeg(img, {.quality = 75, .sampling = Sampling::kLumaSubsampled}));
+  add("ok-mixed-sampling.jpg", EncodeJpeg(img, {.quality = 75, .sampling = Sampling::kMixed}));
   // Luma 3x1, Cb 2x1: libjpeg upsamples only by whole factors.
   add("unimplemented-sampling-3x1-2x1.jpg",
       PatchSampling(

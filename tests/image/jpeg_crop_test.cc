@@ -203,6 +203,63 @@ TEST(JpegCropTest, BoxEdgesOnTheIMcuGridDecodeAsTheWholeFile) {
   }
 }
 
+// The bytes of `jpeg` from `fraction` of its scan data on replaced by fill
+// bytes (0xFF), up to its EOI marker: a decode that reaches them fails.
+std::string DamageTail(const std::string& jpeg, double fraction) {
+  const size_t sos = jpeg.find("\xff\xda");
+  EXPECT_NE(sos, std::string::npos);
+  const size_t data = sos + 2 + ((static_cast<uint8_t>(jpeg[sos + 2]) << 8) |
+                                 static_cast<uint8_t>(jpeg[sos + 3]));
+  const size_t end = jpeg.size() - 2;  // the EOI marker stays
+  std::string out = jpeg;
+  for (size_t i = data + static_cast<size_t>((end - data) * fraction); i < end; ++i) {
+    out[i] = static_cast<char>(0xFF);
+  }
+  return out;
+}
+
+// In a file of one scan the crop stops reading at the region's last iMCU
+// row, as the decode of the file stops at the box's: damage below both
+// fails neither, and they give the same pixels.
+TEST(JpegCropTest, RowsBelowTheRegionAreNotRead) {
+  const Image8 img = MakeTestImage(800, 600, 9);
+  const CropBox box{40, 100, 120, 200};  // the top sixth of the image
+  for (const Variant& variant : AllVariants()) {
+    // libjpeg's arithmetic decoder reads past such damage without a warning.
+    if (variant.options.arithmetic) continue;
+    const bool one_scan = !variant.options.progressive;
+    SCOPED_TRACE(variant.name);
+    const std::string damaged = DamageTail(EncodeJpeg(img, variant.options), 0.6);
+    ASSERT_FALSE(DecodeJpeg(damaged, DecodeLimits()).ok()) << "the damage is not seen";
+    absl::StatusOr<JpegRegion> region = Crop(damaged, box);
+    if (!one_scan) {  // every scan is read to the end
+      EXPECT_FALSE(region.ok());
+      continue;
+    }
+    ASSERT_TRUE(region.ok()) << region.status();
+    EXPECT_LT(region->top + region->height, 300);
+    const BoxPixels whole = DecodeBox(damaged, box);
+    const CropBox shifted{box.top - region->top, box.left - region->left, box.height,
+                          box.width};
+    const BoxPixels part = DecodeBox(region->jpeg, shifted);
+    ASSERT_EQ(part.rgb.size(), whole.rgb.size());
+    EXPECT_TRUE(part.rgb == whole.rgb);
+  }
+}
+
+// A plane sampled between full and lowest resolution (here luma, 2x2 of a
+// 2x4 grid) is upsampled in a way the region does not reproduce: such a
+// file is sent whole (the fuzzer found one).
+TEST(JpegCropTest, IntermediateSamplingIsNotCropped) {
+  const Image8 img = MakeTestImage(200, 240, 4);
+  const std::string jpeg = EncodeJpeg(img, {.sampling = Sampling::kLumaSubsampled});
+  ASSERT_TRUE(DecodeJpeg(jpeg, DecodeLimits()).ok());
+  absl::StatusOr<JpegRegion> region = Crop(jpeg, {20, 30, 100, 100});
+  ASSERT_EQ(region.status().code(), absl::StatusCode::kUnimplemented) << region.status();
+  EXPECT_NE(region.status().message().find("component 0 sampled 2x2 of 2x4"), std::string::npos)
+      << region.status();
+}
+
 TEST(JpegCropTest, UnrefinedProgressiveFileIsNotCropped) {
   const Image8 img = MakeTestImage(120, 160, 2);
   const std::string jpeg = EncodeJpeg(img, {.unrefined_progression = true});
@@ -220,12 +277,18 @@ TEST(JpegCropTest, BadFilesFailAsTheirDecodeDoes) {
   EXPECT_EQ(Crop("not a jpeg at all", box).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Crop(jpeg.substr(0, jpeg.size() / 2), box).status().code(),
             absl::StatusCode::kInvalidArgument);
-  // Corrupt scan data: strict decoding refuses it, lenient accepts it.
+  // Corrupt scan data under the box: strict decoding refuses it. A lenient
+  // decode accepts it, filling in for the missing data in a way that depends
+  // on what it reads: the crop declines (the file is sent whole and decoded
+  // as in every other mode).
   const std::string cut = testing::TruncateScanKeepEoi(jpeg);
-  EXPECT_EQ(Crop(cut, box).status().code(), absl::StatusCode::kDataLoss);
+  const CropBox low{60, 10, 60, 50};
+  EXPECT_EQ(Crop(cut, low).status().code(), absl::StatusCode::kDataLoss);
   DecodeLimits lenient;
   lenient.lenient = true;
-  EXPECT_TRUE(Crop(cut, box, lenient).ok());
+  EXPECT_TRUE(DecodeJpegRegion(cut, low, kMinSide, lenient).ok());
+  absl::StatusOr<JpegRegion> declined = Crop(cut, low, lenient);
+  EXPECT_EQ(declined.status().code(), absl::StatusCode::kUnimplemented) << declined.status();
   // A box outside the image.
   EXPECT_EQ(Crop(jpeg, {100, 100, 50, 50}).status().code(), absl::StatusCode::kInvalidArgument);
   // A header that claims more pixels than allowed.
