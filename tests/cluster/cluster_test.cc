@@ -59,8 +59,15 @@ class ClusterTest : public ::testing::Test {
   absl::StatusOr<std::vector<Batch>> RunEpoch(PlannerKind mode, const LoaderOptions& options,
                                               uint64_t epoch = 0, LoaderEpochStats* stats = nullptr) {
     FixedPolicy planner(FixedKindStage(mode), ModeName(mode));
+    return RunEpochWith(&planner, options, epoch, stats);
+  }
+
+  // Runs one epoch planned by `planner` and returns its batches.
+  absl::StatusOr<std::vector<Batch>> RunEpochWith(OffloadPolicy* planner,
+                                                  const LoaderOptions& options, uint64_t epoch,
+                                                  LoaderEpochStats* stats = nullptr) {
     absl::StatusOr<std::unique_ptr<Loader>> loader =
-        Loader::Create(client_.get(), options, &planner);
+        Loader::Create(client_.get(), options, planner);
     if (!loader.ok()) return loader.status();
     if (absl::Status s = (*loader)->StartEpoch(epoch); !s.ok()) return s;
     std::vector<Batch> batches;
@@ -300,26 +307,16 @@ TEST_F(ClusterTest, MixedPlansOverEveryEncodingMatchNoOffByteForByte) {
   for (int shift = 0; shift < kNumStages; ++shift) {
     SCOPED_TRACE(absl::StrCat("shift ", shift));
     RotatingPolicy planner(shift);
-    absl::StatusOr<std::unique_ptr<Loader>> loader =
-        Loader::Create(client_.get(), options, &planner);
-    ASSERT_TRUE(loader.ok()) << loader.status();
-    ASSERT_TRUE((*loader)->StartEpoch(3).ok());
-    std::vector<Batch> batches;
-    while (true) {
-      Batch b;
-      absl::StatusOr<bool> more = (*loader)->Next(&b);
-      ASSERT_TRUE(more.ok()) << more.status();
-      if (!*more) break;
-      batches.push_back(std::move(b));
-    }
-    const LoaderEpochStats stats = (*loader)->stats();
+    LoaderEpochStats stats;
+    absl::StatusOr<std::vector<Batch>> batches = RunEpochWith(&planner, options, 3, &stats);
+    ASSERT_TRUE(batches.ok()) << batches.status();
     EXPECT_EQ(stats.samples, n);
     jpeg_crop_received += stats.samples_by_stage[StageIndex(Stage::kJpegCrop)];
-    ASSERT_EQ(batches.size(), reference->size());
-    for (size_t k = 0; k < batches.size(); ++k) {
-      ASSERT_EQ(batches[k].ids, (*reference)[k].ids);
-      EXPECT_EQ(0, std::memcmp(batches[k].images.data(), (*reference)[k].images.data(),
-                               batches[k].images.size() * sizeof(float)))
+    ASSERT_EQ(batches->size(), reference->size());
+    for (size_t k = 0; k < batches->size(); ++k) {
+      ASSERT_EQ((*batches)[k].ids, (*reference)[k].ids);
+      EXPECT_EQ(0, std::memcmp((*batches)[k].images.data(), (*reference)[k].images.data(),
+                               (*batches)[k].images.size() * sizeof(float)))
           << "batch " << k;
     }
   }

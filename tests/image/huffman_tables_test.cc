@@ -101,30 +101,41 @@ TEST(HuffmanTablesTest, CoverEverySymbolCoversTheEncodersAlphabet) {
   EXPECT_EQ(ac[0x0B], 0);  // size 11 and more: not for 8-bit samples
 }
 
-// libjpeg's own fitted tables (optimize_coding) for the coefficients of `jpeg`.
-std::string RewriteWithLibjpegTables(const std::string& jpeg) {
+// The coefficients of a JPEG, read, and an encoder set up with its
+// parameters, as the crop sets up its own.
+struct Transcoder {
   jpeg_decompress_struct src;
   jpeg_compress_struct dst;
   jpeg_error_mgr src_err, dst_err;
-  src.err = jpeg_std_error(&src_err);
-  dst.err = jpeg_std_error(&dst_err);
-  jpeg_create_decompress(&src);
-  jpeg_create_compress(&dst);
-  jpeg_mem_src(&src, reinterpret_cast<const unsigned char*>(jpeg.data()),
-               static_cast<unsigned long>(jpeg.size()));
-  jpeg_read_header(&src, TRUE);
-  jvirt_barray_ptr* arrays = jpeg_read_coefficients(&src);
+  jvirt_barray_ptr* arrays = nullptr;
+
+  explicit Transcoder(const std::string& jpeg) {
+    src.err = jpeg_std_error(&src_err);
+    dst.err = jpeg_std_error(&dst_err);
+    jpeg_create_decompress(&src);
+    jpeg_create_compress(&dst);
+    jpeg_mem_src(&src, reinterpret_cast<const unsigned char*>(jpeg.data()),
+                 static_cast<unsigned long>(jpeg.size()));
+    jpeg_read_header(&src, TRUE);
+    arrays = jpeg_read_coefficients(&src);
+    jpeg_copy_critical_parameters(&src, &dst);
+    if (src.num_components == 4) dst.write_Adobe_marker = src.saw_Adobe_marker;
+  }
+  ~Transcoder() {
+    jpeg_destroy_compress(&dst);
+    jpeg_destroy_decompress(&src);
+  }
+};
+
+// libjpeg's own fitted tables (optimize_coding) for the coefficients of `jpeg`.
+std::string RewriteWithLibjpegTables(const std::string& jpeg) {
+  Transcoder t(jpeg);
   unsigned char* buffer = nullptr;
   unsigned long size = 0;
-  jpeg_mem_dest(&dst, &buffer, &size);
-  jpeg_copy_critical_parameters(&src, &dst);
-  dst.optimize_coding = TRUE;
-  if (src.num_components == 4) dst.write_Adobe_marker = src.saw_Adobe_marker;
-  jpeg_write_coefficients(&dst, arrays);
-  jpeg_finish_compress(&dst);
-  jpeg_destroy_compress(&dst);
-  jpeg_finish_decompress(&src);
-  jpeg_destroy_decompress(&src);
+  jpeg_mem_dest(&t.dst, &buffer, &size);
+  t.dst.optimize_coding = TRUE;
+  jpeg_write_coefficients(&t.dst, t.arrays);
+  jpeg_finish_compress(&t.dst);
   std::string out(reinterpret_cast<const char*>(buffer), size);
   std::free(buffer);
   return out;
@@ -161,29 +172,16 @@ TableSymbols SymbolsInTables(const std::string& jpeg) {
 // CountSymbols over the coefficients of `jpeg`, set up as the crop sets up
 // its encoder.
 TableSymbols CountedSymbols(const std::string& jpeg) {
-  jpeg_decompress_struct src;
-  jpeg_compress_struct dst;
-  jpeg_error_mgr src_err, dst_err;
-  src.err = jpeg_std_error(&src_err);
-  dst.err = jpeg_std_error(&dst_err);
-  jpeg_create_decompress(&src);
-  jpeg_create_compress(&dst);
-  jpeg_mem_src(&src, reinterpret_cast<const unsigned char*>(jpeg.data()),
-               static_cast<unsigned long>(jpeg.size()));
-  jpeg_read_header(&src, TRUE);
-  jvirt_barray_ptr* arrays = jpeg_read_coefficients(&src);
-  jpeg_copy_critical_parameters(&src, &dst);
+  Transcoder t(jpeg);
   std::array<SymbolCounts, NUM_HUFF_TBLS> dc{}, ac{};
-  EXPECT_TRUE(CountSymbols(&dst, reinterpret_cast<j_common_ptr>(&src), arrays, &dc, &ac));
+  EXPECT_TRUE(CountSymbols(&t.dst, reinterpret_cast<j_common_ptr>(&t.src), t.arrays, &dc, &ac));
   TableSymbols out;
-  for (int t = 0; t < NUM_HUFF_TBLS; ++t) {
+  for (int table = 0; table < NUM_HUFF_TBLS; ++table) {
     for (int s = 0; s < 256; ++s) {
-      if (dc[t][s] > 0) out.dc[t].insert(s);
-      if (ac[t][s] > 0) out.ac[t].insert(s);
+      if (dc[table][s] > 0) out.dc[table].insert(s);
+      if (ac[table][s] > 0) out.ac[table].insert(s);
     }
   }
-  jpeg_destroy_compress(&dst);
-  jpeg_destroy_decompress(&src);
   return out;
 }
 
