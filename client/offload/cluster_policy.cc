@@ -73,8 +73,8 @@ absl::Status ClusterSmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const 
   if (assignment.ok()) {
     server_of = assignment->servers;
   } else {
-    spdlog::error("smartoff: planning epoch {} over {} servers failed ({}); any replica serves",
-                  epoch, servers_.size(), std::string(assignment.status().message()));
+    spdlog::error("smartoff: planning {} over {} servers failed ({}); any replica serves",
+                  EpochName(epoch), servers_.size(), std::string(assignment.status().message()));
     for (size_t i = 0; i < order.size(); ++i) {
       server_of[i] = manifest_->shards()[manifest_->ShardOf(order[i])].servers[0];
     }
@@ -108,7 +108,7 @@ absl::Status ClusterSmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const 
   if (cost.ok()) {
     joint.cost = *cost;
     joint.lower_bound_s = assignment.ok() ? assignment->lower_bound_s : 0;
-    spdlog::info("smartoff epoch {} over {} servers: {}", epoch, n, DescribeClusterPlan(joint));
+    spdlog::info("smartoff {} over {} servers: {}", EpochName(epoch), n, DescribeClusterPlan(joint));
   }
   absl::MutexLock lock(&mu_);
   server_of_ = std::move(server_of);

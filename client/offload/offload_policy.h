@@ -14,6 +14,15 @@
 
 namespace sophon {
 
+// The epoch number of the unreported warm-up batches before training
+// (sophon-train --warmup-batches): far from any real epoch.
+inline constexpr uint64_t kWarmupEpoch = uint64_t{1} << 32;
+
+// "epoch N", or "warm-up" for kWarmupEpoch: how logs name an epoch.
+inline std::string EpochName(uint64_t epoch) {
+  return epoch == kWarmupEpoch ? std::string("warm-up") : "epoch " + std::to_string(epoch);
+}
+
 // What the loader saw of one sample.
 struct SampleObservation {
   uint64_t id = 0;                 // global id

@@ -121,11 +121,11 @@ absl::Status SmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const uint64_
   absl::StatusOr<PlanResult> plan = MakePlan(options_.planner, profile_, r, order);
   std::vector<Stage> stages;
   if (plan.ok()) {
-    spdlog::info("smartoff epoch {} plan ({}): {}", epoch, PlannerKindName(options_.planner),
+    spdlog::info("smartoff {} plan ({}): {}", EpochName(epoch), PlannerKindName(options_.planner),
                  DescribePlan(*plan));
     stages = plan->stages;
   } else {
-    spdlog::error("smartoff: planning epoch {} failed ({}); sending every sample {}", epoch,
+    spdlog::error("smartoff: planning {} failed ({}); sending every sample {}", EpochName(epoch),
                   std::string(plan.status().message()), StageName(kFirstStage));
     stages.assign(order.size(), kFirstStage);
   }

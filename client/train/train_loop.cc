@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/loader/sampler.h"
+#include "client/offload/offload_policy.h"
 #include "client/train/batch_timings.h"
 #include "sophon/base/json.h"
 #include "spdlog/spdlog.h"
@@ -60,9 +61,6 @@ class Progress {
   bool dirty_ = false;
   absl::Time last_ = absl::InfinitePast();
 };
-
-// The warm-up epoch's number: far from any real epoch.
-constexpr uint64_t kWarmupEpoch = 1ULL << 32;
 
 absl::Status WarmUp(Loader* loader, Trainer* trainer, const TrainLoopOptions& options,
                     WarmupReport* report) {
