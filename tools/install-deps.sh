@@ -12,6 +12,7 @@ packages=(
   libgloo-dev  # the headers of LibTorch's c10d Gloo backend (data-parallel ranks)
   python3 python3-pil python3-numpy python3-matplotlib
   python3-torchvision  # PyTorch reference benchmark; the test that loads checkpoints into torchvision
+  pybind11-dev python3-dev python3-pytest  # the Python module sophon and its tests
 )
 
 missing=()

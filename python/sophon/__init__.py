@@ -1,0 +1,133 @@
+"""Sophon: a training-data loader that offloads preprocessing to storage nodes.
+
+    import sophon
+    loader = sophon.Loader(["storage1:50051"], batch_size=256)
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for images, labels in loader:      # torch tensors: float32 N x 3 x S x S, int64 N
+            ...
+
+The batches are those of sophon-train's loader for the same options, byte for
+byte: every sample's crop and flip are a function of (seed, epoch, sample id)
+wherever it is processed.
+"""
+
+from . import _sophon
+
+__all__ = ["Loader"]
+
+
+def _torch():
+    import torch  # the PyTorch the user has: the extension needs no LibTorch
+    return torch
+
+
+def _default_rank_world(rank, world_size):
+    if rank is not None and world_size is not None:
+        return rank, world_size
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            return (dist.get_rank() if rank is None else rank,
+                    dist.get_world_size() if world_size is None else world_size)
+    except ImportError:
+        pass
+    return (0 if rank is None else rank), (1 if world_size is None else world_size)
+
+
+class Loader:
+    """Batches of (images, labels) from one or more Sophon storage servers.
+
+    servers: addresses host:port (a list, or one string with commas). Several
+        servers hold shards or replicas of the dataset, as sophon-train's
+        --server.
+    batch_size: samples per batch, per rank.
+    mode: smartoff (per-sample plan from a profile; the default), nooff,
+        resizeoff or alloff (every sample processed to the same stage on the
+        storage node).
+    crop_size, seed, workers (local prep threads), prefetch_batches: as
+        sophon-train's --crop-size, --seed, --workers, --prefetch-batches.
+    rank, world_size: this process's share of every epoch; by default those of
+        torch.distributed when a process group is initialised, else 0 and 1.
+    profile_folder: smartoff's dataset profile (made on first use).
+    connect_timeout: seconds to wait for an unreachable server.
+    tls_ca, tls_cert, tls_key, tls_server_name, auth_token_file: as
+        sophon-train's flags of the same names.
+
+    Errors are raised as Python exceptions naming the option, sample, file or
+    address: ValueError for a bad option, ConnectionError for a server that
+    cannot be reached, RuntimeError otherwise.
+    """
+
+    def __init__(self, servers, batch_size=256, mode="smartoff", crop_size=224, seed=0,
+                 workers=2, prefetch_batches=3, rank=None, world_size=None, drop_last=False,
+                 profile_folder="", connect_timeout=30.0, tls_ca="", tls_cert="", tls_key="",
+                 tls_server_name="", auth_token_file=""):
+        if isinstance(servers, str):
+            servers = [s for s in servers.replace(" ", "").split(",") if s]
+        rank, world_size = _default_rank_world(rank, world_size)
+        self._impl = _sophon.Loader(
+            servers=list(servers), batch_size=batch_size, mode=mode, crop_size=crop_size,
+            seed=seed, workers=workers, prefetch_batches=prefetch_batches, rank=rank,
+            world_size=world_size, drop_last=drop_last, connect_timeout=float(connect_timeout),
+            profile_folder=profile_folder, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
+            tls_server_name=tls_server_name, auth_token_file=auth_token_file)
+        self._epoch = 0
+        self._started = None  # the epoch whose iteration is under way
+        self._closed = False
+
+    @property
+    def num_samples(self):
+        """Samples in the dataset (all servers, all ranks)."""
+        return self._impl.num_samples()
+
+    @property
+    def classes(self):
+        """The class names; a label is an index into them."""
+        return self._impl.class_names()
+
+    def set_epoch(self, epoch):
+        """The epoch the next iteration yields (its order and augmentations)."""
+        self._epoch = int(epoch)
+
+    def __len__(self):
+        """Batches per epoch for this rank."""
+        if self._started is None:
+            self._impl.start_epoch(self._epoch)
+            self._started = self._epoch
+        return self._impl.num_batches()
+
+    def batches(self):
+        """The epoch's batches as NumPy arrays (images, labels, ids, cursor), no torch."""
+        if self._closed:
+            raise RuntimeError("the loader is closed")
+        if self._started != self._epoch:
+            self._impl.start_epoch(self._epoch)
+        self._started = None
+        while True:
+            batch = self._impl.next()
+            if batch is None:
+                return
+            yield batch
+
+    def __iter__(self):
+        torch = _torch()
+        for images, labels, _ids, _cursor in self.batches():
+            yield torch.from_numpy(images), torch.from_numpy(labels)
+
+    def report(self):
+        """The current epoch's figures: samples, bytes, samples and bytes by stage, CPU."""
+        return self._impl.report()
+
+    def close(self):
+        """Stops the streams and joins the loader's threads. Idempotent."""
+        if not self._closed:
+            self._impl.close()
+            self._closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

@@ -1,0 +1,290 @@
+// The Python extension module sophon._sophon: the C++ loader behind a small
+// class, batches handed to Python as NumPy arrays over the loader's own
+// buffers (no copy). python/sophon/__init__.py wraps them as torch tensors;
+// this module needs no LibTorch.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "client/loader/loader.h"
+#include "client/loader/sample_client.h"
+#include "client/loader/server_set.h"
+#include "client/offload/cluster_policy.h"
+#include "client/offload/fixed_policy.h"
+#include "client/offload/smartoff_policy.h"
+#include "sophon/net/credentials.h"
+#include "sophon/data/batch.h"
+#include "sophon/planning/planner.h"
+
+namespace py = pybind11;
+
+namespace sophon {
+namespace {
+
+// A failed status as the Python exception of its kind, its message kept.
+[[noreturn]] void Raise(const absl::Status& status) {
+  const std::string message(status.message());
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      throw py::value_error(message);
+    case absl::StatusCode::kNotFound:
+      PyErr_SetString(PyExc_FileNotFoundError, message.c_str());
+      throw py::error_already_set();
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      PyErr_SetString(PyExc_ConnectionError, message.c_str());
+      throw py::error_already_set();
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kUnauthenticated:
+      PyErr_SetString(PyExc_PermissionError, message.c_str());
+      throw py::error_already_set();
+    case absl::StatusCode::kUnimplemented:
+      PyErr_SetString(PyExc_NotImplementedError, message.c_str());
+      throw py::error_already_set();
+    default:
+      throw std::runtime_error(
+          absl::StrCat(absl::StatusCodeToString(status.code()), ": ", message));
+  }
+}
+
+void Check(const absl::Status& status) {
+  if (!status.ok()) Raise(status);
+}
+
+// The options of a Python Loader, as its constructor takes them.
+struct PyLoaderOptions {
+  std::vector<std::string> servers;
+  int batch_size = 256;
+  std::string mode = "smartoff";
+  int crop_size = 224;
+  uint64_t seed = 0;
+  int workers = 2;
+  int prefetch_batches = 3;
+  int rank = 0;
+  int world_size = 1;
+  bool drop_last = false;
+  double connect_timeout = 30;  // seconds
+  std::string profile_folder;
+  std::string tls_ca, tls_cert, tls_key, tls_server_name, auth_token_file;
+};
+
+class PyLoader {
+ public:
+  explicit PyLoader(const PyLoaderOptions& o) {
+    if (o.servers.empty()) throw py::value_error("servers: give at least one address host:port");
+    options_.batch_size = o.batch_size;
+    options_.workers = o.workers;
+    options_.prefetch_batches = o.prefetch_batches;
+    options_.seed = o.seed;
+    options_.rank = o.rank;
+    options_.world = o.world_size;
+    options_.drop_last = o.drop_last;
+    options_.pipeline.augment.crop_size = o.crop_size;
+    Check(options_.Validate());
+    absl::StatusOr<PlannerKind> mode = ParseMode(o.mode, PlannerKind::kOptimal);
+    if (!mode.ok()) throw py::value_error(absl::StrCat("mode: ", mode.status().message()));
+    std::vector<ClientOptions> clients;
+    for (const std::string& address : o.servers) {
+      ClientOptions c;
+      c.address = address;
+      c.connect_timeout = absl::Seconds(o.connect_timeout);
+      c.credentials.tls_ca = o.tls_ca;
+      c.credentials.tls_cert = o.tls_cert;
+      c.credentials.tls_key = o.tls_key;
+      c.credentials.tls_server_name = o.tls_server_name;
+      c.credentials.auth_token_file = o.auth_token_file;
+      c.credentials.kind = DefaultCredentialsKind(c.credentials);
+      clients.push_back(std::move(c));
+    }
+    {
+      py::gil_scoped_release release;
+      absl::StatusOr<std::unique_ptr<ServerSet>> servers = ServerSet::Connect(clients);
+      if (!servers.ok()) {
+        py::gil_scoped_acquire acquire;
+        Raise(servers.status());
+      }
+      servers_ = *std::move(servers);
+      absl::Status policy = MakePolicy(*mode, o);
+      if (!policy.ok()) {
+        py::gil_scoped_acquire acquire;
+        Raise(policy);
+      }
+      absl::StatusOr<std::unique_ptr<Loader>> loader =
+          Loader::Create(servers_.get(), options_, policy_.get());
+      if (!loader.ok()) {
+        py::gil_scoped_acquire acquire;
+        Raise(loader.status());
+      }
+      loader_ = *std::move(loader);
+    }
+  }
+
+  ~PyLoader() { Close(); }
+
+  // Starts `epoch` (from global position `start_position` of its order).
+  void StartEpoch(uint64_t epoch, int64_t start_position) {
+    CheckOpen();
+    absl::Status s;
+    {
+      py::gil_scoped_release release;
+      s = loader_->StartEpoch(epoch, 0, start_position);
+    }
+    Check(s);
+  }
+
+  // The next batch as (images float32 N x 3 x S x S, labels int64 N, ids
+  // uint64 N, cursor), or None at the end of the epoch. The arrays share one
+  // heap object holding the batch; it lives as long as any of them.
+  py::object Next() {
+    CheckOpen();
+    auto batch = std::make_unique<Batch>();
+    absl::StatusOr<bool> more;
+    {
+      py::gil_scoped_release release;
+      more = loader_->Next(batch.get());
+    }
+    if (!more.ok()) Raise(more.status());
+    if (!*more) return py::none();
+    Batch* b = batch.release();
+    py::capsule owner(b, [](void* p) { delete static_cast<Batch*>(p); });
+    const py::ssize_t n = b->n, c = b->c, h = b->h, w = b->w;
+    py::array_t<float> images({n, c, h, w},
+                              {c * h * w * static_cast<py::ssize_t>(sizeof(float)),
+                               h * w * static_cast<py::ssize_t>(sizeof(float)),
+                               w * static_cast<py::ssize_t>(sizeof(float)),
+                               static_cast<py::ssize_t>(sizeof(float))},
+                              b->images.data(), owner);
+    py::array_t<int64_t> labels({n}, {static_cast<py::ssize_t>(sizeof(int64_t))},
+                                b->labels.data(), owner);
+    py::array_t<uint64_t> ids({n}, {static_cast<py::ssize_t>(sizeof(uint64_t))}, b->ids.data(),
+                              owner);
+    return py::make_tuple(images, labels, ids, b->cursor);
+  }
+
+  int64_t num_batches() const { return loader_ ? loader_->num_batches() : 0; }
+  uint64_t num_samples() const { return servers_->manifest().num_samples(); }
+  std::vector<std::string> class_names() const { return servers_->manifest().class_names(); }
+  std::string policy_name() const { return policy_ ? policy_->name() : ""; }
+
+  py::dict Report() const {
+    CheckOpen();
+    const LoaderEpochStats s = loader_->stats();
+    py::dict d;
+    d["samples"] = s.samples;
+    d["skipped"] = s.skipped;
+    d["batches"] = s.batches;
+    uint64_t bytes = 0;
+    py::dict by_stage, bytes_by_stage;
+    for (int i = 0; i < kNumStages; ++i) {
+      const std::string name(StageName(StageAt(i)));
+      by_stage[py::str(name)] = s.samples_by_stage[i];
+      bytes_by_stage[py::str(name)] = s.bytes_by_stage[i];
+      bytes += s.bytes_by_stage[i];
+    }
+    d["bytes_received"] = bytes;
+    d["samples_by_stage"] = by_stage;
+    d["bytes_by_stage"] = bytes_by_stage;
+    d["local_cpu_seconds"] = s.local_cpu_seconds;
+    d["server_cpu_seconds"] = s.server_cpu_seconds;
+    d["stream_breaks"] = s.stream_breaks;
+    return d;
+  }
+
+  void Close() {
+    if (!loader_) return;
+    py::gil_scoped_release release;
+    loader_->Stop();
+    loader_.reset();
+  }
+
+ private:
+  void CheckOpen() const {
+    if (!loader_) throw std::runtime_error("the loader is closed");
+  }
+
+  absl::Status MakePolicy(PlannerKind mode, const PyLoaderOptions& o) {
+    if (IsFixedKind(mode)) {
+      policy_ = std::make_unique<FixedPolicy>(FixedKindStage(mode), ModeName(mode));
+      return absl::OkStatus();
+    }
+    SmartoffOptions smart;
+    smart.planner = mode;
+    smart.profile_folder = o.profile_folder;
+    if (absl::Status s = smart.Validate(); !s.ok()) return s;
+    if (servers_->size() > 1) {
+      absl::StatusOr<std::unique_ptr<ClusterSmartoffPolicy>> p =
+          CreateClusterSmartoffPolicy(servers_.get(), options_, smart, -1);
+      if (!p.ok()) return p.status();
+      policy_ = *std::move(p);
+    } else {
+      absl::StatusOr<std::unique_ptr<SmartoffPolicy>> p =
+          CreateSmartoffPolicy(servers_->client(0), options_, smart);
+      if (!p.ok()) return p.status();
+      policy_ = *std::move(p);
+    }
+    return absl::OkStatus();
+  }
+
+  LoaderOptions options_;
+  std::unique_ptr<ServerSet> servers_;
+  std::unique_ptr<OffloadPolicy> policy_;
+  std::unique_ptr<Loader> loader_;
+};
+
+}  // namespace
+}  // namespace sophon
+
+PYBIND11_MODULE(_sophon, m) {
+  using sophon::PyLoader;
+  using sophon::PyLoaderOptions;
+  m.doc() = "Sophon's C++ loader (use the sophon package, not this module)";
+  py::class_<PyLoader>(m, "Loader")
+      .def(py::init([](std::vector<std::string> servers, int batch_size, std::string mode,
+                       int crop_size, uint64_t seed, int workers, int prefetch_batches, int rank,
+                       int world_size, bool drop_last, double connect_timeout,
+                       std::string profile_folder, std::string tls_ca, std::string tls_cert,
+                       std::string tls_key, std::string tls_server_name,
+                       std::string auth_token_file) {
+             PyLoaderOptions o;
+             o.servers = std::move(servers);
+             o.batch_size = batch_size;
+             o.mode = std::move(mode);
+             o.crop_size = crop_size;
+             o.seed = seed;
+             o.workers = workers;
+             o.prefetch_batches = prefetch_batches;
+             o.rank = rank;
+             o.world_size = world_size;
+             o.drop_last = drop_last;
+             o.connect_timeout = connect_timeout;
+             o.profile_folder = std::move(profile_folder);
+             o.tls_ca = std::move(tls_ca);
+             o.tls_cert = std::move(tls_cert);
+             o.tls_key = std::move(tls_key);
+             o.tls_server_name = std::move(tls_server_name);
+             o.auth_token_file = std::move(auth_token_file);
+             return std::make_unique<PyLoader>(o);
+           }),
+           py::arg("servers"), py::arg("batch_size"), py::arg("mode"), py::arg("crop_size"),
+           py::arg("seed"), py::arg("workers"), py::arg("prefetch_batches"), py::arg("rank"),
+           py::arg("world_size"), py::arg("drop_last"), py::arg("connect_timeout"),
+           py::arg("profile_folder"), py::arg("tls_ca"), py::arg("tls_cert"), py::arg("tls_key"),
+           py::arg("tls_server_name"), py::arg("auth_token_file"))
+      .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("start_position") = 0)
+      .def("next", &PyLoader::Next)
+      .def("num_batches", &PyLoader::num_batches)
+      .def("num_samples", &PyLoader::num_samples)
+      .def("class_names", &PyLoader::class_names)
+      .def("policy_name", &PyLoader::policy_name)
+      .def("report", &PyLoader::Report)
+      .def("close", &PyLoader::Close);
+}

@@ -1,0 +1,132 @@
+"""The Python loader against a real sophon-server on loopback (port 0), over JPEG files
+written by the test. Run by ctest (python_loader_test) with PYTHONPATH=build/python and
+SOPHON_BUILD_DIR=build."""
+
+import os
+import subprocess
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import sophon
+
+BUILD = os.environ.get("SOPHON_BUILD_DIR", "build")
+CLASSES, PER_CLASS = 3, 7  # 21 samples
+
+
+def make_dataset(root, seed=0):
+    rng = np.random.default_rng(seed)
+    for c in range(CLASSES):
+        os.makedirs(os.path.join(root, f"class_{c}"), exist_ok=True)
+        for i in range(PER_CLASS):
+            h, w = (int(x) for x in rng.integers(120, 260, size=2))
+            yy, xx = np.mgrid[0:h, 0:w]
+            img = np.stack([(xx * 255 // w), (yy * 255 // h), ((xx + yy + 40 * c) % 256)],
+                           axis=-1).astype(np.uint8)
+            img = np.clip(img.astype(int) + rng.integers(-20, 20, size=img.shape), 0, 255)
+            Image.fromarray(img.astype(np.uint8)).save(
+                os.path.join(root, f"class_{c}", f"img_{i}.jpg"), quality=90)
+    return root
+
+
+class Server:
+    """sophon-server on 127.0.0.1 with a free port."""
+
+    def __init__(self, data):
+        self.proc = subprocess.Popen(
+            [os.path.join(BUILD, "sophon-server"), f"--data={data}", "--host=127.0.0.1",
+             "--port=0", "--prep-workers=1", "--stats-interval=0"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        deadline = time.monotonic() + 30
+        self.address = None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            if line.startswith("listening on "):
+                self.address = line.split()[-1]
+                break
+        assert self.address, "sophon-server did not start"
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = Server(make_dataset(str(tmp_path_factory.mktemp("data"))))
+    yield s
+    s.stop()
+
+
+def epoch_arrays(loader, epoch):
+    loader.set_epoch(epoch)
+    return [(images.copy(), labels.copy(), ids.copy())
+            for images, labels, ids, _cursor in loader.batches()]
+
+
+def test_every_sample_once_and_torch_tensors(server):
+    import torch
+    with sophon.Loader([server.address], batch_size=5, mode="nooff", crop_size=32,
+                       workers=1) as loader:
+        assert loader.num_samples == CLASSES * PER_CLASS
+        assert len(loader) == 5  # 4 full batches of 5 and one of 1
+        seen = []
+        for images, labels in loader:
+            assert isinstance(images, torch.Tensor) and images.dtype == torch.float32
+            assert images.shape[1:] == (3, 32, 32)
+            assert labels.dtype == torch.int64 and labels.shape[0] == images.shape[0]
+            seen.append(images.shape[0])
+        assert sum(seen) == CLASSES * PER_CLASS
+        ids = np.concatenate([b[2] for b in epoch_arrays(loader, 0)])
+        assert sorted(ids.tolist()) == list(range(CLASSES * PER_CLASS))
+        report = loader.report()
+        assert report["samples"] == CLASSES * PER_CLASS
+        assert report["samples_by_stage"]["raw"] == CLASSES * PER_CLASS
+
+
+def test_every_mode_gives_the_same_bytes(server):
+    batches = {}
+    for mode in ("nooff", "resizeoff", "alloff"):
+        with sophon.Loader([server.address], batch_size=4, mode=mode, crop_size=40, seed=3,
+                           workers=2) as loader:
+            batches[mode] = epoch_arrays(loader, 2)
+    for mode in ("resizeoff", "alloff"):
+        assert len(batches[mode]) == len(batches["nooff"])
+        for (a, la, ia), (b, lb, ib) in zip(batches["nooff"], batches[mode]):
+            assert np.array_equal(ia, ib) and np.array_equal(la, lb)
+            assert a.tobytes() == b.tobytes(), mode
+    # Another epoch: another order.
+    with sophon.Loader([server.address], batch_size=4, mode="nooff", crop_size=40,
+                       seed=3) as loader:
+        other = epoch_arrays(loader, 3)
+    assert not np.array_equal(other[0][2], batches["nooff"][0][2])
+
+
+def test_two_ranks_cover_the_epoch_disjointly(server):
+    ids = []
+    for rank in (0, 1):
+        with sophon.Loader([server.address], batch_size=4, mode="alloff", crop_size=24,
+                           rank=rank, world_size=2) as loader:
+            ids.append(np.concatenate([b[2] for b in epoch_arrays(loader, 1)]).tolist())
+    n = CLASSES * PER_CLASS
+    assert len(ids[0]) == len(ids[1])  # padded to a multiple of the world size
+    assert set(ids[0]) | set(ids[1]) == set(range(n))
+    assert len(ids[0]) + len(ids[1]) - n <= 1  # one repeated sample pads 21 to 22
+
+
+def test_a_bad_option_names_itself(server):
+    with pytest.raises(ValueError, match="batch_size"):
+        sophon.Loader([server.address], batch_size=0, mode="nooff")
+    with pytest.raises(ValueError, match="mode"):
+        sophon.Loader([server.address], batch_size=4, mode="fastest")
+
+
+def test_an_unreachable_server_names_its_address():
+    start = time.monotonic()
+    with pytest.raises(ConnectionError, match="127.0.0.1:1"):
+        sophon.Loader(["127.0.0.1:1"], batch_size=4, mode="nooff", connect_timeout=1)
+    assert time.monotonic() - start < 20
