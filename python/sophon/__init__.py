@@ -16,6 +16,15 @@ from . import _sophon
 
 __all__ = ["Loader"]
 
+try:  # a Loader is a torch IterableDataset when torch is there (DataLoader accepts it)
+    from torch.utils.data import IterableDataset as _Base
+    from torch.utils.data import get_worker_info as _worker_info
+except ImportError:  # the NumPy interface (Loader.batches) works without torch
+    _Base = object
+
+    def _worker_info():
+        return None
+
 
 def _torch():
     import torch  # the PyTorch the user has: the extension needs no LibTorch
@@ -35,7 +44,7 @@ def _default_rank_world(rank, world_size):
     return (0 if rank is None else rank), (1 if world_size is None else world_size)
 
 
-class Loader:
+class Loader(_Base):
     """Batches of (images, labels) from one or more Sophon storage servers.
 
     servers: addresses host:port (a list, or one string with commas). Several
@@ -73,8 +82,11 @@ class Loader:
             profile_folder=profile_folder, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
             tls_server_name=tls_server_name, auth_token_file=auth_token_file)
         self._epoch = 0
-        self._started = None  # the epoch whose iteration is under way
+        self._start_position = 0  # where the next iteration of self._epoch starts
+        self._cursor = 0          # global position after the last batch yielded
+        self._started = None      # the epoch whose iteration is under way
         self._closed = False
+        self._options = {"seed": seed, "world_size": world_size, "batch_size": batch_size}
 
     @property
     def num_samples(self):
@@ -88,12 +100,30 @@ class Loader:
 
     def set_epoch(self, epoch):
         """The epoch the next iteration yields (its order and augmentations)."""
+        if int(epoch) != self._epoch:
+            self._start_position = 0
         self._epoch = int(epoch)
 
+    def state_dict(self):
+        """The data cursor: the epoch and the global position after the last batch yielded
+        (what sophon-train's checkpoints keep). load_state_dict resumes there."""
+        return {"epoch": self._epoch, "position": self._cursor, **self._options}
+
+    def load_state_dict(self, state):
+        """Resumes at a state_dict's cursor: the next iteration continues its epoch after the
+        last batch it had yielded, with no sample repeated or skipped. The seed must be the
+        same; the world size may differ when the position is a multiple of the global batch."""
+        if state.get("seed", self._options["seed"]) != self._options["seed"]:
+            raise ValueError(f"load_state_dict: the state was saved with seed {state['seed']}, "
+                             f"this loader has seed {self._options['seed']}")
+        self._epoch = int(state["epoch"])
+        self._start_position = int(state["position"])
+        self._cursor = self._start_position
+
     def __len__(self):
-        """Batches per epoch for this rank."""
+        """Batches per epoch for this rank (from the resume position, after load_state_dict)."""
         if self._started is None:
-            self._impl.start_epoch(self._epoch)
+            self._impl.start_epoch(self._epoch, self._start_position)
             self._started = self._epoch
         return self._impl.num_batches()
 
@@ -101,13 +131,21 @@ class Loader:
         """The epoch's batches as NumPy arrays (images, labels, ids, cursor), no torch."""
         if self._closed:
             raise RuntimeError("the loader is closed")
+        if _worker_info() is not None:
+            raise RuntimeError(
+                "sophon.Loader runs its own prep threads (workers=) and fetches each sample "
+                "once per epoch: in a DataLoader worker process every worker would load the "
+                "whole epoch. Use torch.utils.data.DataLoader(loader, batch_size=None, "
+                "num_workers=0), or iterate the loader directly.")
         if self._started != self._epoch:
-            self._impl.start_epoch(self._epoch)
+            self._impl.start_epoch(self._epoch, self._start_position)
         self._started = None
+        self._start_position = 0
         while True:
             batch = self._impl.next()
             if batch is None:
                 return
+            self._cursor = batch[3]
             yield batch
 
     def __iter__(self):

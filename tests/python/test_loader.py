@@ -130,3 +130,58 @@ def test_an_unreachable_server_names_its_address():
     with pytest.raises(ConnectionError, match="127.0.0.1:1"):
         sophon.Loader(["127.0.0.1:1"], batch_size=4, mode="nooff", connect_timeout=1)
     assert time.monotonic() - start < 20
+
+
+def test_state_dict_resumes_without_a_repeat_or_a_gap(server):
+    with sophon.Loader([server.address], batch_size=4, mode="resizeoff", crop_size=24,
+                       seed=5) as loader:
+        loader.set_epoch(4)
+        whole = [(b[0].copy(), b[2].copy()) for b in loader.batches()]
+        loader.set_epoch(4)
+        it = loader.batches()
+        first = [next(it) for _ in range(2)]
+        state = loader.state_dict()
+        del it
+    assert state["epoch"] == 4 and state["position"] == 8
+    with sophon.Loader([server.address], batch_size=4, mode="nooff", crop_size=24,
+                       seed=5) as resumed:
+        resumed.load_state_dict(state)
+        rest = [(b[0].copy(), b[2].copy()) for b in resumed.batches()]
+    ids = [i for b in first for i in b[2].tolist()] + [i for b in rest for i in b[1].tolist()]
+    assert ids == [i for b in whole for i in b[1].tolist()]
+    for (a, _), (b, _) in zip(whole[2:], rest):
+        assert a.tobytes() == b.tobytes()
+    with sophon.Loader([server.address], batch_size=4, mode="nooff", seed=6) as other:
+        with pytest.raises(ValueError, match="seed"):
+            other.load_state_dict(state)
+
+
+def test_as_a_dataloader_dataset(server):
+    import torch
+    with sophon.Loader([server.address], batch_size=5, mode="nooff", crop_size=16) as loader:
+        n = sum(images.shape[0]
+                for images, _ in torch.utils.data.DataLoader(loader, batch_size=None,
+                                                             num_workers=0))
+        assert n == CLASSES * PER_CLASS
+        with pytest.raises(RuntimeError, match="num_workers=0"):
+            for _ in torch.utils.data.DataLoader(loader, batch_size=None, num_workers=1):
+                pass
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_memory_stays_flat_over_epochs(server):
+    with sophon.Loader([server.address], batch_size=5, mode="alloff", crop_size=64,
+                       workers=1) as loader:
+        after = []
+        for epoch in range(6):
+            loader.set_epoch(epoch)
+            for images, labels in loader:
+                pass
+            after.append(rss_bytes())
+    # Epoch 0 sets up buffers and connections; the next five add (next to) nothing.
+    growth = after[-1] - after[0]
+    assert growth < 8 << 20, f"RSS grew {growth / 1e6:.1f} MB over epochs 1-5: {after}"
