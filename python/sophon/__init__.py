@@ -59,6 +59,8 @@ class Loader(_Base):
     rank, world_size: this process's share of every epoch; by default those of
         torch.distributed when a process group is initialised, else 0 and 1.
     profile_folder: smartoff's dataset profile (made on first use).
+    max_batches: only the first N batches of every epoch (0: all), as
+        sophon-train's --max-batches; nothing beyond them is fetched.
     connect_timeout: seconds to wait for an unreachable server.
     tls_ca, tls_cert, tls_key, tls_server_name, auth_token_file: as
         sophon-train's flags of the same names.
@@ -70,7 +72,7 @@ class Loader(_Base):
 
     def __init__(self, servers, batch_size=256, mode="smartoff", crop_size=224, seed=0,
                  workers=2, prefetch_batches=3, rank=None, world_size=None, drop_last=False,
-                 profile_folder="", connect_timeout=30.0, tls_ca="", tls_cert="", tls_key="",
+                 profile_folder="", max_batches=0, connect_timeout=30.0, tls_ca="", tls_cert="", tls_key="",
                  tls_server_name="", auth_token_file=""):
         if isinstance(servers, str):
             servers = [s for s in servers.replace(" ", "").split(",") if s]
@@ -87,6 +89,9 @@ class Loader(_Base):
         self._started = None      # the epoch whose iteration is under way
         self._closed = False
         self._options = {"seed": seed, "world_size": world_size, "batch_size": batch_size}
+        if max_batches < 0:
+            raise ValueError(f"max_batches must be >= 0 (0: every batch), got {max_batches}")
+        self._max_batches = int(max_batches)
 
     @property
     def num_samples(self):
@@ -123,7 +128,7 @@ class Loader(_Base):
     def __len__(self):
         """Batches per epoch for this rank (from the resume position, after load_state_dict)."""
         if self._started is None:
-            self._impl.start_epoch(self._epoch, self._start_position)
+            self._impl.start_epoch(self._epoch, self._start_position, self._max_batches)
             self._started = self._epoch
         return self._impl.num_batches()
 
@@ -138,7 +143,7 @@ class Loader(_Base):
                 "whole epoch. Use torch.utils.data.DataLoader(loader, batch_size=None, "
                 "num_workers=0), or iterate the loader directly.")
         if self._started != self._epoch:
-            self._impl.start_epoch(self._epoch, self._start_position)
+            self._impl.start_epoch(self._epoch, self._start_position, self._max_batches)
         self._started = None
         self._start_position = 0
         while True:

@@ -130,13 +130,16 @@ class PyLoader {
 
   ~PyLoader() { Close(); }
 
-  // Starts `epoch` (from global position `start_position` of its order).
-  void StartEpoch(uint64_t epoch, int64_t start_position) {
+  // Starts `epoch` (from global position `start_position` of its order;
+  // only its first `max_batches` batches when > 0). Ends what is left of the
+  // previous one.
+  void StartEpoch(uint64_t epoch, int64_t start_position, int64_t max_batches) {
     CheckOpen();
+    if (max_batches < 0) throw py::value_error("max_batches must be >= 0 (0: every batch)");
     absl::Status s;
     {
       py::gil_scoped_release release;
-      s = loader_->StartEpoch(epoch, 0, start_position);
+      s = loader_->StartEpoch(epoch, max_batches, start_position);
     }
     Check(s);
   }
@@ -279,7 +282,8 @@ PYBIND11_MODULE(_sophon, m) {
            py::arg("world_size"), py::arg("drop_last"), py::arg("connect_timeout"),
            py::arg("profile_folder"), py::arg("tls_ca"), py::arg("tls_cert"), py::arg("tls_key"),
            py::arg("tls_server_name"), py::arg("auth_token_file"))
-      .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("start_position") = 0)
+      .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("start_position") = 0,
+           py::arg("max_batches") = 0)
       .def("next", &PyLoader::Next)
       .def("num_batches", &PyLoader::num_batches)
       .def("num_samples", &PyLoader::num_samples)

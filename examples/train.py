@@ -1,0 +1,83 @@
+#!/usr/bin/python3
+"""Train a torchvision ResNet with batches from Sophon storage servers.
+
+    # one process
+    PYTHONPATH=build/python examples/train.py --servers=127.0.0.1:50051 --epochs=2
+    # two data-parallel ranks on Gloo (DistributedDataParallel), torchrun-style variables
+    PYTHONPATH=build/python torchrun --nproc-per-node=2 examples/train.py --servers=...
+
+Each rank gets its own share of every epoch (sophon.Loader takes the rank and the
+world size from torch.distributed). --device=cuda trains on the GPU when the installed
+PyTorch has CUDA.
+"""
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torchvision
+
+import sophon
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--servers", required=True, help="storage servers, host:port[,host:port...]")
+    ap.add_argument("--arch", default="resnet18", help="a torchvision.models name")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=64, help="per rank")
+    ap.add_argument("--crop-size", type=int, default=224)
+    ap.add_argument("--mode", default="smartoff", help="smartoff, nooff, resizeoff or alloff")
+    ap.add_argument("--workers", type=int, default=2, help="local prep threads")
+    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--max-batches", type=int, default=0, help="per epoch; 0 = all")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--profile-folder", default="", help="smartoff's dataset profile")
+    args = ap.parse_args()
+
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed:
+        dist.init_process_group("gloo")
+    rank = dist.get_rank() if distributed else 0
+    device = torch.device(args.device)
+
+    with sophon.Loader(args.servers, batch_size=args.batch_size, mode=args.mode,
+                       crop_size=args.crop_size, workers=args.workers,
+                       profile_folder=args.profile_folder,
+                       max_batches=args.max_batches) as loader:
+        model = getattr(torchvision.models, args.arch)(num_classes=len(loader.classes))
+        model = model.to(device)
+        if distributed:
+            model = torch.nn.parallel.DistributedDataParallel(model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9,
+                                    weight_decay=1e-4)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        for epoch in range(args.epochs):
+            loader.set_epoch(epoch)
+            model.train()
+            start, seen, total_loss = time.monotonic(), 0, 0.0
+            for images, labels in loader:
+                images = images.to(device, non_blocking=True)
+                labels = labels.to(device, non_blocking=True)
+                loss = loss_fn(model(images), labels)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                seen += images.shape[0]
+                total_loss += loss.item() * images.shape[0]
+            took = time.monotonic() - start
+            if rank == 0:
+                report = loader.report()
+                print(f"epoch {epoch}: {seen} images in {took:.2f}s ({seen / took:.1f} img/s "
+                      f"on rank 0), loss {total_loss / max(seen, 1):.4f}, "
+                      f"{report['bytes_received'] / 1e6:.1f} MB received, stages "
+                      f"{ {k: v for k, v in report['samples_by_stage'].items() if v} }",
+                      flush=True)
+    if distributed:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
