@@ -7,9 +7,9 @@
         for images, labels in loader:      # torch tensors: float32 N x 3 x S x S, int64 N
             ...
 
-The batches are those of sophon-train's loader for the same options, byte for
-byte: every sample's crop and flip are a function of (seed, epoch, sample id)
-wherever it is processed.
+The batches come from the C++ loader that sophon-train runs: every sample's crop
+and flip are a function of (seed, epoch, sample id) wherever it is processed, so
+every mode gives the same bytes.
 """
 
 from . import _sophon
