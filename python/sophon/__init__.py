@@ -56,6 +56,11 @@ class Loader(_Base):
         storage node).
     crop_size, seed, workers (local prep threads), prefetch_batches: as
         sophon-train's --crop-size, --seed, --workers, --prefetch-batches.
+    scale, ratio: RandomResizedCrop's area and aspect ratio ranges, as
+        sophon-train's --scale and --ratio.
+    lenient_jpeg: accept JPEGs with corrupt-data warnings; must match the
+        servers' --lenient-jpeg.
+    on_bad_sample: skip (warn, count and go on) or fail (raise).
     rank, world_size: this process's share of every epoch; by default those of
         torch.distributed when a process group is initialised, else 0 and 1.
     profile_folder: smartoff's dataset profile (made on first use).
@@ -72,7 +77,8 @@ class Loader(_Base):
 
     def __init__(self, servers, batch_size=256, mode="smartoff", crop_size=224, seed=0,
                  workers=2, prefetch_batches=3, rank=None, world_size=None, drop_last=False,
-                 profile_folder="", max_batches=0, connect_timeout=30.0, tls_ca="", tls_cert="", tls_key="",
+                 scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), lenient_jpeg=False,
+                 on_bad_sample="skip", profile_folder="", max_batches=0, connect_timeout=30.0, tls_ca="", tls_cert="", tls_key="",
                  tls_server_name="", auth_token_file=""):
         if isinstance(servers, str):
             servers = [s for s in servers.replace(" ", "").split(",") if s]
@@ -80,7 +86,9 @@ class Loader(_Base):
         self._impl = _sophon.Loader(
             servers=list(servers), batch_size=batch_size, mode=mode, crop_size=crop_size,
             seed=seed, workers=workers, prefetch_batches=prefetch_batches, rank=rank,
-            world_size=world_size, drop_last=drop_last, connect_timeout=float(connect_timeout),
+            world_size=world_size, drop_last=drop_last, scale=tuple(map(float, scale)),
+            ratio=tuple(map(float, ratio)), lenient_jpeg=bool(lenient_jpeg),
+            on_bad_sample=on_bad_sample, connect_timeout=float(connect_timeout),
             profile_folder=profile_folder, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
             tls_server_name=tls_server_name, auth_token_file=auth_token_file)
         self._epoch = 0

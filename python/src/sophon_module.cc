@@ -72,6 +72,10 @@ struct PyLoaderOptions {
   int rank = 0;
   int world_size = 1;
   bool drop_last = false;
+  std::pair<double, double> scale{0.08, 1.0};  // RandomResizedCrop area range
+  std::pair<double, double> ratio{3.0 / 4.0, 4.0 / 3.0};  // ... aspect ratio range
+  bool lenient_jpeg = false;
+  std::string on_bad_sample = "skip";
   double connect_timeout = 30;  // seconds
   std::string profile_folder;
   std::string tls_ca, tls_cert, tls_key, tls_server_name, auth_token_file;
@@ -89,6 +93,14 @@ class PyLoader {
     options_.world = o.world_size;
     options_.drop_last = o.drop_last;
     options_.pipeline.augment.crop_size = o.crop_size;
+    options_.pipeline.augment.scale_min = o.scale.first;
+    options_.pipeline.augment.scale_max = o.scale.second;
+    options_.pipeline.augment.ratio_min = o.ratio.first;
+    options_.pipeline.augment.ratio_max = o.ratio.second;
+    options_.pipeline.limits.lenient = o.lenient_jpeg;
+    absl::StatusOr<BadSamplePolicy> bad = ParseBadSamplePolicy(o.on_bad_sample);
+    if (!bad.ok()) throw py::value_error(absl::StrCat("on_bad_sample: ", bad.status().message()));
+    options_.on_bad_sample = *bad;
     Check(options_.Validate());
     absl::StatusOr<PlannerKind> mode = ParseMode(o.mode, PlannerKind::kOptimal);
     if (!mode.ok()) throw py::value_error(absl::StrCat("mode: ", mode.status().message()));
@@ -253,7 +265,9 @@ PYBIND11_MODULE(_sophon, m) {
   py::class_<PyLoader>(m, "Loader")
       .def(py::init([](std::vector<std::string> servers, int batch_size, std::string mode,
                        int crop_size, uint64_t seed, int workers, int prefetch_batches, int rank,
-                       int world_size, bool drop_last, double connect_timeout,
+                       int world_size, bool drop_last, std::pair<double, double> scale,
+                       std::pair<double, double> ratio, bool lenient_jpeg,
+                       std::string on_bad_sample, double connect_timeout,
                        std::string profile_folder, std::string tls_ca, std::string tls_cert,
                        std::string tls_key, std::string tls_server_name,
                        std::string auth_token_file) {
@@ -268,6 +282,10 @@ PYBIND11_MODULE(_sophon, m) {
              o.rank = rank;
              o.world_size = world_size;
              o.drop_last = drop_last;
+             o.scale = scale;
+             o.ratio = ratio;
+             o.lenient_jpeg = lenient_jpeg;
+             o.on_bad_sample = std::move(on_bad_sample);
              o.connect_timeout = connect_timeout;
              o.profile_folder = std::move(profile_folder);
              o.tls_ca = std::move(tls_ca);
@@ -279,7 +297,8 @@ PYBIND11_MODULE(_sophon, m) {
            }),
            py::arg("servers"), py::arg("batch_size"), py::arg("mode"), py::arg("crop_size"),
            py::arg("seed"), py::arg("workers"), py::arg("prefetch_batches"), py::arg("rank"),
-           py::arg("world_size"), py::arg("drop_last"), py::arg("connect_timeout"),
+           py::arg("world_size"), py::arg("drop_last"), py::arg("scale"), py::arg("ratio"),
+           py::arg("lenient_jpeg"), py::arg("on_bad_sample"), py::arg("connect_timeout"),
            py::arg("profile_folder"), py::arg("tls_ca"), py::arg("tls_cert"), py::arg("tls_key"),
            py::arg("tls_server_name"), py::arg("auth_token_file"))
       .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("start_position") = 0,

@@ -218,3 +218,18 @@ def test_the_training_example_on_two_gloo_ranks(server):
         assert p.returncode == 0, err
     # Rank 0 reports its share: 11 of the 21 samples padded to 22.
     assert "epoch 0: 11 images" in outs[0][0], outs[0][0]
+
+
+def test_augmentation_and_decoding_options(server):
+    def first_batch(**kw):
+        with sophon.Loader([server.address], batch_size=4, mode="nooff", crop_size=24,
+                           **kw) as loader:
+            return next(loader.batches())[0].copy()
+    assert first_batch().tobytes() == first_batch(scale=(0.08, 1.0)).tobytes()
+    assert first_batch().tobytes() != first_batch(scale=(0.5, 0.5)).tobytes()
+    with pytest.raises(ValueError, match="on_bad_sample"):
+        first_batch(on_bad_sample="ignore")
+    # The server decodes strictly: a lenient loader would decode some samples
+    # differently, and is refused, naming the flag.
+    with pytest.raises(Exception, match="lenient"):
+        first_batch(lenient_jpeg=True)
