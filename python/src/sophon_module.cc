@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/loader/loader.h"
 #include "client/loader/sample_client.h"
@@ -154,6 +155,7 @@ class PyLoader {
       s = loader_->StartEpoch(epoch, max_batches, start_position);
     }
     Check(s);
+    returned_at_ = absl::InfinitePast();
   }
 
   // The next batch as (images float32 N x 3 x S x S, labels int64 N, ids
@@ -161,6 +163,11 @@ class PyLoader {
   // heap object holding the batch; it lives as long as any of them.
   py::object Next() {
     CheckOpen();
+    // The caller's time since the previous batch is its training step: what
+    // smartoff plans the GPU's share with (sophon-train's loop reports it too).
+    if (returned_at_ != absl::InfinitePast()) {
+      policy_->OnStep(absl::ToDoubleSeconds(absl::Now() - returned_at_));
+    }
     auto batch = std::make_unique<Batch>();
     absl::StatusOr<bool> more;
     {
@@ -168,7 +175,11 @@ class PyLoader {
       more = loader_->Next(batch.get());
     }
     if (!more.ok()) Raise(more.status());
-    if (!*more) return py::none();
+    if (!*more) {
+      returned_at_ = absl::InfinitePast();
+      return py::none();
+    }
+    returned_at_ = absl::Now();
     Batch* b = batch.release();
     py::capsule owner(b, [](void* p) { delete static_cast<Batch*>(p); });
     const py::ssize_t n = b->n, c = b->c, h = b->h, w = b->w;
@@ -253,6 +264,7 @@ class PyLoader {
   std::unique_ptr<ServerSet> servers_;
   std::unique_ptr<OffloadPolicy> policy_;
   std::unique_ptr<Loader> loader_;
+  absl::Time returned_at_ = absl::InfinitePast();  // when Next last returned a batch
 };
 
 }  // namespace
