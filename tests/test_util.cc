@@ -237,14 +237,17 @@ std::string ReadFile(const std::string& path) {
   return bytes.str();
 }
 
+std::vector<std::pair<std::string, Sampling>> ChromaSamplings() {
+  return {{"420", Sampling::k420},
+          {"422", Sampling::k422},
+          {"444", Sampling::k444},
+          {"440", Sampling::k440},
+          {"411", Sampling::k411}};
+}
+
 std::vector<NamedEncoding> AllJpegEncodings() {
   std::vector<NamedEncoding> v;
-  const std::pair<const char*, Sampling> samplings[] = {{"420", Sampling::k420},
-                                                        {"422", Sampling::k422},
-                                                        {"444", Sampling::k444},
-                                                        {"440", Sampling::k440},
-                                                        {"411", Sampling::k411}};
-  for (const auto& [name, sampling] : samplings) {
+  for (const auto& [name, sampling] : ChromaSamplings()) {
     v.push_back({absl::StrCat("baseline_", name), {.sampling = sampling}});
     v.push_back({absl::StrCat("progressive_", name), {.progressive = true, .sampling = sampling}});
   }

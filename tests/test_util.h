@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sophon/image/jpeg_codec.h"
@@ -46,6 +47,9 @@ struct NamedEncoding {
   EncodeOptions options;
 };
 std::vector<NamedEncoding> AllJpegEncodings();
+
+// The chroma subsamplings by name: 420, 422, 444, 440, 411.
+std::vector<std::pair<std::string, Sampling>> ChromaSamplings();
 
 // A smooth, photo-like RGB test image (gradients, a few shapes, mild noise).
 Image8 MakeTestImage(int height, int width, uint64_t seed);

@@ -61,12 +61,7 @@ std::vector<Seed> MakeSeeds() {
   auto add = [&](std::string name, std::string bytes) {
     seeds.push_back({std::move(name), std::move(bytes)});
   };
-  const std::pair<const char*, Sampling> samplings[] = {{"420", Sampling::k420},
-                                                        {"422", Sampling::k422},
-                                                        {"444", Sampling::k444},
-                                                        {"440", Sampling::k440},
-                                                        {"411", Sampling::k411}};
-  for (const auto& [name, sampling] : samplings) {
+  for (const auto& [name, sampling] : testing::ChromaSamplings()) {
     add(absl::StrCat("ok-baseline-", name, ".jpg"),
         EncodeJpeg(img, {.quality = 75, .sampling = sampling}));
     add(absl::StrCat("ok-progressive-", name, ".jpg"),
