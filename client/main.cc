@@ -147,6 +147,10 @@ ABSL_FLAG(sophon::CommaList, gpu_profile, sophon::CommaList({"profiles/gpu/start
 ABSL_FLAG(std::string, batch_timings, "",
           "Write per-batch timings (epoch,batch,samples,data_wait_s,copy_s,compute_s) as CSV to "
           "this file. Default none.");
+ABSL_FLAG(std::string, batch_digests, "",
+          "Write per-batch digests (epoch,batch,samples,ids,images_sha256) as CSV to this file: "
+          "two runs, or this program and the Python loader, gave identical batches when their "
+          "lines are equal. With several ranks, give each rank its own file. Default none.");
 ABSL_FLAG(bool, synthetic_data, false,
           "Train on one in-memory synthetic batch, repeated, with no server: measures the "
           "maximum ingestion rate of the training step alone. Default false.");
@@ -734,6 +738,7 @@ int main(int argc, char** argv) {
   loop_options.device = (*trainer)->DeviceName();
   loop_options.emulated = trainer_options.device == "emulate";
   loop_options.batch_timings = absl::GetFlag(FLAGS_batch_timings);
+  loop_options.batch_digests = absl::GetFlag(FLAGS_batch_digests);
   loop_options.model_labels = ModelLabels(trainer_options);
   loop_options.optimizer = sophon::OptimizerName(trainer_options.optimizer);
   spdlog::info("training {}{} on {} in mode {}, batch {}, {} local workers",

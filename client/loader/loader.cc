@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/match.h"
@@ -48,6 +49,12 @@ absl::Status LoaderOptions::Validate() const {
   if (world < 1 || rank < 0 || rank >= world) {
     return absl::InvalidArgumentError(absl::StrCat(
         "LoaderOptions.rank must be in [0, world) (got rank ", rank, " of world ", world, ")"));
+  }
+  if (target != Stage::kTensor && GetStageInfo(target).layout != Layout::kHwc) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LoaderOptions.target must be ", StageName(Stage::kTensor),
+                     " or a uint8 HWC stage (", StageName(Stage::kCropped), ", ",
+                     StageName(Stage::kFlipped), "), got ", StageName(target)));
   }
   if (absl::Status s = pipeline.augment.Validate(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("LoaderOptions.pipeline.augment: ", s.message()));
@@ -100,8 +107,9 @@ Loader::Loader(ServerSet* servers, const LoaderOptions& options, OffloadPolicy* 
     : servers_(servers),
       options_(options),
       policy_(policy),
-      sample_floats_(3LL * options.pipeline.augment.crop_size *
-                     options.pipeline.augment.crop_size) {
+      sample_values_(3LL * options.pipeline.augment.crop_size *
+                     options.pipeline.augment.crop_size),
+      tensor_target_(options.target == Stage::kTensor) {
   absl::MutexLock lock(&mu_);
   links_.resize(servers->size());
   for (int i = 0; i < servers->size(); ++i) {
@@ -188,7 +196,8 @@ void Loader::FailLocked(absl::Status status) {
 }
 
 void Loader::NotePeaksLocked() {
-  const int buffers = static_cast<int>(pending_.size() + spare_images_.size()) +
+  const int buffers =
+      static_cast<int>(pending_.size() + spare_images_.size() + spare_pixels_.size()) +
                       (sender_has_buffer_ ? 1 : 0);
   stats_.peak_batch_buffers = std::max(stats_.peak_batch_buffers, buffers);
   stats_.peak_queued_payload_bytes =
@@ -245,14 +254,22 @@ void Loader::SendLoop() {
     batch->first_position = begin;
     {
       absl::MutexLock lock(&mu_);
-      if (!spare_images_.empty()) {
+      if (tensor_target_ && !spare_images_.empty()) {
         batch->images = std::move(spare_images_.back());
         spare_images_.pop_back();
+      } else if (!tensor_target_ && !spare_pixels_.empty()) {
+        batch->pixels = std::move(spare_pixels_.back());
+        spare_pixels_.pop_back();
       }
       sender_has_buffer_ = true;
       NotePeaksLocked();
     }
-    batch->images.resize(static_cast<size_t>(batch->n) * sample_floats_);
+    const size_t values = static_cast<size_t>(batch->n) * sample_values_;
+    if (tensor_target_) {
+      batch->images.resize(values);
+    } else {
+      batch->pixels.resize(values);
+    }
     batch->bad.assign(batch->n, 0);
     batch->arrived.assign(batch->n, 0);
     batch->remaining = batch->n;
@@ -273,6 +290,7 @@ void Loader::SendLoop() {
     // requested yet.
     batch->assigned.resize(batch->n);
     policy_->Plan(begin, batch->ids, absl::MakeSpan(batch->assigned));
+    for (SampleAssignment& a : batch->assigned) a.stage = std::min(a.stage, options_.target);
     absl::MutexLock lock(&mu_);
     if (stopping_ || !error_.ok()) break;
     for (int i = 0; i < batch->n; ++i) {
@@ -647,10 +665,7 @@ void Loader::WorkerLoop() {
                                    &times, &stage_bytes);
       }
       if (status.ok()) {
-        status = FinishToTensor(*std::move(data), SampleKey{options_.seed, epoch_, id},
-                                options_.pipeline,
-                                item.batch->images.data() + item.slot * sample_floats_, &times,
-                                &stage_bytes);
+        status = Finish(*std::move(data), id, item.batch, item.slot, &times, &stage_bytes);
         if (!status.ok()) {
           status = absl::Status(
               status.code(),
@@ -694,17 +709,42 @@ void Loader::WorkerLoop() {
   }
 }
 
+absl::Status Loader::Finish(StageData data, uint64_t id, PendingBatch* batch, int slot,
+                            OpTimes* times, PerStage<uint64_t>* stage_bytes) {
+  const SampleKey key{options_.seed, epoch_, id};
+  if (tensor_target_) {
+    return FinishToTensor(std::move(data), key, options_.pipeline,
+                          batch->images.data() + slot * sample_values_, times, stage_bytes);
+  }
+  absl::StatusOr<StageData> out =
+      RunPipeline(std::move(data), options_.target, key, options_.pipeline, times, stage_bytes);
+  if (!out.ok()) return out.status();
+  if (static_cast<int64_t>(out->data.size()) != sample_values_) {
+    return absl::InternalError(absl::StrCat(StageName(options_.target), " payload has ",
+                                            out->data.size(), " bytes, expected ",
+                                            sample_values_));
+  }
+  std::memcpy(batch->pixels.data() + slot * sample_values_, out->data.data(), sample_values_);
+  return absl::OkStatus();
+}
+
+bool Loader::NextReadyLocked() const {
+  if (!error_.ok() || stopping_ || next_batch_ >= num_batches_) return true;
+  auto it = pending_.find(next_batch_);
+  return it != pending_.end() && it->second->remaining == 0;
+}
+
+bool Loader::WaitForNext(absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(this, &Loader::NextReadyLocked), timeout);
+}
+
 absl::StatusOr<bool> Loader::Next(Batch* out) {
   while (true) {
     std::unique_ptr<PendingBatch> batch;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        if (!error_.ok() || stopping_ || next_batch_ >= num_batches_) return true;
-        auto it = pending_.find(next_batch_);
-        return it != pending_.end() && it->second->remaining == 0;
-      };
-      mu_.Await(absl::Condition(&ready));
+      mu_.Await(absl::Condition(this, &Loader::NextReadyLocked));
       if (!error_.ok()) return error_;
       if (stopping_) return absl::CancelledError("loader stopped");
       if (next_batch_ >= num_batches_) return false;
@@ -714,12 +754,15 @@ absl::StatusOr<bool> Loader::Next(Batch* out) {
       ++next_batch_;
     }
     // Compact away skipped samples.
+    const size_t sample_bytes =
+        static_cast<size_t>(sample_values_) * (tensor_target_ ? sizeof(float) : 1);
+    char* const images = tensor_target_ ? reinterpret_cast<char*>(batch->images.data())
+                                        : reinterpret_cast<char*>(batch->pixels.data());
     int kept = 0;
     for (int i = 0; i < batch->n; ++i) {
       if (batch->bad[i]) continue;
       if (kept != i) {
-        std::memmove(batch->images.data() + kept * sample_floats_,
-                     batch->images.data() + i * sample_floats_, sample_floats_ * sizeof(float));
+        std::memmove(images + kept * sample_bytes, images + i * sample_bytes, sample_bytes);
         batch->labels[kept] = batch->labels[i];
         batch->ids[kept] = batch->ids[i];
       }
@@ -733,21 +776,33 @@ absl::StatusOr<bool> Loader::Next(Batch* out) {
     // Every sample of the batch was bad: skipped, unless other ranks wait
     // for this one in the step's collectives.
     if (kept == 0 && options_.world == 1) continue;
-    batch->images.resize(static_cast<size_t>(kept) * sample_floats_);
+    const size_t kept_values = static_cast<size_t>(kept) * sample_values_;
+    if (tensor_target_) {
+      batch->images.resize(kept_values);
+    } else {
+      batch->pixels.resize(kept_values);
+    }
     batch->labels.resize(kept);
     batch->ids.resize(kept);
-    if (out->images.capacity() > 0) {
+    {
       absl::MutexLock lock(&mu_);
-      if (static_cast<int>(spare_images_.size()) < options_.prefetch_batches) {
+      if (out->images.capacity() > 0 &&
+          static_cast<int>(spare_images_.size()) < options_.prefetch_batches) {
         spare_images_.push_back(std::move(out->images));
-        NotePeaksLocked();
       }
+      if (out->pixels.capacity() > 0 &&
+          static_cast<int>(spare_pixels_.size()) < options_.prefetch_batches) {
+        spare_pixels_.push_back(std::move(out->pixels));
+      }
+      NotePeaksLocked();
     }
     out->index = batch->index;
     out->n = kept;
     out->c = 3;
     out->h = out->w = options_.pipeline.augment.crop_size;
+    out->stage = options_.target;
     out->images = std::move(batch->images);
+    out->pixels = std::move(batch->pixels);
     out->labels = std::move(batch->labels);
     out->ids = std::move(batch->ids);
     out->cursor = std::min(

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "client/offload/offload_policy.h"
 #include "client/loader/sample_client.h"
 #include "client/loader/server_set.h"
@@ -56,6 +57,11 @@ struct LoaderOptions {
   int rank = 0;
   int world = 1;
   PipelineOptions pipeline;
+  // The job's last stage: where this node's pipeline ends (Batch.stage).
+  // TENSOR (float32 NCHW) for training on this node's CPU; FLIPPED or
+  // CROPPED (uint8 NHWC, a quarter of the bytes) when the device finishes the
+  // ops. A policy's stage past it is taken as the target itself.
+  Stage target = Stage::kTensor;
   // Profiling: a sample received at a stage before a skippable one (RAW)
   // also runs the ops of the path it skips (the lossless crop and the decode
   // of its region), timed, their output dropped (MeasureSkippedOps), so that
@@ -162,6 +168,11 @@ class Loader {
   // `batch`'s previous image buffer is recycled for a later batch (every slot
   // is overwritten, so buffers are neither zeroed nor faulted in anew).
   absl::StatusOr<bool> Next(Batch* batch);
+  // Waits up to `timeout` until Next has something to return at once (a
+  // batch, the end of the epoch, an error); false on timeout. Lets a caller
+  // that must stay responsive (the Python module, to Ctrl-C) wait in slices.
+  // Next may still wait after true when every sample of the batch was bad.
+  bool WaitForNext(absl::Duration timeout) const;
   // Batches this epoch will yield (an upper bound when samples are skipped).
   int64_t num_batches() const { return num_batches_; }
   // This rank's samples this epoch (from the start position; padding included).
@@ -181,7 +192,8 @@ class Loader {
     int64_t index = 0;
     int n = 0;
     int64_t first_position = 0;  // in order_
-    std::vector<float> images;
+    std::vector<float> images;    // target TENSOR
+    std::vector<uint8_t> pixels;  // a uint8 HWC target
     std::vector<int64_t> labels;
     std::vector<uint64_t> ids;  // global ids
     std::vector<SampleAssignment> assigned;  // as requested (the server after any failover)
@@ -225,6 +237,10 @@ class Loader {
                      const std::deque<std::pair<uint64_t, Stage>>& requests);
   void ReceiveLoop(int server);
   void WorkerLoop();
+  bool NextReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes a received sample to options_.target into its slot of `batch`.
+  absl::Status Finish(StageData data, uint64_t id, PendingBatch* batch, int slot, OpTimes* times,
+                      PerStage<uint64_t>* stage_bytes);
   // The server for global `id` when the policy asked for `wanted`: wanted
   // itself unless it is lost (then the live replica of its shard that owes
   // least); -1 if wanted does not hold the sample or no replica is left.
@@ -244,7 +260,8 @@ class Loader {
   ServerSet* const servers_;
   const LoaderOptions options_;
   OffloadPolicy* const policy_;
-  const int64_t sample_floats_;  // 3 * S * S
+  const int64_t sample_values_;  // 3 * S * S
+  const bool tensor_target_;     // options_.target == TENSOR: floats, not uint8
 
   // Set by StartEpoch, read-only while the epoch runs.
   uint64_t epoch_ = 0;
@@ -267,7 +284,10 @@ class Loader {
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   LoaderEpochStats stats_ ABSL_GUARDED_BY(mu_);
   // Image buffers handed back through Next(), for SendLoop's next batches.
+  // Image buffers handed back, reused for later batches (one kind is used:
+  // floats for a TENSOR target, uint8 otherwise).
   std::vector<std::vector<float>> spare_images_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<uint8_t>> spare_pixels_ ABSL_GUARDED_BY(mu_);
   bool sender_has_buffer_ ABSL_GUARDED_BY(mu_) = false;  // a batch being set up
   uint64_t queued_payload_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // received, not yet prepared
 };

@@ -378,6 +378,11 @@ absl::StatusOr<DatasetProfile> LoadOrMakeProfile(
       spdlog::info("profile written to {}/{}", out, kSampleProfileFile);
     }
   }
+  // The job ends at the loader's target: no plan sends a sample past it.
+  profile->target = loader_options.target;
+  for (Stage stage : AllStages()) {
+    if (stage > loader_options.target) profile->stages.Remove(stage);
+  }
   return profile;
 }
 

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "client/loader/sampler.h"
 #include "client/offload/offload_policy.h"
+#include "client/train/batch_digests.h"
 #include "client/train/batch_timings.h"
 #include "sophon/base/json.h"
 #include "spdlog/spdlog.h"
@@ -165,6 +166,10 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(Loader* loader, Trainer* tr
       BatchTimingsWriter::Create(options.batch_timings);
   if (!opened.ok()) return opened.status();
   std::unique_ptr<BatchTimingsWriter> timings = *std::move(opened);
+  absl::StatusOr<std::unique_ptr<BatchDigestsWriter>> opened_digests =
+      BatchDigestsWriter::Create(options.batch_digests);
+  if (!opened_digests.ok()) return opened_digests.status();
+  std::unique_ptr<BatchDigestsWriter> digests = *std::move(opened_digests);
   WarmupReport warmup;
   if (options.warmup_batches > 0 && !options.resumed) {
     if (absl::Status s = WarmUp(loader, trainer, options, &warmup); !s.ok()) return s;
@@ -216,6 +221,7 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(Loader* loader, Trainer* tr
         return more.status();
       }
       if (!*more) break;
+      if (digests) digests->Add(epoch, batch.index, batch);
       const absl::Time step_start = absl::Now();
       absl::StatusOr<StepResult> step = trainer->Step(batch);
       const double step_seconds = Seconds(step_start);
@@ -285,6 +291,9 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(Loader* loader, Trainer* tr
         !s.ok()) {
       return s;
     }
+  }
+  if (digests) {
+    if (absl::Status s = digests->Close(); !s.ok()) return s;
   }
   if (timings) {
     if (absl::Status s = timings->Close(); !s.ok()) return s;

@@ -29,6 +29,7 @@ struct TrainLoopOptions {
   std::string device;              // what the trainer runs on (Trainer::DeviceName), for reports
   bool emulated = false;           // the trainer emulates a GPU: reports say "emulated"
   std::string batch_timings;       // per-batch timings CSV (batch_timings.h) if non-empty
+  std::string batch_digests;       // per-batch digests CSV (batch_digests.h) if non-empty
   // A fused array: one label per model (its hyperparameters) for the
   // per-model lines of the reports. Empty for one ordinary model.
   std::vector<std::string> model_labels;

@@ -7,6 +7,10 @@
         for images, labels in loader:      # torch tensors: float32 N x 3 x S x S, int64 N
             ...
 
+With output="uint8" the images are uint8 N x S x S x 3 (cropped and flipped, a
+quarter of the bytes): copy them to the GPU and normalise there with
+sophon.normalize(images), which gives the float32 batch bit for bit.
+
 The batches come from the C++ loader that sophon-train runs: every sample's crop
 and flip are a function of (seed, epoch, sample id) wherever it is processed, so
 every mode gives the same bytes.
@@ -14,7 +18,11 @@ every mode gives the same bytes.
 
 from . import _sophon
 
-__all__ = ["Loader"]
+__all__ = ["Loader", "normalize", "IMAGENET_MEAN", "IMAGENET_STD"]
+
+# The normalisation of the float32 output (torchvision's ImageNet constants).
+IMAGENET_MEAN = _sophon.IMAGENET_MEAN
+IMAGENET_STD = _sophon.IMAGENET_STD
 
 try:  # a Loader is a torch IterableDataset when torch is there (DataLoader accepts it)
     from torch.utils.data import IterableDataset as _Base
@@ -44,6 +52,22 @@ def _default_rank_world(rank, world_size):
     return (0 if rank is None else rank), (1 if world_size is None else world_size)
 
 
+def normalize(images):
+    """uint8 N x S x S x 3 images (output="uint8"), on any device, as the float32
+    N x 3 x S x S batch that output="float32" gives: x * (1 / (255 std)) + (-mean / std)
+    per channel, in float32 as the C++ loader computes it (the same bits)."""
+    torch = _torch()
+    if images.dtype != torch.uint8 or images.dim() != 4 or images.shape[3] != 3:
+        raise ValueError(f"normalize: expected uint8 N x S x S x 3 images, got "
+                         f"{images.dtype} of shape {tuple(images.shape)}")
+    mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32, device=images.device)
+    std = torch.tensor(IMAGENET_STD, dtype=torch.float32, device=images.device)
+    a = (1.0 / (255.0 * std)).view(1, 3, 1, 1)
+    b = (-mean / std).view(1, 3, 1, 1)
+    x = images.permute(0, 3, 1, 2).to(torch.float32)
+    return (x * a + b).contiguous()
+
+
 class Loader(_Base):
     """Batches of (images, labels) from one or more Sophon storage servers.
 
@@ -54,6 +78,9 @@ class Loader(_Base):
     mode: smartoff (per-sample plan from a profile; the default), nooff,
         resizeoff or alloff (every sample processed to the same stage on the
         storage node).
+    output: "float32" (images normalised, N x 3 x S x S, ready for the model) or
+        "uint8" (N x S x S x 3 after the crop and the flip, four times fewer
+        bytes to copy to a GPU; sophon.normalize finishes them on the device).
     crop_size, seed, workers (local prep threads), prefetch_batches: as
         sophon-train's --crop-size, --seed, --workers, --prefetch-batches.
     scale, ratio: RandomResizedCrop's area and aspect ratio ranges, as
@@ -78,8 +105,9 @@ class Loader(_Base):
     def __init__(self, servers, batch_size=256, mode="smartoff", crop_size=224, seed=0,
                  workers=2, prefetch_batches=3, rank=None, world_size=None, drop_last=False,
                  scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), lenient_jpeg=False,
-                 on_bad_sample="skip", profile_folder="", max_batches=0, connect_timeout=30.0, tls_ca="", tls_cert="", tls_key="",
-                 tls_server_name="", auth_token_file=""):
+                 on_bad_sample="skip", output="float32", profile_folder="", max_batches=0,
+                 connect_timeout=30.0, tls_ca="", tls_cert="", tls_key="", tls_server_name="",
+                 auth_token_file=""):
         if isinstance(servers, str):
             servers = [s for s in servers.replace(" ", "").split(",") if s]
         rank, world_size = _default_rank_world(rank, world_size)
@@ -88,7 +116,7 @@ class Loader(_Base):
             seed=seed, workers=workers, prefetch_batches=prefetch_batches, rank=rank,
             world_size=world_size, drop_last=drop_last, scale=tuple(map(float, scale)),
             ratio=tuple(map(float, ratio)), lenient_jpeg=bool(lenient_jpeg),
-            on_bad_sample=on_bad_sample, connect_timeout=float(connect_timeout),
+            on_bad_sample=on_bad_sample, output=output, connect_timeout=float(connect_timeout),
             profile_folder=profile_folder, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
             tls_server_name=tls_server_name, auth_token_file=auth_token_file)
         self._epoch = 0

@@ -23,6 +23,7 @@
 #include "client/offload/smartoff_policy.h"
 #include "sophon/net/credentials.h"
 #include "sophon/data/batch.h"
+#include "sophon/image/image_ops.h"
 #include "sophon/planning/planner.h"
 
 namespace py = pybind11;
@@ -77,6 +78,7 @@ struct PyLoaderOptions {
   std::pair<double, double> ratio{3.0 / 4.0, 4.0 / 3.0};  // ... aspect ratio range
   bool lenient_jpeg = false;
   std::string on_bad_sample = "skip";
+  std::string output = "float32";  // or uint8 (N x S x S x 3, flipped, not normalized)
   double connect_timeout = 30;  // seconds
   std::string profile_folder;
   std::string tls_ca, tls_cert, tls_key, tls_server_name, auth_token_file;
@@ -102,6 +104,14 @@ class PyLoader {
     absl::StatusOr<BadSamplePolicy> bad = ParseBadSamplePolicy(o.on_bad_sample);
     if (!bad.ok()) throw py::value_error(absl::StrCat("on_bad_sample: ", bad.status().message()));
     options_.on_bad_sample = *bad;
+    if (o.output == "float32") {
+      options_.target = Stage::kTensor;
+    } else if (o.output == "uint8") {
+      options_.target = Stage::kFlipped;
+    } else {
+      throw py::value_error(
+          absl::StrCat("output must be float32 or uint8, got '", o.output, "'"));
+    }
     Check(options_.Validate());
     absl::StatusOr<PlannerKind> mode = ParseMode(o.mode, PlannerKind::kOptimal);
     if (!mode.ok()) throw py::value_error(absl::StrCat("mode: ", mode.status().message()));
@@ -158,9 +168,11 @@ class PyLoader {
     returned_at_ = absl::InfinitePast();
   }
 
-  // The next batch as (images float32 N x 3 x S x S, labels int64 N, ids
-  // uint64 N, cursor), or None at the end of the epoch. The arrays share one
-  // heap object holding the batch; it lives as long as any of them.
+  // The next batch as (images, labels int64 N, ids uint64 N, cursor), or None
+  // at the end of the epoch. images: float32 N x 3 x S x S, or uint8
+  // N x S x S x 3 (output="uint8"). The arrays share one heap object holding
+  // the batch; it lives as long as any of them. Waits in slices, checking for
+  // signals between them, so Ctrl-C interrupts a wait promptly.
   py::object Next() {
     CheckOpen();
     // The caller's time since the previous batch is its training step: what
@@ -170,6 +182,15 @@ class PyLoader {
     }
     auto batch = std::make_unique<Batch>();
     absl::StatusOr<bool> more;
+    while (true) {
+      bool ready;
+      {
+        py::gil_scoped_release release;
+        ready = loader_->WaitForNext(absl::Milliseconds(50));
+      }
+      if (ready) break;
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    }
     {
       py::gil_scoped_release release;
       more = loader_->Next(batch.get());
@@ -183,12 +204,15 @@ class PyLoader {
     Batch* b = batch.release();
     py::capsule owner(b, [](void* p) { delete static_cast<Batch*>(p); });
     const py::ssize_t n = b->n, c = b->c, h = b->h, w = b->w;
-    py::array_t<float> images({n, c, h, w},
-                              {c * h * w * static_cast<py::ssize_t>(sizeof(float)),
-                               h * w * static_cast<py::ssize_t>(sizeof(float)),
-                               w * static_cast<py::ssize_t>(sizeof(float)),
-                               static_cast<py::ssize_t>(sizeof(float))},
-                              b->images.data(), owner);
+    py::array images;
+    if (b->stage == Stage::kTensor) {
+      constexpr py::ssize_t f = sizeof(float);
+      images = py::array_t<float>({n, c, h, w}, {c * h * w * f, h * w * f, w * f, f},
+                                  b->images.data(), owner);
+    } else {
+      images = py::array_t<uint8_t>({n, h, w, c}, {h * w * c, w * c, c, py::ssize_t{1}},
+                                    b->pixels.data(), owner);
+    }
     py::array_t<int64_t> labels({n}, {static_cast<py::ssize_t>(sizeof(int64_t))},
                                 b->labels.data(), owner);
     py::array_t<uint64_t> ids({n}, {static_cast<py::ssize_t>(sizeof(uint64_t))}, b->ids.data(),
@@ -274,12 +298,16 @@ PYBIND11_MODULE(_sophon, m) {
   using sophon::PyLoader;
   using sophon::PyLoaderOptions;
   m.doc() = "Sophon's C++ loader (use the sophon package, not this module)";
+  m.attr("IMAGENET_MEAN") =
+      py::make_tuple(sophon::kImageNetMean[0], sophon::kImageNetMean[1], sophon::kImageNetMean[2]);
+  m.attr("IMAGENET_STD") =
+      py::make_tuple(sophon::kImageNetStd[0], sophon::kImageNetStd[1], sophon::kImageNetStd[2]);
   py::class_<PyLoader>(m, "Loader")
       .def(py::init([](std::vector<std::string> servers, int batch_size, std::string mode,
                        int crop_size, uint64_t seed, int workers, int prefetch_batches, int rank,
                        int world_size, bool drop_last, std::pair<double, double> scale,
                        std::pair<double, double> ratio, bool lenient_jpeg,
-                       std::string on_bad_sample, double connect_timeout,
+                       std::string on_bad_sample, std::string output, double connect_timeout,
                        std::string profile_folder, std::string tls_ca, std::string tls_cert,
                        std::string tls_key, std::string tls_server_name,
                        std::string auth_token_file) {
@@ -298,6 +326,7 @@ PYBIND11_MODULE(_sophon, m) {
              o.ratio = ratio;
              o.lenient_jpeg = lenient_jpeg;
              o.on_bad_sample = std::move(on_bad_sample);
+             o.output = std::move(output);
              o.connect_timeout = connect_timeout;
              o.profile_folder = std::move(profile_folder);
              o.tls_ca = std::move(tls_ca);
@@ -310,7 +339,8 @@ PYBIND11_MODULE(_sophon, m) {
            py::arg("servers"), py::arg("batch_size"), py::arg("mode"), py::arg("crop_size"),
            py::arg("seed"), py::arg("workers"), py::arg("prefetch_batches"), py::arg("rank"),
            py::arg("world_size"), py::arg("drop_last"), py::arg("scale"), py::arg("ratio"),
-           py::arg("lenient_jpeg"), py::arg("on_bad_sample"), py::arg("connect_timeout"),
+           py::arg("lenient_jpeg"), py::arg("on_bad_sample"), py::arg("output"),
+           py::arg("connect_timeout"),
            py::arg("profile_folder"), py::arg("tls_ca"), py::arg("tls_cert"), py::arg("tls_key"),
            py::arg("tls_server_name"), py::arg("auth_token_file"))
       .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("start_position") = 0,

@@ -80,7 +80,7 @@ absl::StatusOr<ClusterPlanCost> EvaluateClusterPlan(const DatasetProfile& profil
       return absl::InvalidArgumentError(
           absl::StrCat("sample ", ids[i], " is planned on server ", servers[i], " of ", n));
     }
-    const StageCost c = SampleStageCost(profile.samples[ids[i]], stages[i]);
+    const StageCost c = SampleStageCost(profile.samples[ids[i]], stages[i], profile.target);
     work[servers[i]].Add(c);
     work[servers[i]].samples++;
     all.Add(c);

@@ -17,15 +17,15 @@ const char* ResourceName(Resource resource) {
   return "unknown";
 }
 
-StageCost SampleStageCost(const SampleProfile& sample, Stage stage) {
+StageCost SampleStageCost(const SampleProfile& sample, Stage stage, Stage target) {
   StageCost cost;
   cost.bytes = sample.bytes[stage];
   cost.raw_bytes = sample.bytes[kFirstStage];
   // The ops on the way to `stage` run on the storage node, those from it on
   // here (a sample sent RAW is decoded straight from the file, without the
   // lossless crop: NextOp's path).
-  for (Stage s = kFirstStage; s < kLastStage;) {
-    const OpInfo& op = *NextOp(s, stage > s ? stage : kLastStage);
+  for (Stage s = kFirstStage; s < target;) {
+    const OpInfo& op = *NextOp(s, stage > s ? stage : target);
     const int64_t ns = CpuNanos(sample.client[op.op]);
     (op.to <= stage ? cost.remote_ns : cost.local_ns) += ns;
     s = op.to;
@@ -84,7 +84,7 @@ absl::StatusOr<PlanCost> EvaluatePlan(const DatasetProfile& profile, const Resou
       return absl::InvalidArgumentError(
           absl::StrCat("sample ", ids[i], ": invalid stage ", static_cast<int>(stages[i])));
     }
-    work.Add(SampleStageCost(profile.samples[ids[i]], stages[i]));
+    work.Add(SampleStageCost(profile.samples[ids[i]], stages[i], profile.target));
     ++per_stage[static_cast<int>(stages[i])];
   }
   work.samples = static_cast<int64_t>(ids.size());

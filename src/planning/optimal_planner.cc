@@ -237,7 +237,7 @@ std::vector<SampleCosts> CostTable(const DatasetProfile& profile, absl::Span<con
   std::vector<SampleCosts> costs(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     for (int k = 0; k < kNumStages; ++k) {
-      costs[i][k] = SampleStageCost(profile.samples[ids[i]], static_cast<Stage>(k));
+      costs[i][k] = SampleStageCost(profile.samples[ids[i]], StageAt(k), profile.target);
       if (!profile.stages.Has(StageAt(k))) costs[i][k].remote_ns = kBarred;
     }
   }

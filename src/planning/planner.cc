@@ -30,7 +30,10 @@ absl::StatusOr<PlanResult> PlanWith(PlannerKind kind, const DatasetProfile& prof
   switch (kind) {
     case PlannerKind::kNoOff:
     case PlannerKind::kResizeOff:
-    case PlannerKind::kAllOff: result.stages.assign(ids.size(), FixedKindStage(kind)); break;
+    case PlannerKind::kAllOff:
+      // The fixed mode's stage, no later than the job's last stage.
+      result.stages.assign(ids.size(), std::min(FixedKindStage(kind), profile.target));
+      break;
     case PlannerKind::kSophon: result.stages = PlanSophon(profile, resources, ids); break;
     case PlannerKind::kOptimal: result.stages = optimal.stages; break;
   }

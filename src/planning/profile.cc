@@ -38,6 +38,14 @@ absl::Status DatasetProfile::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "profile stages (", StageSetNames(stages), ") must include ", StageName(kFirstStage)));
   }
+  for (Stage stage : AllStages()) {
+    if (stage > target && stages.Has(stage)) {
+      return absl::InvalidArgumentError(absl::StrCat("profile stages (", StageSetNames(stages),
+                                                     ") include ", StageName(stage),
+                                                     ", past the job's target stage ",
+                                                     StageName(target)));
+    }
+  }
   for (size_t i = 0; i < samples.size(); ++i) {
     const SampleProfile& s = samples[i];
     if (s.id != i) {

@@ -18,6 +18,7 @@
 #include "client/offload/net_probe.h"
 #include "client/offload/smartoff_policy.h"
 #include "sophon/planning/planner.h"
+#include "sophon/image/image_ops.h"
 #include "client/loader/sample_client.h"
 #include "client/loader/sampler.h"
 #include "sophon/net/wire.h"
@@ -194,6 +195,53 @@ TEST_F(ClusterTest, EveryModeDeliversEverySampleOnceAndIdenticalBatches) {
   absl::StatusOr<std::vector<Batch>> epoch1 = RunEpoch(PlannerKind::kNoOff, options, 1);
   ASSERT_TRUE(epoch1.ok());
   EXPECT_NE((*epoch1)[0].ids, ref[0].ids);
+}
+
+// A uint8 target: the loader stops at FLIPPED (the device normalises). Every
+// mode gives the same pixels, no sample crosses the wire past FLIPPED, and
+// normalising the pixels gives the float32 batches bit for bit.
+TEST_F(ClusterTest, Uint8TargetGivesPixelsThatNormaliseToTheTensorBatches) {
+  testing::TestDatasetOptions dopts;
+  dopts.classes = 3;
+  dopts.per_class = 4;  // 12 samples: 2 full batches of 5 and one of 2
+  StartServer(testing::MakeTestDataset("cluster_uint8", dopts));
+  const LoaderOptions float_options = SmallLoaderOptions();
+  absl::StatusOr<std::vector<Batch>> reference = RunEpoch(PlannerKind::kNoOff, float_options, 2);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  LoaderOptions options = SmallLoaderOptions();
+  options.target = Stage::kFlipped;
+  const int s = options.pipeline.augment.crop_size;
+  for (PlannerKind mode : {PlannerKind::kNoOff, PlannerKind::kResizeOff, PlannerKind::kAllOff}) {
+    LoaderEpochStats stats;
+    absl::StatusOr<std::vector<Batch>> batches = RunEpoch(mode, options, 2, &stats);
+    ASSERT_TRUE(batches.ok()) << ModeName(mode) << ": " << batches.status();
+    ASSERT_EQ(batches->size(), reference->size());
+    // alloff stops at the target.
+    EXPECT_EQ(stats.samples_by_stage[StageIndex(Stage::kTensor)], 0u) << ModeName(mode);
+    if (mode == PlannerKind::kAllOff) {
+      EXPECT_EQ(stats.samples_by_stage[StageIndex(Stage::kFlipped)], 12u);
+    }
+    for (size_t k = 0; k < batches->size(); ++k) {
+      const Batch& b = (*batches)[k];
+      const Batch& ref = (*reference)[k];
+      ASSERT_EQ(b.ids, ref.ids) << ModeName(mode) << " batch " << k;
+      EXPECT_EQ(b.stage, Stage::kFlipped);
+      EXPECT_TRUE(b.images.empty());
+      ASSERT_EQ(b.pixels.size(), static_cast<size_t>(b.n) * s * s * 3);
+      std::vector<float> normalised(b.pixels.size());
+      for (int i = 0; i < b.n; ++i) {
+        ToTensorNormalize(b.pixels.data() + static_cast<size_t>(i) * s * s * 3, s, s,
+                          normalised.data() + static_cast<size_t>(i) * 3 * s * s,
+                          /*mirror=*/false);
+      }
+      ASSERT_EQ(normalised.size(), ref.images.size());
+      EXPECT_EQ(0, std::memcmp(normalised.data(), ref.images.data(),
+                               normalised.size() * sizeof(float)))
+          << ModeName(mode) << " batch " << k;
+    }
+  }
+  options.target = Stage::kRaw;
+  EXPECT_FALSE(RunEpoch(PlannerKind::kNoOff, options).ok()) << "RAW is no batch layout";
 }
 
 // A per-sample plan mixing every stage (what smartoff produces) until

@@ -54,6 +54,19 @@ TEST(CostModelTest, StageCostSplitsTheOpsAtTheStage) {
   EXPECT_EQ(tensor.local_ns, 0);
 }
 
+TEST(CostModelTest, OpsPastTheTargetStageCostNothing) {
+  const SampleProfile s = TwoSamples().samples[1];  // ops 1.0, 0.25, 0.125 s
+  // The job ends at FLIPPED (the device normalises): the tensor op is no
+  // CPU's work.
+  const StageCost raw = SampleStageCost(s, Stage::kRaw, Stage::kFlipped);
+  EXPECT_EQ(raw.remote_ns, 0);
+  EXPECT_EQ(raw.local_ns, 1'250'000'000);
+  const StageCost flipped = SampleStageCost(s, Stage::kFlipped, Stage::kFlipped);
+  EXPECT_EQ(flipped.bytes, 300u);
+  EXPECT_EQ(flipped.remote_ns, 1'250'000'000);
+  EXPECT_EQ(flipped.local_ns, 0);
+}
+
 TEST(CostModelTest, PredictsEachResourceAndTheBottleneck) {
   const DatasetProfile p = TwoSamples();
   const Resources r = SomeResources();

@@ -94,6 +94,40 @@ TEST(PlannerTest, AmpleStorageCpusPutEverySampleAtItsSmallestStage) {
   EXPECT_DOUBLE_EQ(r.lower_bound_s, r.cost.epoch_s);
 }
 
+TEST(PlannerTest, NoPlanGoesPastTheTargetStage) {
+  DatasetProfile p = RandomProfileWithJpegCrop(300, 7);
+  p.target = Stage::kFlipped;
+  EXPECT_FALSE(p.Validate().ok()) << "stages past the target must be refused";
+  p.stages.Remove(Stage::kTensor);
+  ASSERT_TRUE(p.Validate().ok());
+  double tensor_s = 0;
+  for (const SampleProfile& s : p.samples) tensor_s += s.client[Op::kTensor];
+  for (PlannerKind kind : {PlannerKind::kOptimal, PlannerKind::kSophon, PlannerKind::kNoOff,
+                           PlannerKind::kAllOff}) {
+    // A fast link, idle storage CPUs and a slow local CPU: without the
+    // target every sample would go at TENSOR (checked below); with it, no plan
+    // goes past FLIPPED.
+    const Resources net = Net(1e12, 1e6, 0.01);
+    const PlanResult r = Plan(kind, p, net);
+    EXPECT_EQ(r.cost.samples_per_stage[StageIndex(Stage::kTensor)], 0) << PlannerKindName(kind);
+    DatasetProfile whole = p;
+    whole.target = kLastStage;
+    whole.stages = StageSet::All();
+    const PlanResult full = Plan(kind, whole, net);
+    if (kind == PlannerKind::kAllOff || kind == PlannerKind::kOptimal) {
+      EXPECT_EQ(r.cost.samples_per_stage[StageIndex(Stage::kFlipped)], 300)
+          << PlannerKindName(kind);
+      EXPECT_DOUBLE_EQ(r.cost.local_cpu_s, 0);  // nothing left for this CPU
+      EXPECT_EQ(full.cost.samples_per_stage[StageIndex(Stage::kTensor)], 300)
+          << PlannerKindName(kind);
+    }
+    if (kind == PlannerKind::kNoOff) {
+      // Every op but the tensor op on this node.
+      EXPECT_NEAR(full.cost.local_cpu_s - r.cost.local_cpu_s, tensor_s, 1e-6);
+    }
+  }
+}
+
 TEST(PlannerTest, NoStorageCpuMeansAllRaw) {
   const DatasetProfile p = RandomProfile(300, 2);
   for (double remote_cpus : {0.0, 1e-9}) {

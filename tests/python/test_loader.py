@@ -233,3 +233,89 @@ def test_augmentation_and_decoding_options(server):
     # differently, and is refused, naming the flag.
     with pytest.raises(Exception, match="lenient"):
         first_batch(lenient_jpeg=True)
+
+
+def test_uint8_output_normalises_to_the_float32_batches(server):
+    import torch
+    with sophon.Loader([server.address], batch_size=4, mode="nooff", crop_size=40, seed=5,
+                       workers=1) as loader:
+        reference = epoch_arrays(loader, 1)
+    for mode in ("nooff", "alloff"):
+        with sophon.Loader([server.address], batch_size=4, mode=mode, crop_size=40, seed=5,
+                           workers=1, output="uint8") as loader:
+            loader.set_epoch(1)
+            batches = list(loader)
+            report = loader.report()
+        assert report["samples_by_stage"]["tensor"] == 0, mode  # alloff stops at the pixels
+        assert len(batches) == len(reference)
+        for (images, labels), (ref_images, ref_labels, _ids) in zip(batches, reference):
+            assert images.dtype == torch.uint8 and images.shape[1:] == (40, 40, 3)
+            assert np.array_equal(labels.numpy(), ref_labels)
+            assert sophon.normalize(images).numpy().tobytes() == ref_images.tobytes(), mode
+    with pytest.raises(ValueError, match="output"):
+        sophon.Loader([server.address], batch_size=4, mode="nooff", output="float16")
+
+
+def test_batches_equal_sophon_train_byte_for_byte(server, tmp_path):
+    import hashlib
+    digests = tmp_path / "digests.csv"
+    out = subprocess.run(
+        [os.path.join(BUILD, "sophon-train"), f"--server={server.address}", "--mode=resizeoff",
+         "--arch=tinycnn", "--device=cpu", "--batch-size=4", "--crop-size=32", "--seed=9",
+         "--epochs=2", "--workers=1", f"--batch-digests={digests}", "--progress=false"],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = digests.read_text().splitlines()
+    assert lines[0] == "epoch,batch,samples,ids,images_sha256"
+    expected = lines[1:]
+    assert len(expected) == 2 * 6  # 21 samples: 5 batches of 4 and one of 1, two epochs
+    got = []
+    with sophon.Loader([server.address], batch_size=4, mode="nooff", crop_size=32, seed=9,
+                       workers=2) as loader:
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            for k, (images, _labels, ids, _cursor) in enumerate(loader.batches()):
+                got.append(f"{epoch},{k},{len(ids)},{' '.join(map(str, ids.tolist()))},"
+                           f"{hashlib.sha256(images.tobytes()).hexdigest()}")
+    assert got == expected
+
+
+def test_ctrl_c_interrupts_a_wait_for_a_batch(server):
+    """A child process waits for a batch from a server that is stopped (SIGSTOP): SIGINT
+    must raise KeyboardInterrupt in it promptly, not after the server answers."""
+    import signal
+    child = subprocess.Popen(
+        ["/usr/bin/python3", "-c", "\n".join([
+            "import sys, sophon",
+            f"loader = sophon.Loader(['{server.address}'], batch_size=4, mode='nooff',"
+            " crop_size=24, workers=1)",
+            "print('ready', flush=True)",
+            "sys.stdin.readline()",  # the server is stopped now
+            "try:",
+            "    next(iter(loader.batches()))",
+            "    print('got a batch', flush=True)",
+            "except KeyboardInterrupt:",
+            "    print('interrupted', flush=True)",
+            "loader.close()",
+        ])],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ))
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        time.sleep(1)  # the child is now waiting for the batch (a hang without the fix)
+        os.kill(child.pid, signal.SIGINT)
+        # Resume the server only after the child had its chance to react, so that an
+        # answer from it cannot end the wait instead of the signal.
+        try:
+            out, err = child.communicate(timeout=10)
+        finally:
+            os.kill(server.proc.pid, signal.SIGCONT)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        os.kill(server.proc.pid, signal.SIGCONT)
+    assert "interrupted" in out, (out, err)

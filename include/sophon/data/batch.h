@@ -5,17 +5,24 @@
 #include <cstdint>
 #include <vector>
 
+#include "sophon/ops/stage.h"
+
 namespace sophon {
 
-// float32 NCHW images (normalized) and int64 labels. Produced by the loader,
-// consumed by the trainer, which wraps the buffers as tensors without copying.
+// Images and int64 labels. Produced by the loader, consumed by the trainer
+// (or the Python module), which wraps the buffers without copying.
 struct Batch {
   int64_t index = 0;  // batch number within the epoch
   int n = 0;          // samples in this batch (may be < batch size at the end)
   int c = 3;
   int h = 0;
   int w = 0;
-  std::vector<float> images;   // n * c * h * w
+  // The stage the samples were taken to (the loader's target): TENSOR fills
+  // `images`, float32 NCHW normalized; a uint8 HWC stage (CROPPED, FLIPPED)
+  // fills `pixels`, uint8 NHWC, for a device that finishes the ops itself.
+  Stage stage = Stage::kTensor;
+  std::vector<float> images;    // n * c * h * w, or empty
+  std::vector<uint8_t> pixels;  // n * h * w * c, or empty
   std::vector<int64_t> labels; // n
   std::vector<uint64_t> ids;   // sample ids, in batch order
   // The data cursor after this batch: samples of the epoch's global order

@@ -36,7 +36,9 @@ struct StageCost {
   int64_t remote_ns = 0;
   int64_t local_ns = 0;
 };
-StageCost SampleStageCost(const SampleProfile& sample, Stage stage);
+// The ops up to `stage` run on the storage node, those from it to `target`
+// (the job's last stage, DatasetProfile.target) on the training node's CPU.
+StageCost SampleStageCost(const SampleProfile& sample, Stage stage, Stage target = kLastStage);
 
 // The work a plan puts on each resource; sums of StageCost, so exact.
 struct EpochWork {

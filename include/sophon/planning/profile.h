@@ -49,6 +49,10 @@ struct DatasetProfile {
   // measured (a published SOPHON profile has no JPEG_CROP), less any an
   // operator removed (smartoff --stages). Always holds RAW.
   StageSet stages = StageSet::All();
+  // The job's last stage (LoaderOptions.target): the ops after it run on the
+  // training node's device, not on either CPU, and cost the plan nothing.
+  // No stage past it is in `stages`. Not stored in files.
+  Stage target = kLastStage;
   // samples[i].id == i: a profile covers the whole manifest, in order.
   std::vector<SampleProfile> samples;
 
