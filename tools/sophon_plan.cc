@@ -9,13 +9,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "tools/plan_report.h"
-#include "sophon/cli/cli.h"
-#include "absl/strings/str_cat.h"
-#include "sophon/planning/cluster_plan.h"
-#include "sophon/planning/planner.h"
-#include "sophon/planning/profile_loader.h"
 #include "sophon/base/status_macros.h"
+#include "sophon/cli/cli.h"
+#include "sophon/planning/plan_report.h"
+#include "sophon/planning/what_if.h"
+#include "tools/plot_script.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -98,83 +96,44 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
   return absl::OkStatus();
 }
 
-// --servers > 1: every planner kind over the servers' joint model.
-absl::Status RunCluster(const sophon::DatasetProfile& profile, const sophon::Resources& base) {
-  const int n = absl::GetFlag(FLAGS_servers);
-  sophon::ClusterResources cluster = sophon::ClusterResources::FromResources(base);
-  cluster.servers.assign(n, cluster.servers[0]);
+absl::StatusOr<sophon::WhatIfOptions> OptionsFromFlags() {
+  sophon::WhatIfOptions o;
+  o.source.path = absl::GetFlag(FLAGS_profile);
+  o.source.times_path = absl::GetFlag(FLAGS_times);
+  o.source.times_profile = absl::GetFlag(FLAGS_times_profile);
+  o.source.crop_size = absl::GetFlag(FLAGS_crop_size);
+  absl::StatusOr<sophon::StageSet> stages = sophon::ParseStageSet(absl::GetFlag(FLAGS_stages));
+  if (!stages.ok()) return sophon::FlagError("--stages", stages.status());
+  o.stages = *stages;
+  o.net_mbit = absl::GetFlag(FLAGS_net_bw);
+  o.remote_cpus = absl::GetFlag(FLAGS_remote_cpus);
+  o.workers = absl::GetFlag(FLAGS_workers);
+  o.remote_speed = absl::GetFlag(FLAGS_remote_speed);
+  o.recv_ns_per_byte = absl::GetFlag(FLAGS_recv_ns_per_byte);
+  o.read_ns_per_byte = absl::GetFlag(FLAGS_read_ns_per_byte);
+  o.send_ns_per_byte = absl::GetFlag(FLAGS_send_ns_per_byte);
+  o.gpu_batch_seconds = absl::GetFlag(FLAGS_gpu_batch_seconds);
+  o.batch_size = absl::GetFlag(FLAGS_batch_size);
+  o.servers = absl::GetFlag(FLAGS_servers);
+  o.layout = absl::GetFlag(FLAGS_layout);
   if (const sophon::CommaList& list = absl::GetFlag(FLAGS_server_net_bw); !list.items.empty()) {
-    ASSIGN_OR_RETURN(std::vector<double> net, list.PerModel("--server-net-bw", n, "--servers"));
-    for (int s = 0; s < n; ++s) cluster.servers[s].net_bytes_per_s = sophon::MbitToBytesPerSecond(net[s]);
+    ASSIGN_OR_RETURN(o.server_net_mbit, list.PerModel("--server-net-bw", o.servers, "--servers"));
   }
-  if (const sophon::CommaList& list = absl::GetFlag(FLAGS_server_remote_cpus); !list.items.empty()) {
-    ASSIGN_OR_RETURN(std::vector<double> cpus,
-                     list.PerModel("--server-remote-cpus", n, "--servers"));
-    for (int s = 0; s < n; ++s) cluster.servers[s].remote_cpus = cpus[s];
+  if (const sophon::CommaList& list = absl::GetFlag(FLAGS_server_remote_cpus);
+      !list.items.empty()) {
+    ASSIGN_OR_RETURN(o.server_remote_cpus,
+                     list.PerModel("--server-remote-cpus", o.servers, "--servers"));
   }
-  cluster.ingress_bytes_per_s = sophon::MbitToBytesPerSecond(absl::GetFlag(FLAGS_ingress_bw));
-  const std::string layout = absl::GetFlag(FLAGS_layout);
-  const std::vector<uint64_t> ids = sophon::AllSampleIds(profile);
-  sophon::SampleHolders holders;
-  if (layout == "replicated") {
-    holders.holders.emplace_back();
-    for (int s = 0; s < n; ++s) holders.holders[0].push_back(s);
-    holders.group_of.assign(ids.size(), 0);
-  } else if (layout == "sharded") {
-    for (int s = 0; s < n; ++s) holders.holders.push_back({s});
-    for (size_t i = 0; i < ids.size(); ++i) {
-      holders.group_of.push_back(static_cast<int>(i * n / std::max<size_t>(1, ids.size())));
-    }
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--layout must be sharded or replicated, got '", layout, "'"));
-  }
-  std::vector<sophon::ClusterPlanResult> plans;
-  for (sophon::PlannerKind kind : sophon::kAllPlannerKinds) {
-    ASSIGN_OR_RETURN(sophon::ClusterPlanResult plan,
-                     sophon::MakeClusterPlan(kind, profile, cluster, ids, holders));
-    plans.push_back(std::move(plan));
-  }
-  const std::string report = absl::GetFlag(FLAGS_json)
-                                 ? sophon::FormatClusterPlanJson(profile, cluster, layout, plans)
-                                 : sophon::FormatClusterPlanTable(profile, cluster, layout, plans);
-  std::fputs(report.c_str(), stdout);
-  return absl::OkStatus();
+  o.ingress_mbit = absl::GetFlag(FLAGS_ingress_bw);
+  return o;
 }
 
 absl::Status Run() {
-  sophon::ProfileSource source;
-  source.path = absl::GetFlag(FLAGS_profile);
-  source.times_path = absl::GetFlag(FLAGS_times);
-  source.times_profile = absl::GetFlag(FLAGS_times_profile);
-  source.crop_size = absl::GetFlag(FLAGS_crop_size);
-  if (source.path.empty()) return absl::InvalidArgumentError("--profile is required");
-  ASSIGN_OR_RETURN(sophon::DatasetProfile profile, sophon::LoadProfile(source));
-  absl::StatusOr<sophon::StageSet> stages = sophon::ParseStageSet(absl::GetFlag(FLAGS_stages));
-  if (!stages.ok()) return sophon::FlagError("--stages", stages.status());
-  profile.stages = profile.stages.Intersect(*stages);
-  RETURN_IF_ERROR(profile.Validate());
-
-  sophon::Resources resources;
-  resources.net_bytes_per_s = sophon::MbitToBytesPerSecond(absl::GetFlag(FLAGS_net_bw));
-  resources.remote_cpus = absl::GetFlag(FLAGS_remote_cpus);
-  resources.local_cpus = absl::GetFlag(FLAGS_workers);
-  resources.remote_speed = absl::GetFlag(FLAGS_remote_speed) > 0 ? absl::GetFlag(FLAGS_remote_speed)
-                                                                 : profile.server_speed_factor;
-  resources.local_seconds_per_wire_byte = absl::GetFlag(FLAGS_recv_ns_per_byte) * 1e-9;
-  resources.remote_seconds_per_raw_byte = absl::GetFlag(FLAGS_read_ns_per_byte) * 1e-9;
-  resources.remote_seconds_per_wire_byte = absl::GetFlag(FLAGS_send_ns_per_byte) * 1e-9;
-  resources.gpu_seconds_per_batch = absl::GetFlag(FLAGS_gpu_batch_seconds);
-  resources.batch_size = absl::GetFlag(FLAGS_batch_size);
-
-  if (absl::GetFlag(FLAGS_servers) > 1) return RunCluster(profile, resources);
-  ASSIGN_OR_RETURN(const std::vector<sophon::PlanResult> plans,
-                   sophon::MakeAllPlans(profile, resources, sophon::AllSampleIds(profile)));
-  const std::string report = absl::GetFlag(FLAGS_json)
-                                 ? sophon::FormatPlanJson(profile, resources, plans)
-                                 : sophon::FormatPlanTable(profile, resources, plans);
+  ASSIGN_OR_RETURN(const sophon::WhatIfOptions options, OptionsFromFlags());
+  ASSIGN_OR_RETURN(const sophon::WhatIf what_if, sophon::PlanWhatIf(options));
+  const std::string report = sophon::FormatWhatIf(what_if, absl::GetFlag(FLAGS_json));
   std::fputs(report.c_str(), stdout);
-  if (!absl::GetFlag(FLAGS_sweep)) return absl::OkStatus();
+  if (!absl::GetFlag(FLAGS_sweep) || options.servers > 1) return absl::OkStatus();
 
   sophon::SweepOptions sweep;
   ASSIGN_OR_RETURN(sweep.net_mbit,
@@ -182,7 +141,8 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(
       sweep.remote_cpus,
       absl::GetFlag(FLAGS_sweep_remote_cpus).Numbers("--sweep-remote-cpus"));
-  ASSIGN_OR_RETURN(const std::string csv, sophon::SweepCsv(profile, resources, sweep));
+  ASSIGN_OR_RETURN(const std::string csv,
+                   sophon::SweepCsv(what_if.profile, what_if.resources, sweep));
   const std::string prefix = absl::GetFlag(FLAGS_sweep_out);
   RETURN_IF_ERROR(WriteFile(prefix + ".csv", csv));
   spdlog::info("sweep: wrote {}.csv", prefix);
@@ -213,6 +173,10 @@ int main(int argc, char** argv) {
                                 {"Resources.gpu_seconds_per_batch", "--gpu-batch-seconds"},
                                 {"Resources.batch_size", "--batch-size"},
                                 {"ClusterResources.ingress_bytes_per_s", "--ingress-bw"},
+                                {"WhatIfOptions.source.path", "--profile"},
+                                {"WhatIfOptions.servers", "--servers"},
+                                {"WhatIfOptions.layout", "--layout"},
+                                {"WhatIfOptions.ingress_mbit", "--ingress-bw"},
                                 {"ProfileSource.times_profile", "--times-profile"},
                                 {"ProfileSource.times_path", "--times"}});
   }

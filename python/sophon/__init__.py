@@ -16,9 +16,11 @@ and flip are a function of (seed, epoch, sample id) wherever it is processed, so
 every mode gives the same bytes.
 """
 
+import json as _json
+
 from . import _sophon
 
-__all__ = ["Loader", "normalize", "IMAGENET_MEAN", "IMAGENET_STD"]
+__all__ = ["Loader", "Server", "plan", "normalize", "IMAGENET_MEAN", "IMAGENET_STD"]
 
 # The normalisation of the float32 output (torchvision's ImageNet constants).
 IMAGENET_MEAN = _sophon.IMAGENET_MEAN
@@ -210,3 +212,74 @@ class Loader(_Base):
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+class Server:
+    """A storage server inside this Python process, for tests and notebooks (storage nodes
+    run the sophon-server program). It serves an ImageFolder tree (one sub-directory per
+    class) on host:port; port 0 picks a free one, see .address.
+
+        with sophon.Server("/data/train") as server:
+            loader = sophon.Loader(server.address, batch_size=64)
+
+    prep_workers: the threads that process samples for clients (sophon-server's
+        --prep-workers); lenient_jpeg: accept JPEGs with corrupt-data warnings;
+    tls_cert, tls_key, tls_client_ca, auth_token_file: as sophon-server's flags.
+    Every other setting is sophon-server's default.
+    """
+
+    def __init__(self, data, host="127.0.0.1", port=0, prep_workers=2, lenient_jpeg=False,
+                 tls_cert="", tls_key="", tls_client_ca="", auth_token_file=""):
+        self._impl = _sophon.Server(
+            data=str(data), host=host, port=int(port), prep_workers=int(prep_workers),
+            lenient_jpeg=bool(lenient_jpeg), tls_cert=tls_cert, tls_key=tls_key,
+            tls_client_ca=tls_client_ca, auth_token_file=auth_token_file)
+
+    @property
+    def address(self):
+        """host:port that clients connect to."""
+        return self._impl.address()
+
+    @property
+    def port(self):
+        return self._impl.port()
+
+    @property
+    def num_samples(self):
+        return self._impl.num_samples()
+
+    def stop(self, grace=2.0):
+        """Stops accepting calls, lets streams end for up to `grace` seconds. Idempotent."""
+        self._impl.stop(float(grace))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+def plan(profile, net_bw=500.0, remote_cpus=4.0, workers=2.0, gpu_batch_seconds=0.0,
+         batch_size=256, stages="all", remote_speed=0.0, recv_ns_per_byte=0.0,
+         read_ns_per_byte=0.0, send_ns_per_byte=0.0, servers=1, layout="sharded",
+         server_net_bw=(), server_remote_cpus=(), ingress_bw=0.0, times="", times_profile="",
+         crop_size=0):
+    """What-if planning over a dataset profile: the dict that `sophon-plan --json` prints
+    for the same options (each argument is the flag of the same name). For every fixed
+    mode and planner: the predicted epoch time, bytes on the wire, bottleneck, samples at
+    each stage and the lower bound; with servers > 1, each server's share.
+
+    profile: a profile folder (as smartoff writes it, e.g. Loader(profile_folder=...)) or
+        file. net_bw, server_net_bw, ingress_bw in Mbit/s.
+    """
+    return _json.loads(_sophon.plan_json(
+        profile=str(profile), net_bw=float(net_bw), remote_cpus=float(remote_cpus),
+        workers=float(workers), gpu_batch_seconds=float(gpu_batch_seconds),
+        batch_size=int(batch_size), stages=stages, remote_speed=float(remote_speed),
+        recv_ns_per_byte=float(recv_ns_per_byte), read_ns_per_byte=float(read_ns_per_byte),
+        send_ns_per_byte=float(send_ns_per_byte), servers=int(servers), layout=layout,
+        server_net_bw=[float(x) for x in server_net_bw],
+        server_remote_cpus=[float(x) for x in server_remote_cpus],
+        ingress_bw=float(ingress_bw), times=str(times), times_profile=str(times_profile),
+        crop_size=int(crop_size)))

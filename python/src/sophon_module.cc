@@ -6,6 +6,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -25,6 +27,8 @@
 #include "sophon/data/batch.h"
 #include "sophon/image/image_ops.h"
 #include "sophon/planning/planner.h"
+#include "sophon/planning/what_if.h"
+#include "server/storage_server.h"
 
 namespace py = pybind11;
 
@@ -60,6 +64,19 @@ namespace {
 
 void Check(const absl::Status& status) {
   if (!status.ok()) Raise(status);
+}
+
+// `status` with the library's option fields replaced by the Python arguments
+// that set them ("Resources.net_bytes_per_s" -> "net_bw").
+using ArgumentNames = std::initializer_list<std::pair<const char*, const char*>>;
+absl::Status WithArgumentNames(const absl::Status& status, ArgumentNames names) {
+  std::string message(status.message());
+  for (const auto& [field, arg] : names) {
+    for (size_t at; (at = message.find(field)) != std::string::npos;) {
+      message.replace(at, std::strlen(field), arg);
+    }
+  }
+  return absl::Status(status.code(), message);
 }
 
 // The options of a Python Loader, as its constructor takes them.
@@ -291,6 +308,82 @@ class PyLoader {
   absl::Time returned_at_ = absl::InfinitePast();  // when Next last returned a batch
 };
 
+// sophon.Server: a storage server inside this process, for tests and
+// notebooks (sophon-server is the program for storage nodes).
+class PyServer {
+ public:
+  explicit PyServer(const StorageServerOptions& options) {
+    absl::StatusOr<std::unique_ptr<StorageServer>> server;
+    {
+      py::gil_scoped_release release;
+      server = StorageServer::Start(options);
+    }
+    if (!server.ok()) {
+      Raise(WithArgumentNames(server.status(),
+                              {{"StorageServerOptions.data_dir", "data"},
+                               {"StorageServerOptions.host", "host"},
+                               {"StorageServerOptions.port", "port"},
+                               {"ServiceOptions.prep_workers", "prep_workers"},
+                               {"DecodeLimits.lenient", "lenient_jpeg"},
+                               {"CredentialsOptions.", ""}}));
+    }
+    server_ = *std::move(server);
+  }
+  ~PyServer() { Stop(0); }
+
+  std::string address() const {
+    if (!server_) throw std::runtime_error("the server is stopped");
+    return server_->address();
+  }
+  int port() const { return server_ ? server_->port() : 0; }
+  uint64_t num_samples() const { return server_ ? server_->source().size() : 0; }
+
+  // Stops accepting calls, lets streams end for up to `grace` seconds, joins
+  // the threads. Idempotent.
+  void Stop(double grace) {
+    if (!server_) return;
+    py::gil_scoped_release release;
+    server_->Shutdown(absl::Seconds(grace));
+    server_.reset();
+  }
+
+ private:
+  std::unique_ptr<StorageServer> server_;
+};
+
+// sophon.plan: what sophon-plan --json prints for the same options. Errors
+// name the Python argument (the library names its option fields).
+std::string PlanJson(const WhatIfOptions& options, const std::string& stages) {
+  WhatIfOptions o = options;
+  absl::StatusOr<StageSet> parsed = ParseStageSet(stages);
+  if (!parsed.ok()) throw py::value_error(absl::StrCat("stages: ", parsed.status().message()));
+  o.stages = *parsed;
+  absl::StatusOr<WhatIf> what_if;
+  {
+    py::gil_scoped_release release;
+    what_if = PlanWhatIf(o);
+  }
+  if (!what_if.ok()) {
+    Raise(WithArgumentNames(what_if.status(), {
+        {"Resources.net_bytes_per_s", "net_bw"},
+        {"Resources.remote_cpus", "remote_cpus"},
+        {"Resources.remote_speed", "remote_speed"},
+        {"Resources.local_cpus", "workers"},
+        {"Resources.gpu_seconds_per_batch", "gpu_batch_seconds"},
+        {"Resources.batch_size", "batch_size"},
+        {"ClusterResources.ingress_bytes_per_s", "ingress_bw"},
+        {"ProfileSource.times_profile", "times_profile"},
+        {"ProfileSource.times_path", "times"},
+        {"WhatIfOptions.source.path", "profile"},
+        {"WhatIfOptions.server_net_mbit", "server_net_bw"},
+        {"WhatIfOptions.server_remote_cpus", "server_remote_cpus"},
+        {"WhatIfOptions.ingress_mbit", "ingress_bw"},
+        {"WhatIfOptions.", ""},
+    }));
+  }
+  return FormatWhatIf(*what_if, /*json=*/true);
+}
+
 }  // namespace
 }  // namespace sophon
 
@@ -352,4 +445,64 @@ PYBIND11_MODULE(_sophon, m) {
       .def("policy_name", &PyLoader::policy_name)
       .def("report", &PyLoader::Report)
       .def("close", &PyLoader::Close);
+  py::class_<sophon::PyServer>(m, "Server")
+      .def(py::init([](std::string data, std::string host, int port, int prep_workers,
+                       bool lenient_jpeg, std::string tls_cert, std::string tls_key,
+                       std::string tls_client_ca, std::string auth_token_file) {
+             sophon::StorageServerOptions o;
+             o.data_dir = std::move(data);
+             o.host = std::move(host);
+             o.port = port;
+             o.service.prep_workers = prep_workers;
+             o.service.limits.lenient = lenient_jpeg;
+             o.stats_interval = absl::ZeroDuration();
+             o.credentials.tls_cert = std::move(tls_cert);
+             o.credentials.tls_key = std::move(tls_key);
+             o.credentials.tls_client_ca = std::move(tls_client_ca);
+             o.credentials.auth_token_file = std::move(auth_token_file);
+             o.credentials.kind = sophon::DefaultCredentialsKind(o.credentials);
+             return std::make_unique<sophon::PyServer>(o);
+           }),
+           py::arg("data"), py::arg("host"), py::arg("port"), py::arg("prep_workers"),
+           py::arg("lenient_jpeg"), py::arg("tls_cert"), py::arg("tls_key"),
+           py::arg("tls_client_ca"), py::arg("auth_token_file"))
+      .def("address", &sophon::PyServer::address)
+      .def("port", &sophon::PyServer::port)
+      .def("num_samples", &sophon::PyServer::num_samples)
+      .def("stop", &sophon::PyServer::Stop, py::arg("grace") = 2.0);
+  m.def(
+      "plan_json",
+      [](std::string profile, double net_bw, double remote_cpus, double workers,
+         double gpu_batch_seconds, int batch_size, std::string stages, double remote_speed,
+         double recv_ns_per_byte, double read_ns_per_byte, double send_ns_per_byte, int servers,
+         std::string layout, std::vector<double> server_net_bw,
+         std::vector<double> server_remote_cpus, double ingress_bw, std::string times,
+         std::string times_profile, int crop_size) {
+        sophon::WhatIfOptions o;
+        o.source.path = std::move(profile);
+        o.source.times_path = std::move(times);
+        o.source.times_profile = std::move(times_profile);
+        o.source.crop_size = crop_size;
+        o.net_mbit = net_bw;
+        o.remote_cpus = remote_cpus;
+        o.workers = workers;
+        o.gpu_batch_seconds = gpu_batch_seconds;
+        o.batch_size = batch_size;
+        o.remote_speed = remote_speed;
+        o.recv_ns_per_byte = recv_ns_per_byte;
+        o.read_ns_per_byte = read_ns_per_byte;
+        o.send_ns_per_byte = send_ns_per_byte;
+        o.servers = servers;
+        o.layout = std::move(layout);
+        o.server_net_mbit = std::move(server_net_bw);
+        o.server_remote_cpus = std::move(server_remote_cpus);
+        o.ingress_mbit = ingress_bw;
+        return sophon::PlanJson(o, stages);
+      },
+      py::arg("profile"), py::arg("net_bw"), py::arg("remote_cpus"), py::arg("workers"),
+      py::arg("gpu_batch_seconds"), py::arg("batch_size"), py::arg("stages"),
+      py::arg("remote_speed"), py::arg("recv_ns_per_byte"), py::arg("read_ns_per_byte"),
+      py::arg("send_ns_per_byte"), py::arg("servers"), py::arg("layout"),
+      py::arg("server_net_bw"), py::arg("server_remote_cpus"), py::arg("ingress_bw"),
+      py::arg("times"), py::arg("times_profile"), py::arg("crop_size"));
 }

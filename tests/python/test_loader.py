@@ -192,7 +192,8 @@ def test_the_training_example_runs(server, tmp_path):
     env = dict(os.environ, WORLD_SIZE="1")
     out = subprocess.run(
         ["/usr/bin/python3", example, f"--servers={server.address}", "--arch=resnet18",
-         "--batch-size=4", "--crop-size=32", "--mode=nooff", "--max-batches=2", "--epochs=2"],
+         "--batch-size=4", "--crop-size=32", "--mode=nooff", "--max-batches=2", "--epochs=2",
+         "--output=uint8"],
         env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     lines = [l for l in out.stdout.splitlines() if l.startswith("epoch ")]
@@ -319,3 +320,41 @@ def test_ctrl_c_interrupts_a_wait_for_a_batch(server):
             child.wait()
         os.kill(server.proc.pid, signal.SIGCONT)
     assert "interrupted" in out, (out, err)
+
+
+def test_plan_returns_what_sophon_plan_json_prints(server, tmp_path):
+    import json
+    profile = tmp_path / "profile"
+    # A smartoff loader profiles the dataset through the server on first use.
+    with sophon.Loader([server.address], batch_size=4, mode="smartoff", crop_size=32,
+                       workers=1, profile_folder=str(profile), max_batches=1) as loader:
+        assert len(list(loader)) == 1
+    assert (profile / "sample_profile.csv").exists()
+    for kwargs, flags in [({"net_bw": 100, "remote_cpus": 2}, ["--net-bw=100", "--remote-cpus=2"]),
+                          ({"servers": 2, "server_net_bw": [100, 300], "layout": "replicated"},
+                           ["--servers=2", "--server-net-bw=100,300", "--layout=replicated"])]:
+        out = subprocess.run([os.path.join(BUILD, "sophon-plan"), f"--profile={profile}",
+                              "--json", *flags], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert sophon.plan(str(profile), **kwargs) == json.loads(out.stdout)
+    with pytest.raises(ValueError, match="server_net_bw has 1 values for 2 servers"):
+        sophon.plan(str(profile), servers=2, server_net_bw=[100])
+    with pytest.raises(ValueError, match="net_bw"):
+        sophon.plan(str(profile), net_bw=0)
+    with pytest.raises(FileNotFoundError):
+        sophon.plan(str(tmp_path))
+
+
+def test_an_in_process_server(tmp_path):
+    data = make_dataset(str(tmp_path / "data"), seed=4)
+    with sophon.Server(data, prep_workers=1) as srv:
+        assert srv.num_samples == CLASSES * PER_CLASS and srv.port > 0
+        with sophon.Loader(srv.address, batch_size=8, mode="alloff", crop_size=24) as loader:
+            ids = np.concatenate([b[2] for b in epoch_arrays(loader, 0)])
+        assert sorted(ids.tolist()) == list(range(CLASSES * PER_CLASS))
+    with pytest.raises(RuntimeError, match="stopped"):
+        srv.address
+    with pytest.raises(ValueError, match="prep_workers"):
+        sophon.Server(data, prep_workers=0)
+    with pytest.raises(Exception, match="no_such_dir"):
+        sophon.Server(str(tmp_path / "no_such_dir"))

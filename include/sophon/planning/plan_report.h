@@ -1,7 +1,8 @@
-// sophon-plan's output: the comparison table, its JSON form, and the sweep
-// over bandwidths and storage CPU counts (CSV, plotted by plot_sweep.py).
-#ifndef SOPHON_TOOLS_PLAN_REPORT_H_
-#define SOPHON_TOOLS_PLAN_REPORT_H_
+// What-if planning's output (sophon-plan, sophon.plan in Python): the
+// comparison table, its JSON form, and the sweep over bandwidths and storage
+// CPU counts (CSV, plotted by tools/plot_sweep.py).
+#ifndef SOPHON_PLANNING_PLAN_REPORT_H_
+#define SOPHON_PLANNING_PLAN_REPORT_H_
 
 #include <string>
 #include <vector>
@@ -45,13 +46,6 @@ struct SweepOptions {
 absl::StatusOr<std::string> SweepCsv(const DatasetProfile& profile, const Resources& base,
                                      const SweepOptions& options);
 
-// Runs `python script csv_path png_path` and waits for it. Internal naming
-// the command and its exit status if it fails.
-absl::Status RunPlotScript(const std::string& python, const std::string& script,
-                           const std::string& csv_path, const std::string& png_path);
-
-
-
 }  // namespace sophon
 
-#endif  // SOPHON_TOOLS_PLAN_REPORT_H_
+#endif  // SOPHON_PLANNING_PLAN_REPORT_H_
