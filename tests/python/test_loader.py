@@ -358,3 +358,31 @@ def test_an_in_process_server(tmp_path):
         sophon.Server(data, prep_workers=0)
     with pytest.raises(Exception, match="no_such_dir"):
         sophon.Server(str(tmp_path / "no_such_dir"))
+
+
+def test_pip_install_offline(tmp_path):
+    """pip installs the package from the source tree without network access (into a venv
+    that sees Debian's packages), reusing the CMake build; it then works from any folder."""
+    source = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    venv = tmp_path / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True, timeout=120)
+    env = dict(os.environ, SOPHON_BUILD_DIR=os.path.abspath(BUILD))
+    env.pop("PYTHONPATH", None)
+    out = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-build-isolation",
+                          "--no-index", source], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    data = make_dataset(str(tmp_path / "data"), seed=5)
+    script = "\n".join([
+        "import sophon",
+        "assert sophon.__file__.startswith(%r), sophon.__file__" % str(venv),
+        f"with sophon.Server({data!r}, prep_workers=1) as server:",
+        "    with sophon.Loader(server.address, batch_size=5, mode='nooff', crop_size=16) as l:",
+        "        images, labels = next(iter(l))",
+        "print(tuple(images.shape))",
+    ])
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", script], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "(5, 3, 16, 16)", out.stdout
