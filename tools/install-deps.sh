@@ -13,6 +13,7 @@ packages=(
   python3 python3-pil python3-numpy python3-matplotlib
   python3-torchvision  # PyTorch reference benchmark; the test that loads checkpoints into torchvision
   pybind11-dev python3-dev python3-pytest  # the Python module sophon and its tests
+  python3-venv python3-pip python3-setuptools python3-wheel  # pip install . (offline, in a venv)
 )
 
 missing=()

@@ -34,7 +34,8 @@ struct LoaderOptions {
   int workers = 2;             // local prep threads (the training node's CPU budget)
   // Batches requested ahead of the trainer, including ready ones (P below).
   // Bounds the loader's memory, with B = batch_size and S = crop size:
-  //   - image buffers of B * 12 * S^2 bytes each: at most 2P + 1 (P batches
+  //   - image buffers of B * 12 * S^2 bytes each (B * 3 * S^2 for a uint8
+  //     target): at most 2P + 1 (P batches
   //     requested, 1 being set up, up to P handed back through Next and kept
   //     for reuse); P + 2 while the caller hands its previous batch back to
   //     every Next (the train loop does; one is handed back while the next

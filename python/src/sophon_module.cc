@@ -9,6 +9,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -99,6 +100,38 @@ struct PyLoaderOptions {
   double connect_timeout = 30;  // seconds
   std::string profile_folder;
   std::string tls_ca, tls_cert, tls_key, tls_server_name, auth_token_file;
+};
+
+// Batches whose arrays Python has dropped, kept for the loader to reuse their
+// buffers: a fresh buffer per batch costs its page faults and zeroing every
+// time, about half the loader's throughput on a 2-core machine. A batch
+// comes back only when the last array over it is gone, so no buffer is
+// reused while a tensor still uses it.
+class BatchPool {
+ public:
+  std::unique_ptr<Batch> Take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.empty()) return std::make_unique<Batch>();
+    std::unique_ptr<Batch> batch = std::move(free_.back());
+    free_.pop_back();
+    return batch;
+  }
+  void Give(std::unique_ptr<Batch> batch) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.size() < kMaxFree) free_.push_back(std::move(batch));
+  }
+
+ private:
+  static constexpr size_t kMaxFree = 2;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Batch>> free_;
+};
+
+// What a capsule owns: the batch its arrays point into, and where it goes
+// back (the pool outlives the loader if arrays do).
+struct HandedBatch {
+  std::unique_ptr<Batch> batch;
+  std::shared_ptr<BatchPool> pool;
 };
 
 class PyLoader {
@@ -197,7 +230,7 @@ class PyLoader {
     if (returned_at_ != absl::InfinitePast()) {
       policy_->OnStep(absl::ToDoubleSeconds(absl::Now() - returned_at_));
     }
-    auto batch = std::make_unique<Batch>();
+    std::unique_ptr<Batch> batch = pool_->Take();
     absl::StatusOr<bool> more;
     while (true) {
       bool ready;
@@ -218,8 +251,12 @@ class PyLoader {
       return py::none();
     }
     returned_at_ = absl::Now();
-    Batch* b = batch.release();
-    py::capsule owner(b, [](void* p) { delete static_cast<Batch*>(p); });
+    Batch* b = batch.get();
+    auto* handed = new HandedBatch{std::move(batch), pool_};
+    py::capsule owner(handed, [](void* p) {
+      std::unique_ptr<HandedBatch> h(static_cast<HandedBatch*>(p));
+      h->pool->Give(std::move(h->batch));
+    });
     const py::ssize_t n = b->n, c = b->c, h = b->h, w = b->w;
     py::array images;
     if (b->stage == Stage::kTensor) {
@@ -305,6 +342,7 @@ class PyLoader {
   std::unique_ptr<ServerSet> servers_;
   std::unique_ptr<OffloadPolicy> policy_;
   std::unique_ptr<Loader> loader_;
+  const std::shared_ptr<BatchPool> pool_ = std::make_shared<BatchPool>();
   absl::Time returned_at_ = absl::InfinitePast();  // when Next last returned a batch
 };
 

@@ -386,3 +386,20 @@ def test_pip_install_offline(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[-1] == "(5, 3, 16, 16)", out.stdout
+
+
+def test_batches_held_by_the_caller_are_never_overwritten(server):
+    """The loader reuses the buffers of batches that Python has dropped; batches still held
+    (here: a whole epoch's, no copies) must keep their bytes."""
+    with sophon.Loader([server.address], batch_size=2, mode="nooff", crop_size=24, seed=8,
+                       prefetch_batches=1) as loader:
+        expected = epoch_arrays(loader, 1)  # copies
+        loader.set_epoch(1)
+        held = list(loader.batches())
+        dropped = 0
+        for _ in loader.batches():  # another pass: dropped batches are reused
+            dropped += 1
+    assert dropped == len(held) == len(expected)
+    for (images, labels, ids, _cursor), (e_images, e_labels, e_ids) in zip(held, expected):
+        assert images.tobytes() == e_images.tobytes()
+        assert np.array_equal(ids, e_ids) and np.array_equal(labels, e_labels)
