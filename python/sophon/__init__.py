@@ -93,6 +93,12 @@ class Loader(_Base):
     rank, world_size: this process's share of every epoch; by default those of
         torch.distributed when a process group is initialised, else 0 and 1.
     profile_folder: smartoff's dataset profile (made on first use).
+    planner, net_bw, remote_cpus, gpu_batch_seconds, replan_threshold, stages: smartoff's
+        options, as sophon-train's flags of the same names: the planner (optimal or
+        sophon); the link in Mbit/s (0: measured); the storage node's CPUs (0: its prep
+        workers); the training step's seconds per batch (negative: measured from the time
+        the caller spends between batches); the drift that re-plans; the stages a plan may
+        use ("all", or e.g. "raw,cropped,flipped").
     max_batches: only the first N batches of every epoch (0: all), as
         sophon-train's --max-batches; nothing beyond them is fetched.
     connect_timeout: seconds to wait for an unreachable server.
@@ -108,7 +114,8 @@ class Loader(_Base):
                  workers=2, prefetch_batches=3, rank=None, world_size=None, drop_last=False,
                  scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), lenient_jpeg=False,
                  on_bad_sample="skip", output="float32", profile_folder="", max_batches=0,
-                 connect_timeout=30.0, tls_ca="", tls_cert="", tls_key="", tls_server_name="",
+                 planner="optimal", net_bw=0.0, remote_cpus=0.0, gpu_batch_seconds=-1.0,
+                 replan_threshold=0.25, stages="all", connect_timeout=30.0, tls_ca="", tls_cert="", tls_key="", tls_server_name="",
                  auth_token_file=""):
         if isinstance(servers, str):
             servers = [s for s in servers.replace(" ", "").split(",") if s]
@@ -119,7 +126,9 @@ class Loader(_Base):
             world_size=world_size, drop_last=drop_last, scale=tuple(map(float, scale)),
             ratio=tuple(map(float, ratio)), lenient_jpeg=bool(lenient_jpeg),
             on_bad_sample=on_bad_sample, output=output, connect_timeout=float(connect_timeout),
-            profile_folder=profile_folder, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
+            profile_folder=profile_folder, planner=planner, net_bw=float(net_bw),
+            remote_cpus=float(remote_cpus), gpu_batch_seconds=float(gpu_batch_seconds),
+            replan_threshold=float(replan_threshold), stages=stages, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
             tls_server_name=tls_server_name, auth_token_file=auth_token_file)
         self._epoch = 0
         self._start_position = 0  # where the next iteration of self._epoch starts

@@ -99,6 +99,13 @@ struct PyLoaderOptions {
   std::string output = "float32";  // or uint8 (N x S x S x 3, flipped, not normalized)
   double connect_timeout = 30;  // seconds
   std::string profile_folder;
+  // smartoff, as sophon-train's flags of the same names.
+  std::string planner = "optimal";
+  double net_bw = 0;              // Mbit/s; 0 = measure
+  double remote_cpus = 0;         // 0 = the server's prep workers (or CPU limit)
+  double gpu_batch_seconds = -1;  // < 0 = measure (the gaps between batches)
+  double replan_threshold = 0.25;
+  std::string stages = "all";
   std::string tls_ca, tls_cert, tls_key, tls_server_name, auth_token_file;
 };
 
@@ -163,7 +170,9 @@ class PyLoader {
           absl::StrCat("output must be float32 or uint8, got '", o.output, "'"));
     }
     Check(options_.Validate());
-    absl::StatusOr<PlannerKind> mode = ParseMode(o.mode, PlannerKind::kOptimal);
+    absl::StatusOr<PlannerKind> planner = ParsePlannerKind(o.planner);
+    if (!planner.ok()) throw py::value_error(absl::StrCat("planner: ", planner.status().message()));
+    absl::StatusOr<PlannerKind> mode = ParseMode(o.mode, *planner);
     if (!mode.ok()) throw py::value_error(absl::StrCat("mode: ", mode.status().message()));
     std::vector<ClientOptions> clients;
     for (const std::string& address : o.servers) {
@@ -323,7 +332,19 @@ class PyLoader {
     SmartoffOptions smart;
     smart.planner = mode;
     smart.profile_folder = o.profile_folder;
-    if (absl::Status s = smart.Validate(); !s.ok()) return s;
+    smart.net_bw_mbit = o.net_bw;
+    smart.remote_cpus = o.remote_cpus;
+    smart.gpu_batch_seconds = o.gpu_batch_seconds;
+    smart.replan_threshold = o.replan_threshold;
+    absl::StatusOr<StageSet> stages = ParseStageSet(o.stages);
+    if (!stages.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("stages: ", stages.status().message()));
+    }
+    smart.stages = *stages;
+    if (absl::Status s = smart.Validate(); !s.ok()) {
+      return WithArgumentNames(s, {{"SmartoffOptions.net_bw_mbit", "net_bw"},
+                                   {"SmartoffOptions.", ""}});
+    }
     if (servers_->size() > 1) {
       absl::StatusOr<std::unique_ptr<ClusterSmartoffPolicy>> p =
           CreateClusterSmartoffPolicy(servers_.get(), options_, smart, -1);
@@ -439,7 +460,9 @@ PYBIND11_MODULE(_sophon, m) {
                        int world_size, bool drop_last, std::pair<double, double> scale,
                        std::pair<double, double> ratio, bool lenient_jpeg,
                        std::string on_bad_sample, std::string output, double connect_timeout,
-                       std::string profile_folder, std::string tls_ca, std::string tls_cert,
+                       std::string profile_folder, std::string planner, double net_bw,
+                       double remote_cpus, double gpu_batch_seconds, double replan_threshold,
+                       std::string stages, std::string tls_ca, std::string tls_cert,
                        std::string tls_key, std::string tls_server_name,
                        std::string auth_token_file) {
              PyLoaderOptions o;
@@ -460,6 +483,12 @@ PYBIND11_MODULE(_sophon, m) {
              o.output = std::move(output);
              o.connect_timeout = connect_timeout;
              o.profile_folder = std::move(profile_folder);
+             o.planner = std::move(planner);
+             o.net_bw = net_bw;
+             o.remote_cpus = remote_cpus;
+             o.gpu_batch_seconds = gpu_batch_seconds;
+             o.replan_threshold = replan_threshold;
+             o.stages = std::move(stages);
              o.tls_ca = std::move(tls_ca);
              o.tls_cert = std::move(tls_cert);
              o.tls_key = std::move(tls_key);
@@ -472,7 +501,9 @@ PYBIND11_MODULE(_sophon, m) {
            py::arg("world_size"), py::arg("drop_last"), py::arg("scale"), py::arg("ratio"),
            py::arg("lenient_jpeg"), py::arg("on_bad_sample"), py::arg("output"),
            py::arg("connect_timeout"),
-           py::arg("profile_folder"), py::arg("tls_ca"), py::arg("tls_cert"), py::arg("tls_key"),
+           py::arg("profile_folder"), py::arg("planner"), py::arg("net_bw"),
+           py::arg("remote_cpus"), py::arg("gpu_batch_seconds"), py::arg("replan_threshold"),
+           py::arg("stages"), py::arg("tls_ca"), py::arg("tls_cert"), py::arg("tls_key"),
            py::arg("tls_server_name"), py::arg("auth_token_file"))
       .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("start_position") = 0,
            py::arg("max_batches") = 0)

@@ -123,6 +123,24 @@ def test_a_bad_option_names_itself(server):
         sophon.Loader([server.address], batch_size=0, mode="nooff")
     with pytest.raises(ValueError, match="mode"):
         sophon.Loader([server.address], batch_size=4, mode="fastest")
+    with pytest.raises(ValueError, match="planner"):
+        sophon.Loader([server.address], batch_size=4, planner="fastest")
+    with pytest.raises(ValueError, match="stages"):
+        sophon.Loader([server.address], batch_size=4, stages="raw,bogus")
+    with pytest.raises(ValueError, match="replan_threshold"):
+        sophon.Loader([server.address], batch_size=4, replan_threshold=0)
+
+
+def test_smartoff_options_reach_the_plan(server, tmp_path):
+    # A 1 Mbit/s link (stated, not measured) makes every offload pay; only the stages
+    # allowed may be used.
+    with sophon.Loader([server.address], batch_size=4, crop_size=24, workers=1,
+                       profile_folder=str(tmp_path / "profile"), net_bw=1, remote_cpus=4,
+                       gpu_batch_seconds=0, stages="raw,cropped") as loader:
+        assert len(list(loader)) == 6
+        by_stage = loader.report()["samples_by_stage"]
+    assert by_stage["cropped"] > 0, by_stage
+    assert by_stage["jpeg_crop"] == by_stage["flipped"] == by_stage["tensor"] == 0, by_stage
 
 
 def test_an_unreachable_server_names_its_address():

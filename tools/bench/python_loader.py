@@ -11,8 +11,8 @@ RandomResizedCrop, flip, to-tensor, normalise; float32 N x 3 x S x S):
   torchvision  torchvision.datasets.ImageFolder + DataLoader(num_workers=W), reading the
                files itself (the usual PyTorch input pipeline).
 
-Each runs in its own process, E epochs; the rate of the last epoch counts (the first
-warms the page cache and the connections). The three alternate, R rounds, so that
+Each runs in its own process, E epochs; the median rate of epochs 1 .. E-1 counts (the
+first warms the page cache, the connections and the buffers). The three alternate, R rounds, so that
 drift on a shared machine hits all of them; the report gives each round's rates, the
 median, and python / cpp and python / torchvision per round.
 
@@ -88,7 +88,7 @@ def measure(kind, args, server):
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
     result = last_json(out.stdout)
     rates = [e["images"] / e["seconds"] for e in result] if kind == "cpp" else result["rates"]
-    return rates[-1]
+    return statistics.median(rates[1:]) if len(rates) > 1 else rates[0]
 
 
 def main():
@@ -100,7 +100,8 @@ def main():
     ap.add_argument("--crop-size", type=int, default=224)
     ap.add_argument("--workers", type=int, default=2,
                     help="Sophon's prep threads; torchvision's DataLoader worker processes")
-    ap.add_argument("--epochs", type=int, default=2, help="per run; the last one counts")
+    ap.add_argument("--epochs", type=int, default=3,
+                    help="per run; the median of all but the first counts")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--mode", default="nooff",
                     help="Sophon's mode (nooff: the training node does every op, as torchvision)")
@@ -137,7 +138,8 @@ def main():
         server.terminate()
         server.wait()
     print(f"\n{args.data}: batch {args.batch_size}, crop {args.crop_size}, {args.workers} "
-          f"workers, mode {args.mode}, output {args.output}; images/s of epoch {args.epochs - 1}")
+          f"workers, mode {args.mode}, output {args.output}; images/s, median of epochs 1-"
+          f"{args.epochs - 1} of each run")
     for kind in kinds:
         print(f"  {kind:12s} " + "  ".join(f"{x:8.1f}" for x in rates[kind]) +
               f"   median {statistics.median(rates[kind]):8.1f}")
