@@ -3,8 +3,8 @@
 #include <openssl/evp.h>
 
 #include "absl/strings/escaping.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/train/csv_log.h"
 
 namespace sophon {
 
@@ -21,29 +21,9 @@ std::string ImagesSha256(const Batch& batch) {
       absl::string_view(reinterpret_cast<const char*>(digest), length));
 }
 
-absl::StatusOr<std::unique_ptr<BatchDigestsWriter>> BatchDigestsWriter::Create(
-    const std::string& path) {
-  if (path.empty()) return nullptr;
-  std::unique_ptr<BatchDigestsWriter> w(new BatchDigestsWriter(path));
-  w->out_ << kBatchDigestsHeader << "\n";
-  if (!w->out_) {
-    return absl::UnavailableError(absl::StrCat("cannot write the batch digests file '", path, "'"));
-  }
-  return w;
-}
-
-void BatchDigestsWriter::Add(int epoch, int64_t batch_index, const Batch& batch) {
-  out_ << epoch << "," << batch_index << "," << batch.n << "," << absl::StrJoin(batch.ids, " ")
-       << "," << ImagesSha256(batch) << "\n";
-}
-
-absl::Status BatchDigestsWriter::Close() {
-  out_.flush();
-  if (!out_) {
-    return absl::UnavailableError(absl::StrCat("error writing the batch digests file '", path_, "'"));
-  }
-  out_.close();
-  return absl::OkStatus();
+void AddBatchDigest(CsvLog* log, int epoch, const Batch& batch) {
+  log->out() << epoch << "," << batch.index << "," << batch.n << ","
+             << absl::StrJoin(batch.ids, " ") << "," << ImagesSha256(batch) << "\n";
 }
 
 }  // namespace sophon

@@ -8,36 +8,22 @@
 #ifndef SOPHON_CLIENT_TRAIN_BATCH_DIGESTS_H_
 #define SOPHON_CLIENT_TRAIN_BATCH_DIGESTS_H_
 
-#include <fstream>
-#include <memory>
 #include <string>
 
-#include "absl/status/statusor.h"
 #include "sophon/data/batch.h"
 
 namespace sophon {
 
 inline constexpr char kBatchDigestsHeader[] = "epoch,batch,samples,ids,images_sha256";
+inline constexpr char kBatchDigestsWhat[] = "batch digests";
+
+class CsvLog;
 
 // SHA-256 of `batch`'s image buffer, lowercase hex.
 std::string ImagesSha256(const Batch& batch);
 
-class BatchDigestsWriter {
- public:
-  // Creates (truncates) `path` and writes the header; an empty path asks for
-  // no digests and gives a null writer. Unavailable, naming the path, when it
-  // cannot be created.
-  static absl::StatusOr<std::unique_ptr<BatchDigestsWriter>> Create(const std::string& path);
-
-  void Add(int epoch, int64_t batch_index, const Batch& batch);
-  // Flushes; Unavailable naming the path if any write failed.
-  absl::Status Close();
-
- private:
-  explicit BatchDigestsWriter(const std::string& path) : path_(path), out_(path) {}
-  const std::string path_;
-  std::ofstream out_;
-};
+// One line of the digests file.
+void AddBatchDigest(CsvLog* log, int epoch, const Batch& batch);
 
 }  // namespace sophon
 

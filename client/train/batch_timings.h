@@ -7,33 +7,17 @@
 #define SOPHON_CLIENT_TRAIN_BATCH_TIMINGS_H_
 
 #include <cstdint>
-#include <fstream>
-#include <memory>
-#include <string>
-
-#include "absl/status/statusor.h"
 
 namespace sophon {
 
 inline constexpr char kBatchTimingsHeader[] = "epoch,batch,samples,data_wait_s,copy_s,compute_s";
+inline constexpr char kBatchTimingsWhat[] = "batch timings";
 
-class BatchTimingsWriter {
- public:
-  // Creates (truncates) `path` and writes the header; an empty path asks for
-  // no timings and gives a null writer. Unavailable, naming the path, when it
-  // cannot be created.
-  static absl::StatusOr<std::unique_ptr<BatchTimingsWriter>> Create(const std::string& path);
+class CsvLog;
 
-  void Add(int epoch, int64_t batch, int samples, double data_wait_seconds, double copy_seconds,
-           double compute_seconds);
-  // Flushes; Unavailable naming the path if any write failed.
-  absl::Status Close();
-
- private:
-  explicit BatchTimingsWriter(const std::string& path) : path_(path), out_(path) {}
-  const std::string path_;
-  std::ofstream out_;
-};
+// One line of the timings file.
+void AddBatchTimings(CsvLog* log, int epoch, int64_t batch, int samples, double data_wait_seconds,
+                     double copy_seconds, double compute_seconds);
 
 }  // namespace sophon
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/train/batch_timings.h"
+#include "client/train/csv_log.h"
 #include "spdlog/spdlog.h"
 #include "sophon/emulation/synthetic_batch.h"
 
@@ -46,10 +47,10 @@ absl::StatusOr<std::vector<EpochReport>> RunSyntheticTraining(Trainer* trainer,
     absl::StatusOr<StepResult> step = trainer->Step(full);
     if (!step.ok()) return StepError(step.status(), -1 - i, 0);
   }
-  absl::StatusOr<std::unique_ptr<BatchTimingsWriter>> opened =
-      BatchTimingsWriter::Create(loop.batch_timings);
+  absl::StatusOr<std::unique_ptr<CsvLog>> opened =
+      CsvLog::Create(loop.batch_timings, kBatchTimingsHeader, kBatchTimingsWhat);
   if (!opened.ok()) return opened.status();
-  std::unique_ptr<BatchTimingsWriter> timings = *std::move(opened);
+  std::unique_ptr<CsvLog> timings = *std::move(opened);
   int64_t batches = (synthetic.samples + synthetic.batch_size - 1) / synthetic.batch_size;
   if (loop.max_batches > 0) batches = std::min(batches, loop.max_batches);
   std::vector<EpochReport> reports;
@@ -71,7 +72,8 @@ absl::StatusOr<std::vector<EpochReport>> RunSyntheticTraining(Trainer* trainer,
       tally.AddStep(*step, step_seconds, &report);
       divergence.Check(*step, epoch, i);
       if (timings) {
-        timings->Add(epoch, i, batch.n, 0.0, step->copy_seconds, step_seconds - step->copy_seconds);
+        AddBatchTimings(timings.get(), epoch, i, batch.n, 0.0, step->copy_seconds,
+                        step_seconds - step->copy_seconds);
       }
     }
     report.wall_seconds = Seconds(start);

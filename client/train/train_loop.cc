@@ -14,6 +14,7 @@
 #include "client/offload/offload_policy.h"
 #include "client/train/batch_digests.h"
 #include "client/train/batch_timings.h"
+#include "client/train/csv_log.h"
 #include "sophon/base/json.h"
 #include "spdlog/spdlog.h"
 
@@ -162,14 +163,14 @@ absl::Status CheckResumable(const TrainingCursor& cursor, const TrainLoopOptions
 absl::StatusOr<std::vector<EpochReport>> RunTraining(Loader* loader, Trainer* trainer,
                                                      const TrainLoopOptions& options) {
   std::vector<EpochReport> reports;
-  absl::StatusOr<std::unique_ptr<BatchTimingsWriter>> opened =
-      BatchTimingsWriter::Create(options.batch_timings);
+  absl::StatusOr<std::unique_ptr<CsvLog>> opened =
+      CsvLog::Create(options.batch_timings, kBatchTimingsHeader, kBatchTimingsWhat);
   if (!opened.ok()) return opened.status();
-  std::unique_ptr<BatchTimingsWriter> timings = *std::move(opened);
-  absl::StatusOr<std::unique_ptr<BatchDigestsWriter>> opened_digests =
-      BatchDigestsWriter::Create(options.batch_digests);
+  std::unique_ptr<CsvLog> timings = *std::move(opened);
+  absl::StatusOr<std::unique_ptr<CsvLog>> opened_digests =
+      CsvLog::Create(options.batch_digests, kBatchDigestsHeader, kBatchDigestsWhat);
   if (!opened_digests.ok()) return opened_digests.status();
-  std::unique_ptr<BatchDigestsWriter> digests = *std::move(opened_digests);
+  std::unique_ptr<CsvLog> digests = *std::move(opened_digests);
   WarmupReport warmup;
   if (options.warmup_batches > 0 && !options.resumed) {
     if (absl::Status s = WarmUp(loader, trainer, options, &warmup); !s.ok()) return s;
@@ -221,7 +222,7 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(Loader* loader, Trainer* tr
         return more.status();
       }
       if (!*more) break;
-      if (digests) digests->Add(epoch, batch.index, batch);
+      if (digests) AddBatchDigest(digests.get(), epoch, batch);
       const absl::Time step_start = absl::Now();
       absl::StatusOr<StepResult> step = trainer->Step(batch);
       const double step_seconds = Seconds(step_start);
@@ -234,7 +235,7 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(Loader* loader, Trainer* tr
       tally.AddStep(*step, step_seconds, &report);
       divergence.Check(*step, epoch, steps);
       if (timings) {
-        timings->Add(epoch, steps, batch.n, wait, step->copy_seconds,
+        AddBatchTimings(timings.get(), epoch, steps, batch.n, wait, step->copy_seconds,
                      step_seconds - step->copy_seconds);
       }
       loader->policy()->OnStep(step_seconds);
