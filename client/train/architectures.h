@@ -63,10 +63,12 @@ class AlexNet final : public L::Base {
                        l.Linear(4096, num_classes)));
   }
 
-  torch::Tensor forward(torch::Tensor x) override {
-    x = avgpool_->forward(features_->forward(x));
-    return classifier_->forward(layers_.Flatten(x));
+  torch::Tensor forward(torch::Tensor x) override { return head(features(x)); }
+  // The flattened pooled activations in front of the classifier (256 x 6 x 6).
+  torch::Tensor features(torch::Tensor x) {
+    return layers_.Flatten(avgpool_->forward(features_->forward(x)));
   }
+  torch::Tensor head(torch::Tensor f) { return classifier_->forward(f); }
 
  private:
   const L layers_;
@@ -157,11 +159,14 @@ class ResNet final : public L::Base {
     fc_ = this->register_module("fc", l.Linear(512 * Block<L>::kExpansion, num_classes));
   }
 
-  torch::Tensor forward(torch::Tensor x) override {
+  torch::Tensor forward(torch::Tensor x) override { return head(features(x)); }
+  // The pooled activations in front of fc (512 x expansion).
+  torch::Tensor features(torch::Tensor x) {
     x = maxpool_->forward(bn1_->forward(conv1_->forward(x)).relu_());
     x = layer4_->forward(layer3_->forward(layer2_->forward(layer1_->forward(x))));
-    return fc_->forward(layers_.Flatten(avgpool_->forward(x)));
+    return layers_.Flatten(avgpool_->forward(x));
   }
+  torch::Tensor head(torch::Tensor f) { return fc_->forward(f); }
 
  private:
   // torchvision's ResNet._make_layer; advances inplanes_.
@@ -207,9 +212,9 @@ class TinyCnn final : public L::Base {
     fc_ = this->register_module("fc", l.Linear(128, num_classes));
   }
 
-  torch::Tensor forward(torch::Tensor x) override {
-    return fc_->forward(layers_.Flatten(features_->forward(x)));
-  }
+  torch::Tensor forward(torch::Tensor x) override { return head(features(x)); }
+  torch::Tensor features(torch::Tensor x) { return layers_.Flatten(features_->forward(x)); }
+  torch::Tensor head(torch::Tensor f) { return fc_->forward(f); }
 
  private:
   const L layers_;
@@ -234,10 +239,11 @@ class TinyMlp final : public L::Base {
     fc_ = this->register_module("fc", l.Linear(64, num_classes));
   }
 
-  torch::Tensor forward(torch::Tensor x) override {
-    x = hidden_->forward(pool_->forward(x)).relu_();
-    return fc_->forward(layers_.Flatten(x));
+  torch::Tensor forward(torch::Tensor x) override { return head(features(x)); }
+  torch::Tensor features(torch::Tensor x) {
+    return layers_.Flatten(hidden_->forward(pool_->forward(x)).relu_());
   }
+  torch::Tensor head(torch::Tensor f) { return fc_->forward(f); }
 
  private:
   const L layers_;

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -57,18 +58,19 @@ void InitConvAndBatchNorm(nn::Module& model) {
 struct ModelSpec {
   const char* name;
   int min_input_size;
+  int feature_size;  // features(x) per image
   std::function<Classifier(int num_classes, double dropout)> build;
 };
 
 // Sorted by name.
 const std::vector<ModelSpec>& Specs() {
   static const auto* specs = new std::vector<ModelSpec>{
-      {"alexnet", 63,
+      {"alexnet", 63, 256 * 6 * 6,
        [](int n, double dropout) -> Classifier {
          // Keeps LibTorch's default init, as torchvision keeps PyTorch's.
          return std::make_shared<architectures::AlexNet<PlainLayers>>(PlainLayers{}, n, dropout);
        }},
-      {"resnet18", 32,
+      {"resnet18", 32, 512,
        [](int n, double) -> Classifier {
          auto model = std::make_shared<
              architectures::ResNet<PlainLayers, architectures::BasicBlock>>(
@@ -76,7 +78,7 @@ const std::vector<ModelSpec>& Specs() {
          InitConvAndBatchNorm(*model);
          return model;
        }},
-      {"resnet50", 32,
+      {"resnet50", 32, 2048,
        [](int n, double) -> Classifier {
          auto model = std::make_shared<
              architectures::ResNet<PlainLayers, architectures::Bottleneck>>(
@@ -84,13 +86,13 @@ const std::vector<ModelSpec>& Specs() {
          InitConvAndBatchNorm(*model);
          return model;
        }},
-      {"tinycnn", 32,
+      {"tinycnn", 32, 128,
        [](int n, double) -> Classifier {
          auto model = std::make_shared<architectures::TinyCnn<PlainLayers>>(PlainLayers{}, n);
          InitConvAndBatchNorm(*model);
          return model;
        }},
-      {"tinymlp", 32,
+      {"tinymlp", 32, 64,
        [](int n, double) -> Classifier {
          // LibTorch's default init (no normalisation to compensate for kaiming's fan_out).
          return std::make_shared<architectures::TinyMlp<PlainLayers>>(PlainLayers{}, n);
@@ -120,6 +122,11 @@ const std::vector<std::string>& ModelNames() {
 int ModelMinInputSize(const std::string& arch) {
   const ModelSpec* spec = FindSpec(arch);
   return spec == nullptr ? 0 : spec->min_input_size;
+}
+
+int ModelFeatureSize(const std::string& arch) {
+  const ModelSpec* spec = FindSpec(arch);
+  return spec == nullptr ? 0 : spec->feature_size;
 }
 
 absl::Status CheckModelName(const std::string& arch) {
@@ -173,6 +180,37 @@ absl::Status SaveModel(const Classifier& model, const std::string& arch, int num
     return absl::UnavailableError(absl::StrCat("cannot rename '", temp, "' to '", path, "'"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointInfo> ReadCheckpointInfo(const std::string& path) {
+  if (!std::ifstream(path)) {
+    return absl::NotFoundError(absl::StrCat("cannot open the checkpoint '", path, "'"));
+  }
+  const std::string where = absl::StrCat("checkpoint '", path, "'");
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path);
+    c10::IValue arch;
+    c10::IValue classes;
+    if (!archive.try_read(kArchKey, arch) || !archive.try_read(kClassesKey, classes)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, " does not say which architecture it holds (not written by sophon-train --save)"));
+    }
+    if (!arch.isString() || !classes.isInt() || classes.toInt() < 1 ||
+        classes.toInt() > std::numeric_limits<int>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": malformed ", kArchKey, " or ",
+                                                     kClassesKey));
+    }
+    CheckpointInfo info{arch.toStringRef(), static_cast<int>(classes.toInt())};
+    if (absl::Status s = CheckModelName(info.arch); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
+    }
+    return info;
+  } catch (const c10::Error& e) {
+    const std::vector<std::string> lines = absl::StrSplit(e.what_without_backtrace(), '\n');
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " is not a checkpoint: ", lines[0]));
+  }
 }
 
 absl::Status LoadModel(const std::string& path, const std::string& arch, int num_classes,

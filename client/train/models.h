@@ -26,7 +26,12 @@ namespace sophon {
 // size >= ModelMinInputSize(arch).
 class ClassifierImpl : public torch::nn::Module {
  public:
-  virtual torch::Tensor forward(torch::Tensor x) = 0;
+  virtual torch::Tensor forward(torch::Tensor x) = 0;  // head(features(x))
+  // The activations in front of the classifier, pooled and flattened:
+  // [N, ModelFeatureSize(arch)] (what a frozen backbone hands a new head).
+  virtual torch::Tensor features(torch::Tensor x) = 0;
+  // The classifier on features(x).
+  virtual torch::Tensor head(torch::Tensor features) = 0;
 };
 
 using Classifier = std::shared_ptr<ClassifierImpl>;
@@ -42,6 +47,11 @@ absl::Status CheckModelName(const std::string& arch);
 // unknown name. AlexNet's stride-4 stem and three 3x3/2 max-pools need 63;
 // the others accept 32 (and smaller, but 32 is the supported floor).
 int ModelMinInputSize(const std::string& arch);
+
+// The length of features(x) for the architecture (resnet18: 512, resnet50:
+// 2048, alexnet: 9216 = 256 x 6 x 6, tinycnn: 128, tinymlp: 64), or 0 for an
+// unknown name.
+int ModelFeatureSize(const std::string& arch);
 
 // Builds an architecture from ModelNames() on the CPU, initialised from
 // LibTorch's global generator (seed it with torch::manual_seed first).
@@ -59,6 +69,16 @@ absl::StatusOr<Classifier> MakeModel(const std::string& arch, int num_classes,
 // Writes `model` to `path` (through a temporary file renamed into place).
 absl::Status SaveModel(const Classifier& model, const std::string& arch, int num_classes,
                        const std::string& path);
+// What a checkpoint says it holds.
+struct CheckpointInfo {
+  std::string arch;
+  int num_classes = 0;
+};
+// Reads the architecture and class count of a checkpoint written by
+// SaveModel, without building the model. NotFound for a missing file;
+// InvalidArgument naming the file when it is not such a checkpoint.
+absl::StatusOr<CheckpointInfo> ReadCheckpointInfo(const std::string& path);
+
 // Loads `path` into `model` (built for `arch` and `num_classes`, on the CPU).
 // NotFound for a missing file; InvalidArgument naming the file when it is not
 // a checkpoint, or holds another architecture, class count or tensor shape.

@@ -1,0 +1,83 @@
+#include "client/train/backbone.h"
+
+#include <torch/utils.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/train/models.h"
+
+namespace sophon {
+
+struct Backbone::Model {
+  Classifier net;
+};
+
+absl::Status BackboneOptions::Validate() const {
+  if (checkpoint.empty()) {
+    return absl::InvalidArgumentError("BackboneOptions.checkpoint is required");
+  }
+  if (threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("BackboneOptions.threads must be >= 0, got ", threads));
+  }
+  return absl::OkStatus();
+}
+
+Backbone::~Backbone() = default;
+
+absl::StatusOr<std::unique_ptr<Backbone>> Backbone::Load(const BackboneOptions& options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  absl::StatusOr<CheckpointInfo> info = ReadCheckpointInfo(options.checkpoint);
+  if (!info.ok()) return info.status();
+  absl::StatusOr<Classifier> net = MakeModel(info->arch, info->num_classes);
+  if (!net.ok()) return net.status();
+  if (absl::Status s = LoadModel(options.checkpoint, info->arch, info->num_classes, *net);
+      !s.ok()) {
+    return s;
+  }
+  (*net)->eval();
+  for (torch::Tensor& p : (*net)->parameters()) p.set_requires_grad(false);
+  if (options.threads > 0) torch::set_num_threads(options.threads);
+  std::unique_ptr<Backbone> backbone(new Backbone());
+  backbone->model_ = std::make_unique<Model>(Model{*std::move(net)});
+  backbone->arch_ = info->arch;
+  backbone->num_classes_ = info->num_classes;
+  backbone->feature_size_ = ModelFeatureSize(info->arch);
+  backbone->min_input_size_ = ModelMinInputSize(info->arch);
+  backbone->description_ = absl::StrCat(info->arch, " (", info->num_classes, " classes) from ",
+                                        options.checkpoint);
+  return backbone;
+}
+
+absl::Status Backbone::Extract(const float* images, int n, int s, float* out) const {
+  if (n < 0) return absl::InvalidArgumentError(absl::StrCat("negative image count ", n));
+  if (n == 0) return absl::OkStatus();
+  if (s < min_input_size_) {
+    return absl::InvalidArgumentError(absl::StrCat("images of ", s, " x ", s, " are too small for ",
+                                                   arch_, " (at least ", min_input_size_, ")"));
+  }
+  // from_blob does not copy; the forward pass only reads its input.
+  const torch::Tensor input =
+      torch::from_blob(const_cast<float*>(images), {n, 3, s, s}, torch::kFloat32);
+  std::lock_guard<std::mutex> lock(mu_);
+  torch::NoGradGuard no_grad;
+  torch::Tensor features;
+  try {
+    features = model_->net->features(input).contiguous();
+  } catch (const c10::Error& e) {  // never thrown across the library boundary
+    const std::string what = e.what_without_backtrace();
+    return absl::InternalError(absl::StrCat(arch_, " forward pass on ", n, " images of ", s,
+                                            " x ", s, " failed: ", what.substr(0, what.find('\n'))));
+  }
+  if (features.dim() != 2 || features.size(0) != n || features.size(1) != feature_size_) {
+    return absl::InternalError(absl::StrCat(arch_, " features have shape [",
+                                            absl::StrJoin(features.sizes(), ", "), "], expected [",
+                                            n, ", ", feature_size_, "]"));
+  }
+  std::memcpy(out, features.data_ptr<float>(), sizeof(float) * n * feature_size_);
+  return absl::OkStatus();
+}
+
+}  // namespace sophon

@@ -1,0 +1,28 @@
+// A frozen network that turns normalised images into feature vectors (the
+// pooled activations in front of a classifier), seen by the ops without
+// LibTorch: sophon_torch's Backbone implements it.
+#ifndef SOPHON_OPS_FEATURE_EXTRACTOR_H_
+#define SOPHON_OPS_FEATURE_EXTRACTOR_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace sophon {
+
+class FeatureExtractor {
+ public:
+  virtual ~FeatureExtractor() = default;
+  // Floats per image that Extract writes.
+  virtual int feature_size() const = 0;
+  // What it runs, for logs and errors ("resnet18 (10 classes) from ckpt.pt").
+  virtual std::string description() const = 0;
+  // `n` images, float32 [n, 3, s, s] contiguous, normalised as the TENSOR
+  // stage is, to n * feature_size() floats in `out`. Thread-safe.
+  // InvalidArgument for an image too small for the network.
+  virtual absl::Status Extract(const float* images, int n, int s, float* out) const = 0;
+};
+
+}  // namespace sophon
+
+#endif  // SOPHON_OPS_FEATURE_EXTRACTOR_H_
