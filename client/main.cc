@@ -163,6 +163,14 @@ ABSL_FLAG(int, crop_size, 224, "RandomResizedCrop output side S. Default 224.");
 ABSL_FLAG(std::string, scale, "0.08,1.0", "RandomResizedCrop area range MIN,MAX. Default 0.08,1.0.");
 ABSL_FLAG(std::string, ratio, "0.75,1.3333333333333333",
           "RandomResizedCrop aspect ratio range MIN,MAX. Default 3/4,4/3.");
+ABSL_FLAG(std::string, augment, "random",
+          "random (RandomResizedCrop per --scale and --ratio, and random flips, new every epoch) "
+          "or none (torchvision's evaluation transform: resize the shorter side to "
+          "--eval-resize, centre crop --crop-size, no flip; the same every epoch). Default "
+          "random.");
+ABSL_FLAG(int, eval_resize, 0,
+          "--augment=none: the side the shorter side is resized to; 0 = round(crop size x "
+          "256 / 224), 256 for 224. Default 0.");
 ABSL_FLAG(std::string, on_bad_sample, "skip",
           "skip (warn, count and go on) or fail (end the run) on a corrupt sample. Default skip.");
 ABSL_FLAG(std::string, report_json, "", "Write per-epoch figures as JSON to this file.");
@@ -530,6 +538,11 @@ int main(int argc, char** argv) {
                                   &augment.ratio_max);
       !s.ok()) {
     return Fail(s);
+  }
+  if (absl::Status s = sophon::SetAugmentMode(absl::GetFlag(FLAGS_augment),
+                                              absl::GetFlag(FLAGS_eval_resize), &augment);
+      !s.ok()) {
+    return Fail(sophon::FlagError("--augment", s));
   }
   if (absl::Status s = loader_options.Validate(); !s.ok()) return Fail(s);
   const int epochs = absl::GetFlag(FLAGS_epochs);

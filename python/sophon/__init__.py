@@ -80,6 +80,10 @@ class Loader(_Base):
     mode: smartoff (per-sample plan from a profile; the default), nooff,
         resizeoff or alloff (every sample processed to the same stage on the
         storage node).
+    augment: "random" (RandomResizedCrop per scale and ratio, and random flips, new every
+        epoch) or "none" (torchvision's evaluation transform: the shorter side resized to
+        eval_resize, 0 = round(crop_size * 256 / 224), a centre crop, no flip; the same
+        every epoch), as sophon-train's --augment and --eval-resize.
     output: "float32" (images normalised, N x 3 x S x S, ready for the model) or
         "uint8" (N x S x S x 3 after the crop and the flip, four times fewer
         bytes to copy to a GPU; sophon.normalize finishes them on the device).
@@ -113,7 +117,7 @@ class Loader(_Base):
     def __init__(self, servers, batch_size=256, mode="smartoff", crop_size=224, seed=0,
                  workers=2, prefetch_batches=3, rank=None, world_size=None, drop_last=False,
                  scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), lenient_jpeg=False,
-                 on_bad_sample="skip", output="float32", profile_folder="", max_batches=0,
+                 on_bad_sample="skip", augment="random", eval_resize=0, output="float32", profile_folder="", max_batches=0,
                  planner="optimal", net_bw=0.0, remote_cpus=0.0, gpu_batch_seconds=-1.0,
                  replan_threshold=0.25, stages="all", connect_timeout=30.0, tls_ca="", tls_cert="", tls_key="", tls_server_name="",
                  auth_token_file=""):
@@ -125,7 +129,8 @@ class Loader(_Base):
             seed=seed, workers=workers, prefetch_batches=prefetch_batches, rank=rank,
             world_size=world_size, drop_last=drop_last, scale=tuple(map(float, scale)),
             ratio=tuple(map(float, ratio)), lenient_jpeg=bool(lenient_jpeg),
-            on_bad_sample=on_bad_sample, output=output, connect_timeout=float(connect_timeout),
+            on_bad_sample=on_bad_sample, augment=augment, eval_resize=int(eval_resize),
+            output=output, connect_timeout=float(connect_timeout),
             profile_folder=profile_folder, planner=planner, net_bw=float(net_bw),
             remote_cpus=float(remote_cpus), gpu_batch_seconds=float(gpu_batch_seconds),
             replan_threshold=float(replan_threshold), stages=stages, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,

@@ -96,6 +96,8 @@ struct PyLoaderOptions {
   std::pair<double, double> ratio{3.0 / 4.0, 4.0 / 3.0};  // ... aspect ratio range
   bool lenient_jpeg = false;
   std::string on_bad_sample = "skip";
+  std::string augment = "random";  // or none: the evaluation transform
+  int eval_resize = 0;
   std::string output = "float32";  // or uint8 (N x S x S x 3, flipped, not normalized)
   double connect_timeout = 30;  // seconds
   std::string profile_folder;
@@ -158,6 +160,10 @@ class PyLoader {
     options_.pipeline.augment.ratio_min = o.ratio.first;
     options_.pipeline.augment.ratio_max = o.ratio.second;
     options_.pipeline.limits.lenient = o.lenient_jpeg;
+    if (absl::Status s = SetAugmentMode(o.augment, o.eval_resize, &options_.pipeline.augment);
+        !s.ok()) {
+      throw py::value_error(absl::StrCat("augment: ", s.message()));
+    }
     absl::StatusOr<BadSamplePolicy> bad = ParseBadSamplePolicy(o.on_bad_sample);
     if (!bad.ok()) throw py::value_error(absl::StrCat("on_bad_sample: ", bad.status().message()));
     options_.on_bad_sample = *bad;
@@ -459,7 +465,8 @@ PYBIND11_MODULE(_sophon, m) {
                        int crop_size, uint64_t seed, int workers, int prefetch_batches, int rank,
                        int world_size, bool drop_last, std::pair<double, double> scale,
                        std::pair<double, double> ratio, bool lenient_jpeg,
-                       std::string on_bad_sample, std::string output, double connect_timeout,
+                       std::string on_bad_sample, std::string augment, int eval_resize,
+                       std::string output, double connect_timeout,
                        std::string profile_folder, std::string planner, double net_bw,
                        double remote_cpus, double gpu_batch_seconds, double replan_threshold,
                        std::string stages, std::string tls_ca, std::string tls_cert,
@@ -481,6 +488,8 @@ PYBIND11_MODULE(_sophon, m) {
              o.lenient_jpeg = lenient_jpeg;
              o.on_bad_sample = std::move(on_bad_sample);
              o.output = std::move(output);
+             o.augment = std::move(augment);
+             o.eval_resize = eval_resize;
              o.connect_timeout = connect_timeout;
              o.profile_folder = std::move(profile_folder);
              o.planner = std::move(planner);
@@ -499,7 +508,8 @@ PYBIND11_MODULE(_sophon, m) {
            py::arg("servers"), py::arg("batch_size"), py::arg("mode"), py::arg("crop_size"),
            py::arg("seed"), py::arg("workers"), py::arg("prefetch_batches"), py::arg("rank"),
            py::arg("world_size"), py::arg("drop_last"), py::arg("scale"), py::arg("ratio"),
-           py::arg("lenient_jpeg"), py::arg("on_bad_sample"), py::arg("output"),
+           py::arg("lenient_jpeg"), py::arg("on_bad_sample"), py::arg("augment"),
+           py::arg("eval_resize"), py::arg("output"),
            py::arg("connect_timeout"),
            py::arg("profile_folder"), py::arg("planner"), py::arg("net_bw"),
            py::arg("remote_cpus"), py::arg("gpu_batch_seconds"), py::arg("replan_threshold"),

@@ -12,6 +12,7 @@ v1::AugmentConfig ToProto(const AugmentOptions& options) {
   c.set_ratio_min(options.ratio_min);
   c.set_ratio_max(options.ratio_max);
   c.set_flip_probability(options.flip_probability);
+  c.set_eval_resize(static_cast<uint32_t>(options.eval_resize));
   return c;
 }
 
@@ -23,6 +24,7 @@ absl::StatusOr<AugmentOptions> FromProto(const v1::AugmentConfig& config) {
   o.ratio_min = config.ratio_min();
   o.ratio_max = config.ratio_max();
   o.flip_probability = config.flip_probability();
+  o.eval_resize = static_cast<int>(std::min<uint32_t>(config.eval_resize(), 1u << 30));
   if (absl::Status s = o.Validate(); !s.ok()) return s;
   return o;
 }

@@ -36,6 +36,11 @@ absl::Status AugmentOptions::Validate() const {
         "crop ratio range must satisfy 0 < min <= max, got (", ratio_min, ", ", ratio_max,
         ")"));
   }
+  if (eval_resize != 0 && (eval_resize < crop_size || eval_resize > 16384)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "evaluation resize must be 0 (random crops) or in [crop size ", crop_size,
+        ", 16384], got ", eval_resize));
+  }
   if (!(flip_probability >= 0 && flip_probability <= 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("flip probability must be in [0, 1], got ", flip_probability));
@@ -107,8 +112,35 @@ CropBox SampleCropBox(int height, int width, const AugmentOptions& options,
   return box;
 }
 
+absl::Status SetAugmentMode(absl::string_view mode, int resize, AugmentOptions* options) {
+  if (mode == "random") {
+    options->eval_resize = 0;
+    return absl::OkStatus();
+  }
+  if (mode == "none") {
+    options->eval_resize =
+        resize > 0 ? resize : RoundHalfEven(options->crop_size * 256.0 / 224.0);
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "augmentation must be random (RandomResizedCrop and flips) or none (resize and centre "
+      "crop), got '", mode, "'"));
+}
+
+CropBox EvalCropBox(int height, int width, const AugmentOptions& options) {
+  const int shorter = std::min(height, width);
+  const double side = std::nearbyint(static_cast<double>(shorter) * options.crop_size /
+                                     std::max(options.eval_resize, 1));
+  CropBox box;
+  box.height = box.width = std::clamp(static_cast<int>(side), 1, shorter);
+  box.top = (height - box.height) / 2;
+  box.left = (width - box.width) / 2;
+  return box;
+}
+
 SampleAugment AugmentFor(const SampleKey& key, int height, int width,
                          const AugmentOptions& options) {
+  if (options.eval_resize > 0) return SampleAugment{EvalCropBox(height, width, options), false};
   // Separate streams so the number of crop attempts never shifts the flip draw.
   CounterRng crop_rng(key, /*stream=*/0);
   SampleAugment result;
@@ -118,6 +150,7 @@ SampleAugment AugmentFor(const SampleKey& key, int height, int width,
 }
 
 bool FlipFor(const SampleKey& key, const AugmentOptions& options) {
+  if (options.eval_resize > 0) return false;
   CounterRng flip_rng(key, /*stream=*/1);
   return flip_rng.Uniform(0.0, 1.0) < options.flip_probability;
 }

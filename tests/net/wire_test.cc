@@ -47,8 +47,20 @@ TEST(WireTest, AugmentConfigIsValidated) {
   absl::StatusOr<AugmentOptions> back = FromProto(ToProto(o));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->crop_size, 96);
+  EXPECT_EQ(back->eval_resize, 0);
   v1::AugmentConfig bad = ToProto(o);
   bad.set_scale_min(2.0);
+  EXPECT_FALSE(FromProto(bad).ok());
+  // The evaluation transform crosses the wire; a resize smaller than the crop
+  // (or absurdly large, from a hostile client) is refused.
+  o.eval_resize = 110;
+  back = FromProto(ToProto(o));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->eval_resize, 110);
+  bad = ToProto(o);
+  bad.set_eval_resize(50);
+  EXPECT_FALSE(FromProto(bad).ok());
+  bad.set_eval_resize(4000000000u);
   EXPECT_FALSE(FromProto(bad).ok());
 }
 

@@ -170,6 +170,38 @@ TEST(AugmentForTest, DistributionLooksLikeTorchvision) {
   EXPECT_LT(area_sum / n, 0.56);
 }
 
+TEST(AugmentForTest, EvaluationTransformIsTheCentreSquareUnflippedEveryEpoch) {
+  AugmentOptions o;
+  o.crop_size = 224;
+  o.eval_resize = 256;
+  // Shorter side 300: a square of 300 * 224 / 256 = 262.5 -> 262 (half to
+  // even), centred.
+  for (uint64_t epoch : {0, 1, 7}) {
+    for (uint64_t id : {0, 5, 99}) {
+      const SampleAugment a = AugmentFor(SampleKey{3, epoch, id}, 300, 400, o);
+      EXPECT_EQ(a.box.height, 262);
+      EXPECT_EQ(a.box.width, 262);
+      EXPECT_EQ(a.box.top, 19);
+      EXPECT_EQ(a.box.left, 69);
+      EXPECT_FALSE(a.flip);
+      EXPECT_FALSE(FlipFor(SampleKey{3, epoch, id}, o));
+    }
+  }
+  const CropBox tall = EvalCropBox(512, 256, o);  // shorter side 256: 224 x 224
+  EXPECT_EQ(tall.height, 224);
+  EXPECT_EQ(tall.top, 144);
+  EXPECT_EQ(tall.left, 16);
+  const CropBox tiny = EvalCropBox(1, 1, o);  // never empty
+  EXPECT_EQ(tiny.height, 1);
+  EXPECT_EQ(tiny.width, 1);
+  // Random crops with the same options otherwise differ between epochs.
+  o.eval_resize = 0;
+  EXPECT_NE(AugmentFor(SampleKey{3, 0, 5}, 300, 400, o).box.top +
+                AugmentFor(SampleKey{3, 0, 5}, 300, 400, o).box.height * 1000,
+            AugmentFor(SampleKey{3, 1, 5}, 300, 400, o).box.top +
+                AugmentFor(SampleKey{3, 1, 5}, 300, 400, o).box.height * 1000);
+}
+
 TEST(AugmentOptionsTest, ValidateNamesTheProblem) {
   AugmentOptions o;
   EXPECT_TRUE(o.Validate().ok());
@@ -182,6 +214,11 @@ TEST(AugmentOptionsTest, ValidateNamesTheProblem) {
   o = AugmentOptions();
   o.ratio_min = -1;
   EXPECT_NE(o.Validate().message().find("ratio"), std::string::npos);
+  o = AugmentOptions();
+  o.eval_resize = o.crop_size - 1;
+  EXPECT_NE(o.Validate().message().find("evaluation resize"), std::string::npos);
+  o.eval_resize = o.crop_size;
+  EXPECT_TRUE(o.Validate().ok());
 }
 
 }  // namespace

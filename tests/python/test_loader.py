@@ -421,3 +421,19 @@ def test_batches_held_by_the_caller_are_never_overwritten(server):
     for (images, labels, ids, _cursor), (e_images, e_labels, e_ids) in zip(held, expected):
         assert images.tobytes() == e_images.tobytes()
         assert np.array_equal(ids, e_ids) and np.array_equal(labels, e_labels)
+
+
+def test_evaluation_transform_is_the_same_every_epoch(server):
+    def by_id(epoch, mode):
+        with sophon.Loader([server.address], batch_size=4, mode=mode, crop_size=32, seed=2,
+                           augment="none", workers=1) as loader:
+            out = {}
+            for images, _labels, ids in epoch_arrays(loader, epoch):
+                for i, sample in enumerate(ids.tolist()):
+                    out[sample] = images[i].tobytes()
+            return out
+    first, second = by_id(0, "nooff"), by_id(1, "alloff")
+    assert set(first) == set(second) == set(range(CLASSES * PER_CLASS))
+    assert first == second  # no random crop, no flip: features could be cached
+    with pytest.raises(ValueError, match="augment"):
+        sophon.Loader([server.address], batch_size=4, mode="nooff", augment="light")

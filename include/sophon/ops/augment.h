@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace sophon {
 
@@ -19,6 +20,11 @@ struct AugmentOptions {
   double ratio_min = 3.0 / 4.0;  // crop aspect ratio (w/h) range, 0 < min <= max
   double ratio_max = 4.0 / 3.0;
   double flip_probability = 0.5; // in [0, 1]
+  // > 0: the evaluation transform instead (torchvision's Resize(R) then
+  // CenterCrop(S), R = eval_resize >= S): the centre square of the image whose
+  // side is the shorter side x S / R, resized to S, never flipped; the same
+  // every epoch. 0: RandomResizedCrop and the flip above.
+  int eval_resize = 0;
 
   // The one place these values are checked. Names the offending field.
   absl::Status Validate() const;
@@ -74,7 +80,18 @@ class CounterRng final : public UniformSource {
 CropBox SampleCropBox(int height, int width, const AugmentOptions& options,
                       UniformSource& rng);
 
-// The crop box and flip bit of one sample of an image of the given size.
+// Sets options->eval_resize from an augmentation mode: "random"
+// (RandomResizedCrop and flips; eval_resize 0) or "none" (the evaluation
+// transform, resizing to `resize`, or when it is 0 to round(S * 256 / 224),
+// torchvision's 256 for S = 224). InvalidArgument naming the valid modes.
+absl::Status SetAugmentMode(absl::string_view mode, int resize, AugmentOptions* options);
+
+// The evaluation transform's box (options.eval_resize > 0): the centre
+// square of side round(min(height, width) * S / R). REQUIRES: height, width > 0.
+CropBox EvalCropBox(int height, int width, const AugmentOptions& options);
+
+// The crop box and flip bit of one sample of an image of the given size:
+// RandomResizedCrop's and a random flip, or the evaluation transform's.
 SampleAugment AugmentFor(const SampleKey& key, int height, int width,
                          const AugmentOptions& options);
 
