@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -182,6 +183,27 @@ absl::Status SaveModel(const Classifier& model, const std::string& arch, int num
   return absl::OkStatus();
 }
 
+namespace {
+
+// The architecture and class count `archive` says it holds; nullopt when it
+// says nothing (a checkpoint written before they were saved).
+absl::StatusOr<std::optional<CheckpointInfo>> SavedInfo(torch::serialize::InputArchive& archive,
+                                                        const std::string& where) {
+  c10::IValue arch;
+  c10::IValue classes;
+  if (!archive.try_read(kArchKey, arch) || !archive.try_read(kClassesKey, classes)) {
+    return std::nullopt;
+  }
+  if (!arch.isString() || !classes.isInt() || classes.toInt() < 1 ||
+      classes.toInt() > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": malformed ", kArchKey, " or ", kClassesKey));
+  }
+  return CheckpointInfo{arch.toStringRef(), static_cast<int>(classes.toInt())};
+}
+
+}  // namespace
+
 absl::StatusOr<CheckpointInfo> ReadCheckpointInfo(const std::string& path) {
   if (!std::ifstream(path)) {
     return absl::NotFoundError(absl::StrCat("cannot open the checkpoint '", path, "'"));
@@ -190,18 +212,13 @@ absl::StatusOr<CheckpointInfo> ReadCheckpointInfo(const std::string& path) {
   try {
     torch::serialize::InputArchive archive;
     archive.load_from(path);
-    c10::IValue arch;
-    c10::IValue classes;
-    if (!archive.try_read(kArchKey, arch) || !archive.try_read(kClassesKey, classes)) {
+    absl::StatusOr<std::optional<CheckpointInfo>> saved = SavedInfo(archive, where);
+    if (!saved.ok()) return saved.status();
+    if (!saved->has_value()) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, " does not say which architecture it holds (not written by sophon-train --save)"));
     }
-    if (!arch.isString() || !classes.isInt() || classes.toInt() < 1 ||
-        classes.toInt() > std::numeric_limits<int>::max()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": malformed ", kArchKey, " or ",
-                                                     kClassesKey));
-    }
-    CheckpointInfo info{arch.toStringRef(), static_cast<int>(classes.toInt())};
+    CheckpointInfo info = **saved;
     if (absl::Status s = CheckModelName(info.arch); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
     }
@@ -233,17 +250,13 @@ absl::Status LoadModel(const std::string& path, const std::string& arch, int num
   try {
     torch::serialize::InputArchive archive;
     archive.load_from(path);
-    c10::IValue saved_arch;
-    c10::IValue saved_classes;
-    if (archive.try_read(kArchKey, saved_arch) && archive.try_read(kClassesKey, saved_classes)) {
-      if (!saved_arch.isString() || !saved_classes.isInt()) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": malformed ", kArchKey));
-      }
-      if (saved_arch.toStringRef() != arch || saved_classes.toInt() != num_classes) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, " holds ", saved_arch.toStringRef(), " with ", saved_classes.toInt(),
-            " classes, not ", arch, " with ", num_classes, " classes"));
-      }
+    absl::StatusOr<std::optional<CheckpointInfo>> saved = SavedInfo(archive, where);
+    if (!saved.ok()) return saved.status();
+    if (saved->has_value() &&
+        ((*saved)->arch != arch || (*saved)->num_classes != num_classes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " holds ", (*saved)->arch, " with ", (*saved)->num_classes,
+                       " classes, not ", arch, " with ", num_classes, " classes"));
     }
     model->load(archive);
   } catch (const c10::Error& e) {
