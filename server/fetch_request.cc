@@ -8,8 +8,13 @@
 
 namespace sophon {
 
-int64_t SampleOutputBytes(Stage stage, int crop_size, const SampleSource& source, uint64_t id) {
-  const int64_t bytes = StagePayloadBytes(stage, crop_size);
+int64_t SampleOutputBytes(Stage stage, const PipelineOptions& pipeline, const SampleSource& source,
+                          uint64_t id) {
+  if (GetStageInfo(stage).layout == Layout::kVector) {
+    const int f = pipeline.backbone != nullptr ? pipeline.backbone->feature_size() : 0;
+    return static_cast<int64_t>(f) * DTypeBytes(GetStageInfo(stage).dtype);
+  }
+  const int64_t bytes = StagePayloadBytes(stage, pipeline.augment.crop_size);
   if (bytes >= 0) return bytes;
   const uint64_t raw = std::min(source.manifest().raw_size(id), source.max_sample_bytes());
   return static_cast<int64_t>(std::min<uint64_t>(raw, INT64_MAX));
@@ -64,6 +69,7 @@ absl::StatusOr<CheckedRequest> CheckFetchRequest(const v1::FetchRequest& request
   auto pipeline = std::make_shared<PipelineOptions>();
   pipeline->augment = *augment;
   pipeline->limits = options.limits;
+  pipeline->backbone = options.backbone.get();
 
   CheckedRequest out;
   out.seed = request.seed();
@@ -84,7 +90,11 @@ absl::StatusOr<CheckedRequest> CheckFetchRequest(const v1::FetchRequest& request
       continue;
     }
     s.stage = *stage;
-    s.bytes = SampleOutputBytes(s.stage, pipeline->augment.crop_size, source, sr.id());
+    if (s.stage == Stage::kFeatures && pipeline->backbone == nullptr) {
+      s.refusal = SampleRefusal::kNoBackbone;
+      continue;
+    }
+    s.bytes = SampleOutputBytes(s.stage, *pipeline, source, sr.id());
     if (s.bytes > options.max_stream_inflight_bytes) s.refusal = SampleRefusal::kTooLarge;
   }
   out.pipeline = std::move(pipeline);
@@ -102,6 +112,11 @@ absl::Status SampleError(const CheckedSample& s, const SampleSource& source,
     case SampleRefusal::kUnknownStage:
       return absl::InvalidArgumentError(
           absl::StrCat("sample ", s.id, ": unknown target stage ", s.wire_stage));
+    case SampleRefusal::kNoBackbone:
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sample ", s.id, ": stage ", StageName(s.stage),
+          " needs a backbone, and this server has none (start sophon-server with "
+          "--backbone=CHECKPOINT, or ask for an earlier stage)"));
     case SampleRefusal::kTooLarge:
       return absl::ResourceExhaustedError(absl::StrCat(
           "sample ", s.id, " (", source.manifest().relative_path(s.id), ") at stage ",

@@ -31,6 +31,7 @@ enum class SampleRefusal : uint8_t {
   kOutOfRange,    // the id is outside the manifest
   kUnknownStage,  // the target stage is not one this server knows
   kTooLarge,      // the sample alone is over max_stream_inflight_bytes
+  kNoBackbone,    // FEATURES asked of a server without a backbone
 };
 
 struct CheckedSample {
@@ -74,11 +75,13 @@ absl::StatusOr<CheckedRequest> CheckFetchRequest(const v1::FetchRequest& request
                                                  const SampleSource& source,
                                                  const ServiceOptions& options, Limit* limit);
 
-// Output bytes of sample `id` of `source` at `stage` for crop size
-// `crop_size`: for RAW its manifest size, capped at what the source can
-// return (a larger file fails when read, with the source's own error), the
-// payload size otherwise.
-int64_t SampleOutputBytes(Stage stage, int crop_size, const SampleSource& source, uint64_t id);
+// Output bytes of sample `id` of `source` at `stage` under `pipeline` (its
+// crop size and backbone): for RAW its manifest size, capped at what the
+// source can return (a larger file fails when read, with the source's own
+// error); for FEATURES the backbone's feature vector; the payload size
+// otherwise.
+int64_t SampleOutputBytes(Stage stage, const PipelineOptions& pipeline, const SampleSource& source,
+                          uint64_t id);
 
 }  // namespace sophon
 

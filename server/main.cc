@@ -12,6 +12,8 @@
 #include "absl/time/time.h"
 #include "sophon/data/page_cache.h"
 #include "spdlog/spdlog.h"
+#include "absl/strings/str_cat.h"
+#include "server/cli/load_backbone.h"
 #include "server/storage_server.h"
 
 ABSL_FLAG(std::string, data, "", "ImageFolder dataset root (DIR/CLASS/*.jpg). Required.");
@@ -118,6 +120,15 @@ ABSL_FLAG(std::string, tls_client_ca, "",
 ABSL_FLAG(std::string, auth_token_file, "",
           "File holding a bearer token that every call must carry (clients give the same file to "
           "their --auth-token-file). Needs TLS. Default none.");
+ABSL_FLAG(std::string, backbone, "",
+          "Checkpoint written by sophon-train --save whose network, frozen (evaluation mode, no "
+          "gradients), takes samples to the features stage: the pooled activations in front of "
+          "its classifier, sent as fp16 (resnet18: 512, resnet50: 2048, alexnet: 9216, tinycnn: "
+          "128 values). Its forward passes run on the prep workers. Default none (a sample asked "
+          "for at the features stage fails).");
+ABSL_FLAG(int, backbone_threads, 0,
+          "Intra-op threads of each forward pass of --backbone (LibTorch's); 0 = LibTorch's "
+          "default (the machine's cores). Default 0.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error. Default info.");
 
 namespace {
@@ -225,6 +236,30 @@ int main(int argc, char** argv) {
   credentials.kind = absl::GetFlag(FLAGS_credentials) == "auto"
                          ? sophon::DefaultCredentialsKind(credentials)
                          : absl::GetFlag(FLAGS_credentials);
+
+  if (absl::GetFlag(FLAGS_backbone_threads) < 0) {
+    return sophon::FailProgram(
+        "sophon-server",
+        absl::InvalidArgumentError(absl::StrCat("--backbone-threads must be >= 0 (got ",
+                                                absl::GetFlag(FLAGS_backbone_threads), ")")),
+        kFlagNames);
+  }
+  if (!absl::GetFlag(FLAGS_backbone).empty()) {
+    absl::StatusOr<std::shared_ptr<const sophon::FeatureExtractor>> backbone =
+        sophon::LoadServerBackbone(absl::GetFlag(FLAGS_backbone),
+                                   absl::GetFlag(FLAGS_backbone_threads));
+    if (!backbone.ok()) {
+      return sophon::FailProgram(
+          "sophon-server",
+          absl::Status(backbone.status().code(),
+                       absl::StrCat("--backbone: ", backbone.status().message())),
+          kFlagNames);
+    }
+    options.service.backbone = *std::move(backbone);
+    spdlog::info("backbone: {}, {} features per sample (fp16)",
+                 options.service.backbone->description(),
+                 options.service.backbone->feature_size());
+  }
 
   absl::StatusOr<std::unique_ptr<sophon::StorageServer>> server =
       sophon::StorageServer::Start(options);

@@ -36,6 +36,11 @@ v1::Manifest ServerSettings(const ServiceOptions& options) {
   settings.set_prep_workers(static_cast<uint32_t>(options.prep_workers));
   settings.set_cpu_limit(options.cpu_limit > 0 ? options.cpu_limit : ProcessCpuLimit());
   settings.set_lenient_jpeg(options.limits.lenient);
+  if (options.backbone != nullptr) {
+    settings.set_backbone(options.backbone->description());
+    settings.set_feature_size(static_cast<uint32_t>(options.backbone->feature_size()));
+    settings.set_backbone_fingerprint(options.backbone->fingerprint());
+  }
   return settings;
 }
 

@@ -7,11 +7,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "sophon/base/memory_releaser.h"
 #include "sophon/image/jpeg_codec.h"
+#include "sophon/ops/feature_extractor.h"
 
 namespace sophon {
 
@@ -75,6 +77,10 @@ struct ServiceOptions {
   int64_t manifest_page_bytes = 4 << 20;
 
   DecodeLimits limits;
+  // The frozen network that takes samples to FEATURES (sophon-server
+  // --backbone); null = none: a sample asked for at FEATURES fails with
+  // FAILED_PRECONDITION. Its forward passes run on the prep workers.
+  std::shared_ptr<const FeatureExtractor> backbone;
   // When freed sample memory goes back to the system: once the server has
   // had no bytes in flight for memory_release.idle_delay.
   MemoryReleaseOptions memory_release;

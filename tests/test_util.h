@@ -97,8 +97,11 @@ inline OpTimes MakeOpTimes(double decode_crop, double flip, double tensor) {
   return t;
 }
 
-// The stages of a profile taken without the lossless crop.
-inline StageSet StagesWithoutJpegCrop() { return StageSet::All().Remove(Stage::kJpegCrop); }
+// The stages of a profile taken without the lossless crop (and without a
+// backbone).
+inline StageSet StagesWithoutJpegCrop() {
+  return StageSet::All().Remove(Stage::kJpegCrop).Remove(Stage::kFeatures);
+}
 
 }  // namespace sophon::testing
 

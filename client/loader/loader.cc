@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/loader/sampler.h"
+#include "sophon/base/half.h"
 #include "sophon/net/grpc_util.h"
 #include "sophon/net/wire.h"
 #include "spdlog/spdlog.h"
@@ -50,11 +51,12 @@ absl::Status LoaderOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "LoaderOptions.rank must be in [0, world) (got rank ", rank, " of world ", world, ")"));
   }
-  if (target != Stage::kTensor && GetStageInfo(target).layout != Layout::kHwc) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("LoaderOptions.target must be ", StageName(Stage::kTensor),
-                     " or a uint8 HWC stage (", StageName(Stage::kCropped), ", ",
-                     StageName(Stage::kFlipped), "), got ", StageName(target)));
+  if (target != Stage::kTensor && target != Stage::kFeatures &&
+      GetStageInfo(target).layout != Layout::kHwc) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LoaderOptions.target must be ", StageName(Stage::kTensor), ", ",
+        StageName(Stage::kFeatures), " or a uint8 HWC stage (", StageName(Stage::kCropped), ", ",
+        StageName(Stage::kFlipped), "), got ", StageName(target)));
   }
   if (absl::Status s = pipeline.augment.Validate(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("LoaderOptions.pipeline.augment: ", s.message()));
@@ -79,6 +81,44 @@ absl::Status CheckJpegDecodingAgrees(const ServerManifest& manifest, absl::strin
       limits.lenient ? "lenient" : "strict", ")"));
 }
 
+absl::StatusOr<int> CheckFeatureSources(const ServerSet& servers,
+                                        const FeatureExtractor* local) {
+  const ServerManifest* first = nullptr;  // the first server with a backbone
+  std::string first_address;
+  for (int i = 0; i < servers.size(); ++i) {
+    const ServerManifest& m = servers.client(i)->manifest();
+    const std::string address = servers.address(i);
+    if (m.feature_size == 0) {
+      if (local != nullptr) continue;  // its samples come at TENSOR, finished here
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the job's last stage is ", StageName(Stage::kFeatures), ", but storage server ",
+          address, " has no backbone and neither has this node (LoaderOptions.pipeline.backbone): "
+          "start the server with --backbone=CHECKPOINT, or give this node the same checkpoint"));
+    }
+    if (local != nullptr) {
+      if (m.backbone_fingerprint != local->fingerprint()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "storage server ", address, " extracts features with ", m.backbone,
+            " and this node with ", local->description(),
+            ": their checkpoints differ (fingerprints ", absl::Hex(m.backbone_fingerprint), " and ",
+            absl::Hex(local->fingerprint()), "), so a sample's features would depend on where "
+            "they were computed; give both the same checkpoint file"));
+      }
+      continue;
+    }
+    if (first == nullptr) {
+      first = &m;
+      first_address = address;
+    } else if (m.backbone_fingerprint != first->backbone_fingerprint) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "storage servers ", first_address, " (", first->backbone, ") and ", address, " (",
+          m.backbone, ") extract features with different checkpoints; give every server the same "
+          "--backbone file"));
+    }
+  }
+  return local != nullptr ? local->feature_size() : static_cast<int>(first->feature_size);
+}
+
 absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(ServerSet* servers,
                                                        const LoaderOptions& options,
                                                        OffloadPolicy* policy) {
@@ -90,7 +130,13 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(ServerSet* servers,
       return s;
     }
   }
-  return std::unique_ptr<Loader>(new Loader(servers, options, policy));
+  int feature_size = 0;
+  if (options.target == Stage::kFeatures) {
+    absl::StatusOr<int> f = CheckFeatureSources(*servers, options.pipeline.backbone);
+    if (!f.ok()) return f.status();
+    feature_size = *f;
+  }
+  return std::unique_ptr<Loader>(new Loader(servers, options, policy, feature_size));
 }
 
 absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(SampleClient* client,
@@ -103,24 +149,32 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(SampleClient* client,
   return loader;
 }
 
-Loader::Loader(ServerSet* servers, const LoaderOptions& options, OffloadPolicy* policy)
+Loader::Loader(ServerSet* servers, const LoaderOptions& options, OffloadPolicy* policy,
+               int feature_size)
     : servers_(servers),
       options_(options),
       policy_(policy),
-      sample_values_(3LL * options.pipeline.augment.crop_size *
-                     options.pipeline.augment.crop_size),
-      tensor_target_(options.target == Stage::kTensor) {
+      sample_values_(options.target == Stage::kFeatures
+                         ? feature_size
+                         : 3LL * options.pipeline.augment.crop_size *
+                               options.pipeline.augment.crop_size),
+      float_target_(options.target == Stage::kTensor || options.target == Stage::kFeatures) {
   absl::MutexLock lock(&mu_);
   links_.resize(servers->size());
   for (int i = 0; i < servers->size(); ++i) {
     links_[i].server = i;
     links_[i].client = servers->client(i);
+    links_[i].has_backbone = servers->client(i)->manifest().feature_size > 0;
     links_[i].key_offset =
         servers->manifest().shards()[servers->manifest().ShardOfServer(i)].base;
   }
 }
 
 Loader::~Loader() { Stop(); }
+
+Stage Loader::StageFor(int server, Stage stage) const {
+  return stage == Stage::kFeatures && !links_[server].has_backbone ? Stage::kTensor : stage;
+}
 
 absl::Status Loader::StartEpoch(uint64_t epoch, int64_t max_batches, int64_t start_position) {
   Stop();  // ends whatever is left of the previous epoch
@@ -254,10 +308,10 @@ void Loader::SendLoop() {
     batch->first_position = begin;
     {
       absl::MutexLock lock(&mu_);
-      if (tensor_target_ && !spare_images_.empty()) {
+      if (float_target_ && !spare_images_.empty()) {
         batch->images = std::move(spare_images_.back());
         spare_images_.pop_back();
-      } else if (!tensor_target_ && !spare_pixels_.empty()) {
+      } else if (!float_target_ && !spare_pixels_.empty()) {
         batch->pixels = std::move(spare_pixels_.back());
         spare_pixels_.pop_back();
       }
@@ -265,7 +319,7 @@ void Loader::SendLoop() {
       NotePeaksLocked();
     }
     const size_t values = static_cast<size_t>(batch->n) * sample_values_;
-    if (tensor_target_) {
+    if (float_target_) {
       batch->images.resize(values);
     } else {
       batch->pixels.resize(values);
@@ -304,6 +358,7 @@ void Loader::SendLoop() {
         return;
       }
       batch->assigned[i].server = server;
+      batch->assigned[i].stage = StageFor(server, batch->assigned[i].stage);
       links_[server].outbox.emplace_back(batch->ids[i], batch->assigned[i].stage);
       links_[server].owed++;
     }
@@ -449,6 +504,7 @@ void Loader::LoseServerLocked(int server, const absl::Status& why) {
       if (batch->arrived[i] || batch->assigned[i].server != server) continue;
       const int r = RouteLocked(batch->ids[i], SampleAssignment::kAnyServer);
       batch->assigned[i].server = r;
+      batch->assigned[i].stage = StageFor(r, batch->assigned[i].stage);
       links_[r].outbox.emplace_back(batch->ids[i], batch->assigned[i].stage);
       links_[r].owed++;
       ++moved;
@@ -712,9 +768,22 @@ void Loader::WorkerLoop() {
 absl::Status Loader::Finish(StageData data, uint64_t id, PendingBatch* batch, int slot,
                             OpTimes* times, PerStage<uint64_t>* stage_bytes) {
   const SampleKey key{options_.seed, epoch_, id};
-  if (tensor_target_) {
+  if (options_.target == Stage::kTensor) {
     return FinishToTensor(std::move(data), key, options_.pipeline,
                           batch->images.data() + slot * sample_values_, times, stage_bytes);
+  }
+  if (options_.target == Stage::kFeatures) {
+    absl::StatusOr<StageData> out =
+        RunPipeline(std::move(data), Stage::kFeatures, key, options_.pipeline, times, stage_bytes);
+    if (!out.ok()) return out.status();
+    if (out->width != sample_values_) {
+      return absl::InvalidArgumentError(absl::StrCat(StageName(Stage::kFeatures), " of ",
+                                                     out->width, " values, expected ",
+                                                     sample_values_));
+    }
+    HalvesToFloats(reinterpret_cast<const uint16_t*>(out->data.data()), sample_values_,
+                   batch->images.data() + slot * sample_values_);
+    return absl::OkStatus();
   }
   absl::StatusOr<StageData> out =
       RunPipeline(std::move(data), options_.target, key, options_.pipeline, times, stage_bytes);
@@ -755,8 +824,8 @@ absl::StatusOr<bool> Loader::Next(Batch* out) {
     }
     // Compact away skipped samples.
     const size_t sample_bytes =
-        static_cast<size_t>(sample_values_) * (tensor_target_ ? sizeof(float) : 1);
-    char* const images = tensor_target_ ? reinterpret_cast<char*>(batch->images.data())
+        static_cast<size_t>(sample_values_) * (float_target_ ? sizeof(float) : 1);
+    char* const images = float_target_ ? reinterpret_cast<char*>(batch->images.data())
                                         : reinterpret_cast<char*>(batch->pixels.data());
     int kept = 0;
     for (int i = 0; i < batch->n; ++i) {
@@ -777,7 +846,7 @@ absl::StatusOr<bool> Loader::Next(Batch* out) {
     // for this one in the step's collectives.
     if (kept == 0 && options_.world == 1) continue;
     const size_t kept_values = static_cast<size_t>(kept) * sample_values_;
-    if (tensor_target_) {
+    if (float_target_) {
       batch->images.resize(kept_values);
     } else {
       batch->pixels.resize(kept_values);
@@ -798,8 +867,13 @@ absl::StatusOr<bool> Loader::Next(Batch* out) {
     }
     out->index = batch->index;
     out->n = kept;
-    out->c = 3;
-    out->h = out->w = options_.pipeline.augment.crop_size;
+    if (options_.target == Stage::kFeatures) {
+      out->c = static_cast<int>(sample_values_);  // [n, F]
+      out->h = out->w = 1;
+    } else {
+      out->c = 3;
+      out->h = out->w = options_.pipeline.augment.crop_size;
+    }
     out->stage = options_.target;
     out->images = std::move(batch->images);
     out->pixels = std::move(batch->pixels);

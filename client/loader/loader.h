@@ -61,7 +61,15 @@ struct LoaderOptions {
   // The job's last stage: where this node's pipeline ends (Batch.stage).
   // TENSOR (float32 NCHW) for training on this node's CPU; FLIPPED or
   // CROPPED (uint8 NHWC, a quarter of the bytes) when the device finishes the
-  // ops. A policy's stage past it is taken as the target itself.
+  // ops; FEATURES (float32 [N, F], a frozen backbone's features) for training
+  // a classifier head. A policy's stage past it is taken as the target
+  // itself.
+  //
+  // FEATURES: a sample that arrives before it goes through this node's
+  // backbone (pipeline.backbone); a server's backbone must have the same
+  // checkpoint (Manifest.backbone_fingerprint). A sample planned at FEATURES
+  // on a server without a backbone is asked for at TENSOR instead. Without a
+  // backbone here every server needs one.
   Stage target = Stage::kTensor;
   // Profiling: a sample received at a stage before a skippable one (RAW)
   // also runs the ops of the path it skips (the lossless crop and the decode
@@ -122,6 +130,12 @@ struct LoaderEpochStats {
 // would succeed where one side decodes it and fail where the other does.
 absl::Status CheckJpegDecodingAgrees(const ServerManifest& manifest, absl::string_view address,
                                      const DecodeLimits& limits);
+
+// For a FEATURES target: the feature size F, checking that every server's
+// backbone has the checkpoint of `local` (this node's, may be null), or
+// without one that all servers have a backbone of the same checkpoint.
+// FailedPrecondition naming the server otherwise.
+absl::StatusOr<int> CheckFeatureSources(const ServerSet& servers, const FeatureExtractor* local);
 
 class Loader {
  public:
@@ -222,11 +236,16 @@ class Loader {
     int64_t owed = 0;            // requested from it, not arrived
     bool stream_done = false;    // the receiver ended
     bool lost = false;           // did not come back: its samples go to replicas
+    bool has_backbone = false;   // serves FEATURES (constant)
     // When the stream last broke or was refused: batches registered before it.
     int64_t opened_at_break = 0;
   };
 
-  Loader(ServerSet* servers, const LoaderOptions& options, OffloadPolicy* policy);
+  // `feature_size`: F of a FEATURES target (0 otherwise).
+  Loader(ServerSet* servers, const LoaderOptions& options, OffloadPolicy* policy,
+         int feature_size);
+  // The stage to ask `server` for a sample planned at `stage`.
+  Stage StageFor(int server, Stage stage) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendLoop();
   // Per server: writes what the sender queued, and after a reconnect first
   // everything owed; WritesDone once the epoch has all it needs.
@@ -261,8 +280,8 @@ class Loader {
   ServerSet* const servers_;
   const LoaderOptions options_;
   OffloadPolicy* const policy_;
-  const int64_t sample_values_;  // 3 * S * S
-  const bool tensor_target_;     // options_.target == TENSOR: floats, not uint8
+  const int64_t sample_values_;  // values per sample: 3 * S * S, or F for FEATURES
+  const bool float_target_;      // TENSOR or FEATURES: floats (Batch.images), not uint8
 
   // Set by StartEpoch, read-only while the epoch runs.
   uint64_t epoch_ = 0;

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "sophon/ops/pipeline.h"
 #include "absl/strings/str_format.h"
 
 namespace sophon {
@@ -56,6 +57,16 @@ absl::StatusOr<ServerManifest> ReadManifest(ManifestRpcs& rpcs, absl::string_vie
   m.prep_workers = header.prep_workers();
   m.cpu_limit = header.cpu_limit();
   m.lenient_jpeg = header.lenient_jpeg();
+  m.backbone = header.backbone();
+  m.feature_size = header.feature_size();
+  m.backbone_fingerprint = header.backbone_fingerprint();
+  if ((m.feature_size == 0) != m.backbone.empty() ||
+      m.feature_size > static_cast<uint32_t>(kMaxVectorElements)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("storage server ", address, " announces backbone '", m.backbone,
+                     "' with feature size ", m.feature_size, " (expected both or neither, and at most ",
+                     kMaxVectorElements, ")"));
+  }
   const uint64_t num_samples = header.num_samples();
   m.labels.reserve(std::min(num_samples, kMaxReserve));
   m.raw_sizes.reserve(std::min(num_samples, kMaxReserve));

@@ -124,6 +124,10 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
   profile.crop_size = s;
   profile.times_source = TimesSource::kMeasured;
   profile.samples.resize(n);
+  profile.stages = StageSet::All();  // measured up to the job's last stage
+  for (Stage stage : AllStages()) {
+    if (stage > options.target) profile.stages.Remove(stage);
+  }
   uint64_t declined = 0;
   for (uint64_t id = 0; id < n; ++id) {
     SampleProfile& p = profile.samples[id];
@@ -134,6 +138,10 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
     // is as large as the pass saw it; a bad sample counts as its file size.
     p.client = times[id];  // zero for a bad sample: nothing to offload
     for (Stage stage : AllStages()) {
+      if (stage > options.target) {
+        p.bytes[stage] = 0;  // past the job's last stage: not measured
+        continue;
+      }
       if (stage == kFirstStage || StagePayloadBytes(stage, s) >= 0) continue;
       p.bytes[stage] = local_bytes[id][stage] > 0 ? local_bytes[id][stage] : p.bytes[kFirstStage];
     }
@@ -150,10 +158,15 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
   }
   const double wall_scale = StorageWallScale(manifest);
   double server_s = 0, local_s = 0;
+  // The probe takes samples as far as the job does, and as far as the server
+  // can (FEATURES needs its backbone).
+  const Stage probe_stage =
+      options.target > Stage::kTensor && manifest.feature_size == 0 ? Stage::kTensor
+                                                                    : options.target;
   if (!probe_ids.empty()) {
     std::unique_ptr<FetchCall> call = client->OpenFetch();
     FetchRequestBuilder builder(kProfileEpoch, options.seed, options.pipeline.augment);
-    for (uint64_t id : probe_ids) builder.Add(id, kLastStage);
+    for (uint64_t id : probe_ids) builder.Add(id, probe_stage);
     call->Write(builder.Take());
     call->WritesDone();
     v1::FetchResponse response;
@@ -163,7 +176,7 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
         const OpTimes& t = times[sample.id()];
         server_s += ServerOpSeconds(sample.server_wall_seconds(), sample.server_cpu_seconds(),
                                     sample.server_read_seconds(), wall_scale);
-        local_s += t.Total();
+        local_s += t.Between(kFirstStage, probe_stage);
       }
     }
     if (absl::Status st = call->Finish(); !st.ok()) {

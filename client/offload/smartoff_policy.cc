@@ -353,6 +353,11 @@ absl::StatusOr<DatasetProfile> LoadOrMakeProfile(
       spdlog::info("profile in {} was taken at crop size {} for {} samples; re-profiling", folder,
                    profile->crop_size, profile->samples.size());
       need_profile = true;
+    } else if (loader_options.target == Stage::kFeatures &&
+               !profile->stages.Has(Stage::kFeatures)) {
+      spdlog::info("profile in {} does not measure stage {}, this job's last; re-profiling",
+                   folder, StageName(loader_options.target));
+      need_profile = true;
     } else {
       spdlog::info("smartoff: using the profile in {} ({} samples, server speed factor {:.2f})",
                    folder, profile->samples.size(), profile->server_speed_factor);

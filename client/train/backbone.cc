@@ -3,6 +3,7 @@
 #include <torch/utils.h>
 
 #include <cstring>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -27,6 +28,20 @@ absl::Status BackboneOptions::Validate() const {
 
 Backbone::~Backbone() = default;
 
+absl::StatusOr<uint64_t> CheckpointFingerprint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read checkpoint ", path));
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a, 64 bits
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) {
+    for (std::streamsize i = 0; i < in.gcount(); ++i) {
+      hash = (hash ^ static_cast<unsigned char>(buffer[i])) * 1099511628211ull;
+    }
+  }
+  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading checkpoint ", path));
+  return hash;
+}
+
 absl::StatusOr<std::unique_ptr<Backbone>> Backbone::Load(const BackboneOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   absl::StatusOr<CheckpointInfo> info = ReadCheckpointInfo(options.checkpoint);
@@ -37,6 +52,8 @@ absl::StatusOr<std::unique_ptr<Backbone>> Backbone::Load(const BackboneOptions& 
       !s.ok()) {
     return s;
   }
+  absl::StatusOr<uint64_t> fingerprint = CheckpointFingerprint(options.checkpoint);
+  if (!fingerprint.ok()) return fingerprint.status();
   (*net)->eval();
   for (torch::Tensor& p : (*net)->parameters()) p.set_requires_grad(false);
   if (options.threads > 0) torch::set_num_threads(options.threads);
@@ -45,6 +62,7 @@ absl::StatusOr<std::unique_ptr<Backbone>> Backbone::Load(const BackboneOptions& 
   backbone->arch_ = info->arch;
   backbone->num_classes_ = info->num_classes;
   backbone->feature_size_ = ModelFeatureSize(info->arch);
+  backbone->fingerprint_ = *fingerprint;
   backbone->min_input_size_ = ModelMinInputSize(info->arch);
   backbone->description_ = absl::StrCat(info->arch, " (", info->num_classes, " classes) from ",
                                         options.checkpoint);

@@ -9,6 +9,7 @@
 #define SOPHON_CLIENT_TRAIN_BACKBONE_H_
 
 #include <memory>
+#include <cstdint>
 #include <mutex>
 #include <string>
 
@@ -26,6 +27,10 @@ struct BackboneOptions {
   absl::Status Validate() const;  // names the field
 };
 
+// FNV-1a (64 bits) of a file's bytes: FeatureExtractor::fingerprint of a
+// backbone loaded from it. NotFound when it cannot be read.
+absl::StatusOr<uint64_t> CheckpointFingerprint(const std::string& path);
+
 class Backbone final : public FeatureExtractor {
  public:
   // Reads the checkpoint's architecture and class count, builds the model and
@@ -36,6 +41,7 @@ class Backbone final : public FeatureExtractor {
 
   int feature_size() const override { return feature_size_; }
   std::string description() const override { return description_; }
+  uint64_t fingerprint() const override { return fingerprint_; }
   const std::string& arch() const { return arch_; }
   int num_classes() const { return num_classes_; }
   // One forward pass at a time (each uses the intra-op threads).
@@ -48,6 +54,7 @@ class Backbone final : public FeatureExtractor {
   std::string arch_;
   int num_classes_ = 0;
   int feature_size_ = 0;
+  uint64_t fingerprint_ = 0;
   int min_input_size_ = 0;
   std::string description_;
   mutable std::mutex mu_;

@@ -9,11 +9,10 @@
 namespace sophon {
 
 std::string ImagesSha256(const Batch& batch) {
-  const void* data = batch.stage == Stage::kTensor
-                         ? static_cast<const void*>(batch.images.data())
-                         : static_cast<const void*>(batch.pixels.data());
-  const size_t size = batch.stage == Stage::kTensor ? batch.images.size() * sizeof(float)
-                                                    : batch.pixels.size();
+  const bool floats = GetStageInfo(batch.stage).layout != Layout::kHwc;  // TENSOR, FEATURES
+  const void* data = floats ? static_cast<const void*>(batch.images.data())
+                            : static_cast<const void*>(batch.pixels.data());
+  const size_t size = floats ? batch.images.size() * sizeof(float) : batch.pixels.size();
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   EVP_Digest(data, size, digest, &length, EVP_sha256(), nullptr);

@@ -37,9 +37,11 @@ static_assert(GetStageInfo(Stage::kCropped).wire == v1::STAGE_CROPPED);
 static_assert(GetStageInfo(Stage::kFlipped).wire == v1::STAGE_FLIPPED);
 static_assert(GetStageInfo(Stage::kTensor).wire == v1::STAGE_TENSOR);
 static_assert(GetStageInfo(Stage::kJpegCrop).wire == v1::STAGE_JPEG_CROP);
+static_assert(GetStageInfo(Stage::kFeatures).wire == v1::STAGE_FEATURES);
 static_assert(static_cast<int>(DType::kBytes) == v1::DTYPE_BYTES);
 static_assert(static_cast<int>(DType::kUint8) == v1::DTYPE_UINT8);
 static_assert(static_cast<int>(DType::kFloat32) == v1::DTYPE_FLOAT32);
+static_assert(static_cast<int>(DType::kFloat16) == v1::DTYPE_FLOAT16);
 
 v1::Stage StageToProto(Stage stage) { return static_cast<v1::Stage>(GetStageInfo(stage).wire); }
 
@@ -106,6 +108,17 @@ absl::StatusOr<StageData> StageDataFromProto(v1::Sample* sample) {
     data.width = static_cast<int>(r.image_width());
     data.region_top = static_cast<int>(r.top());
     data.region_left = static_cast<int>(r.left());
+  } else if (info.layout == Layout::kVector) {
+    if (shape.size() != 1) return bad("shape does not have 1 dimension");
+    if (shape[0] < 1 || shape[0] > static_cast<uint32_t>(kMaxVectorElements)) {
+      return bad(absl::StrCat("a vector of ", shape[0], " elements (at most ",
+                              kMaxVectorElements, ")"));
+    }
+    data.height = 1;
+    data.width = static_cast<int>(shape[0]);
+    if (sample->payload().size() != static_cast<uint64_t>(data.width) * DTypeBytes(info.dtype)) {
+      return bad("payload size does not match its shape");
+    }
   } else if (info.layout != Layout::kOpaque) {
     if (shape.size() != 3) return bad("shape does not have 3 dimensions");
     const bool hwc = info.layout == Layout::kHwc;

@@ -18,6 +18,17 @@ absl::Status CheckStageData(const StageData& data, int crop_size) {
     }
     return absl::OkStatus();
   }
+  if (GetStageInfo(data.stage).layout == Layout::kVector) {
+    const int64_t element = DTypeBytes(GetStageInfo(data.stage).dtype);
+    if (data.height != 1 || data.width < 1 || data.width > kMaxVectorElements ||
+        static_cast<int64_t>(data.data.size()) != data.width * element) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          StageName(data.stage), " payload is ", data.height, "x", data.width, " with ",
+          data.data.size(), " bytes, expected 1 x F (1 <= F <= ", kMaxVectorElements, ") with F x ",
+          element, " bytes"));
+    }
+    return absl::OkStatus();
+  }
   const int64_t expected = StagePayloadBytes(data.stage, crop_size);
   if (expected < 0) return absl::OkStatus();  // opaque: any size
   if (data.height != crop_size || data.width != crop_size) {

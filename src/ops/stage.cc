@@ -51,13 +51,17 @@ int DTypeBytes(DType dtype) {
     case DType::kBytes:
     case DType::kUint8: return 1;
     case DType::kFloat32: return 4;
+    case DType::kFloat16: return 2;
   }
   return 1;
 }
 
 int64_t StagePayloadBytes(Stage stage, int crop_size) {
   const StageInfo& info = GetStageInfo(stage);
-  if (info.layout == Layout::kOpaque || info.layout == Layout::kJpegRegion) return -1;
+  if (info.layout == Layout::kOpaque || info.layout == Layout::kJpegRegion ||
+      info.layout == Layout::kVector) {
+    return -1;
+  }
   return static_cast<int64_t>(crop_size) * crop_size * 3 * DTypeBytes(info.dtype);
 }
 
@@ -68,6 +72,7 @@ std::vector<uint32_t> StageShape(Stage stage, int height, int width, uint64_t by
     case Layout::kJpegRegion: return {static_cast<uint32_t>(bytes)};
     case Layout::kHwc: return {h, w, 3};
     case Layout::kChw: return {3, h, w};
+    case Layout::kVector: return {w};
   }
   return {};
 }

@@ -1,12 +1,15 @@
 #include "sophon/ops/stage_ops.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
+#include "sophon/base/half.h"
 #include "sophon/image/image_ops.h"
 #include "sophon/image/jpeg_codec.h"
 #include "sophon/image/jpeg_crop.h"
+#include "sophon/ops/feature_extractor.h"
 #include "sophon/ops/pipeline.h"
 
 namespace sophon {
@@ -76,6 +79,29 @@ absl::Status ToTensorOp(const SampleKey&, const PipelineOptions&, StageData* dat
   ToTensorNormalize(reinterpret_cast<const uint8_t*>(data->data.data()), data->height,
                     data->width, reinterpret_cast<float*>(tensor.data()));
   data->data = std::move(tensor);
+  return absl::OkStatus();
+}
+
+absl::Status FeaturesOp(const SampleKey&, const PipelineOptions& options, StageData* data) {
+  if (options.backbone == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("stage ", StageName(Stage::kFeatures),
+                     " needs a backbone, and none is loaded (sophon-server --backbone, "
+                     "or the training node's --backbone)"));
+  }
+  const int f = options.backbone->feature_size();
+  thread_local std::vector<float> features;
+  features.resize(static_cast<size_t>(f));
+  if (absl::Status s = options.backbone->Extract(reinterpret_cast<const float*>(data->data.data()),
+                                                 1, data->height, features.data());
+      !s.ok()) {
+    return s;
+  }
+  std::string out(static_cast<size_t>(f) * sizeof(uint16_t), '\0');
+  FloatsToHalves(features.data(), features.size(), reinterpret_cast<uint16_t*>(out.data()));
+  data->data = std::move(out);
+  data->height = 1;
+  data->width = f;
   return absl::OkStatus();
 }
 

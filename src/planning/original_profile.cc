@@ -125,12 +125,15 @@ absl::StatusOr<int> InferCropSize(uint64_t cropped_bytes, const csv::Line& line,
 // each op's time (its loader, decoding and crop make our decode_crop). The
 // original system had no lossless crop: JPEG_CROP gets the file's size, no
 // op times, and is left out of the profile's stages, so no plan picks it.
+// It had no backbone either: FEATURES has no column (0 bytes, not measured)
+// and is left out too.
 constexpr std::pair<Stage, const char*> kSizeColumns[] = {
     {Stage::kRaw, "raw"},
     {Stage::kJpegCrop, "raw"},
     {Stage::kCropped, "RandomResizedCrop"},
     {Stage::kFlipped, "RandomHorizontalFlip"},
     {Stage::kTensor, "Normalize"},
+    {Stage::kFeatures, nullptr},
 };
 static_assert(std::size(kSizeColumns) == kNumStages, "every stage needs its size column");
 constexpr std::pair<Op, const char*> kTimeColumns[] = {
@@ -139,7 +142,9 @@ constexpr std::pair<Op, const char*> kTimeColumns[] = {
     {Op::kTensor, "ToTensor"},  {Op::kTensor, "Normalize"},
 };
 // The stages the original files measured.
-static StageSet OriginalStages() { return StageSet::All().Remove(Stage::kJpegCrop); }
+static StageSet OriginalStages() {
+  return StageSet::All().Remove(Stage::kJpegCrop).Remove(Stage::kFeatures);
+}
 
 absl::StatusOr<DatasetProfile> ParseOriginalSizes(absl::string_view text,
                                                   absl::string_view file_name, int crop_size) {
@@ -166,6 +171,7 @@ absl::StatusOr<DatasetProfile> ParseOriginalSizes(absl::string_view text,
           absl::StrCat("index ", s.id, " out of sequence (expected ", profile.samples.size(), ")"));
     }
     for (const auto& [stage, column] : kSizeColumns) {
+      if (column == nullptr) continue;
       ASSIGN_OR_RETURN(s.bytes[stage], UintField(f, columns, column, line, file_name));
       if (s.bytes[stage] == 0) {
         return csv::LineError(file_name, line.number, "every size must be > 0 bytes");

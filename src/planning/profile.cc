@@ -53,9 +53,10 @@ absl::Status DatasetProfile::Validate() const {
                                                      s.id, "; ids must be 0, 1, 2, ..."));
     }
     for (const StageInfo& stage : kStageTable) {
-      if (s.bytes[stage.stage] == 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "sample ", s.id, ": every stage size must be > 0 bytes (", stage.name, " is 0)"));
+      if (s.bytes[stage.stage] == 0 && stages.Has(stage.stage)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sample ", s.id, ": the size of every stage the profile offers must be > 0 bytes (",
+                         stage.name, " is 0)"));
       }
     }
     for (const OpInfo& op : kOpTable) {

@@ -21,21 +21,45 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kMagic[] = "# sophon-profile v2";
+constexpr char kMagic[] = "# sophon-profile v3";
+constexpr char kMagicV2[] = "# sophon-profile v2";  // read: no FEATURES columns
 constexpr char kMagicPrefix[] = "# sophon-profile ";
-// id, then <stage>_bytes for every stage in stage table order, <op>_s for
-// every op in op table order, then source_pixels.
-constexpr int kFirstTimeColumn = 1 + kNumStages;
-constexpr int kPixelsColumn = kFirstTimeColumn + kNumOps;
-const std::vector<std::string>& Columns() {
-  static const auto* columns = [] {
-    auto* c = new std::vector<std::string>{"id"};
-    for (const StageInfo& stage : kStageTable) c->push_back(absl::StrCat(stage.name, "_bytes"));
-    for (const OpInfo& op : kOpTable) c->push_back(absl::StrCat(op.name, "_s"));
-    c->push_back("source_pixels");
+
+// A profile file's columns: id, then <stage>_bytes for every stage in stage
+// table order, <op>_s for every op in op table order, then source_pixels.
+// Version 2 (before the FEATURES stage) has neither features_bytes nor
+// features_s.
+struct Column {
+  enum Kind { kId, kBytes, kSeconds, kPixels } kind;
+  int index;  // stage or op index
+  std::string name;
+};
+const std::vector<Column>& Columns(int version) {
+  static const auto* v2 = new std::vector<Column>();
+  static const auto* v3 = [] {
+    auto* c = new std::vector<Column>{{Column::kId, 0, "id"}};
+    for (const StageInfo& stage : kStageTable) {
+      c->push_back({Column::kBytes, StageIndex(stage.stage), absl::StrCat(stage.name, "_bytes")});
+    }
+    for (const OpInfo& op : kOpTable) {
+      c->push_back({Column::kSeconds, static_cast<int>(op.op), absl::StrCat(op.name, "_s")});
+    }
+    c->push_back({Column::kPixels, 0, "source_pixels"});
+    for (const Column& column : *c) {
+      const bool features = (column.kind == Column::kBytes &&
+                             column.index == StageIndex(Stage::kFeatures)) ||
+                            (column.kind == Column::kSeconds &&
+                             column.index == static_cast<int>(Op::kFeatures));
+      if (!features) const_cast<std::vector<Column>*>(v2)->push_back(column);
+    }
     return c;
   }();
-  return *columns;
+  return version == 2 ? *v2 : *v3;
+}
+std::string HeaderLine(int version) {
+  std::string out;
+  for (const Column& c : Columns(version)) absl::StrAppend(&out, out.empty() ? "" : ",", c.name);
+  return out;
 }
 
 // Dataset names are folder names and may hold spaces: keep [A-Za-z0-9._+-]
@@ -133,36 +157,44 @@ absl::Status ParseMetadata(absl::string_view comment, absl::string_view file, in
   return absl::OkStatus();
 }
 
+// `stages`: those the file offers, whose sizes must be > 0.
 absl::StatusOr<SampleProfile> ParseRow(absl::string_view text, absl::string_view file, int line,
-                                       uint64_t expected_id) {
+                                       uint64_t expected_id, int version, StageSet stages) {
+  const std::vector<Column>& columns = Columns(version);
   const std::vector<absl::string_view> f = csv::SplitFields(text, ',');
-  if (f.size() != Columns().size()) {
+  if (f.size() != columns.size()) {
     return csv::LineError(file, line,
-                          absl::StrCat("expected ", Columns().size(), " fields, got ", f.size()));
+                          absl::StrCat("expected ", columns.size(), " fields, got ", f.size()));
   }
   SampleProfile s;
-  for (int i = 0; i <= kNumStages; ++i) {
-    uint64_t* value = i == 0 ? &s.id : &s.bytes.values[i - 1];
-    if (!csv::ParseUint(f[i], value)) {
-      return csv::LineError(
-          file, line,
-          absl::StrCat(Columns()[i], ": expected a non-negative integer, got '", f[i], "'"));
+  for (size_t i = 0; i < columns.size(); ++i) {
+    const Column& c = columns[i];
+    switch (c.kind) {
+      case Column::kId:
+      case Column::kBytes:
+      case Column::kPixels: {
+        uint64_t* value = c.kind == Column::kId      ? &s.id
+                          : c.kind == Column::kBytes ? &s.bytes.values[c.index]
+                                                     : &s.source_pixels;
+        if (!csv::ParseUint(f[i], value)) {
+          return csv::LineError(file, line,
+                                absl::StrCat(c.name, ": expected a non-negative integer, got '",
+                                             f[i], "'"));
+        }
+        if (c.kind == Column::kBytes && *value == 0 && stages.Has(StageAt(c.index))) {
+          return csv::LineError(file, line, absl::StrCat(c.name, " must be > 0"));
+        }
+        break;
+      }
+      case Column::kSeconds: {
+        double* seconds = &s.client.values[c.index];
+        if (!csv::ParseDouble(f[i], seconds) || *seconds < 0) {
+          return csv::LineError(
+              file, line, absl::StrCat(c.name, ": expected seconds >= 0, got '", f[i], "'"));
+        }
+        break;
+      }
     }
-    if (i > 0 && *value == 0) {
-      return csv::LineError(file, line, absl::StrCat(Columns()[i], " must be > 0"));
-    }
-  }
-  for (int i = kFirstTimeColumn; i < kPixelsColumn; ++i) {
-    double* seconds = &s.client.values[i - kFirstTimeColumn];
-    if (!csv::ParseDouble(f[i], seconds) || *seconds < 0) {
-      return csv::LineError(
-          file, line, absl::StrCat(Columns()[i], ": expected seconds >= 0, got '", f[i], "'"));
-    }
-  }
-  if (!csv::ParseUint(f[kPixelsColumn], &s.source_pixels)) {
-    return csv::LineError(file, line,
-                          absl::StrCat("source_pixels: expected an integer, got '",
-                                       f[kPixelsColumn], "'"));
   }
   if (s.id != expected_id) {
     return csv::LineError(
@@ -183,12 +215,14 @@ absl::StatusOr<DatasetProfile> ParseSophonProfile(absl::string_view text,
         file_name, lines.empty() ? 1 : lines[0].number,
         absl::StrCat("not a Sophon profile (expected the first line '", kMagic, "')"));
   }
-  if (absl::StripAsciiWhitespace(lines[0].text) != kMagic) {
+  const absl::string_view magic = absl::StripAsciiWhitespace(lines[0].text);
+  const int version = magic == kMagic ? 3 : magic == kMagicV2 ? 2 : 0;
+  if (version == 0) {
     // FailedPrecondition: a valid profile of another version (smartoff
     // profiles the dataset again).
     return absl::FailedPreconditionError(absl::StrCat(
         file_name, ":", lines[0].number, ": unsupported profile version '", lines[0].text,
-        "' (this build reads '", kMagic, "')"));
+        "' (this build reads '", kMagic, "' and '", kMagicV2, "')"));
   }
   Metadata meta;
   DatasetProfile profile;
@@ -203,23 +237,24 @@ absl::StatusOr<DatasetProfile> ParseSophonProfile(absl::string_view text,
         }
         continue;
       }
-      std::vector<std::string> header;
-      for (absl::string_view f : csv::SplitFields(line.text, ',')) header.emplace_back(f);
-      if (header != Columns()) {
-        return csv::LineError(
-            file_name, line.number,
-            absl::StrCat("expected the column header '", absl::StrJoin(Columns(), ","), "'"));
+      if (absl::StripAsciiWhitespace(line.text) != HeaderLine(version)) {
+        return csv::LineError(file_name, line.number,
+                              absl::StrCat("expected the column header '", HeaderLine(version),
+                                           "'"));
       }
       if (!meta.seen || !meta.dataset || !meta.fingerprint || !meta.crop_size) {
         return csv::LineError(
             file_name, line.number,
             "missing '# dataset=NAME fingerprint=HEX crop_size=S' line before the header");
       }
+      // A version 2 file predates FEATURES: it never measured it.
+      if (version == 2) meta.stages.Remove(Stage::kFeatures);
       header_seen = true;
       continue;
     }
     ASSIGN_OR_RETURN(SampleProfile s,
-                     ParseRow(line.text, file_name, line.number, profile.samples.size()));
+                     ParseRow(line.text, file_name, line.number, profile.samples.size(), version,
+                              meta.stages));
     profile.samples.push_back(s);
   }
   if (!header_seen) {
@@ -258,7 +293,7 @@ absl::Status WriteSophonProfile(const DatasetProfile& profile, const std::string
     out << "# units: *_bytes = payload bytes at that stage; *_s = thread CPU seconds of the op "
            "on the training node; source_pixels = width*height of the encoded image (0 = "
            "unknown)\n";
-    out << absl::StrJoin(Columns(), ",") << "\n";
+    out << HeaderLine(3) << "\n";
     for (const SampleProfile& s : profile.samples) {
       std::string row = absl::StrCat(s.id);
       for (uint64_t bytes : s.bytes.values) absl::StrAppend(&row, ",", bytes);

@@ -34,6 +34,9 @@ absl::StatusOr<DatasetProfile> MeasureProfile(const SampleSource& source,
       absl::StrCat("measured on this machine over ", options.epochs, " epoch(s)");
   profile.samples.resize(n);
   for (uint64_t id = 0; id < n; ++id) profile.samples[id].id = id;
+  // FEATURES is measured when there is a backbone to run.
+  const Stage last = options.pipeline.backbone != nullptr ? Stage::kFeatures : Stage::kTensor;
+  if (last == Stage::kFeatures) profile.stages.Add(Stage::kFeatures);
   // Every stage's size as the ops produced it, summed over the epochs (a
   // stage whose size depends on the crop differs between them).
   std::vector<PerStage<uint64_t>> byte_sums(n);
@@ -62,7 +65,7 @@ absl::StatusOr<DatasetProfile> MeasureProfile(const SampleSource& source,
         return fail(st);
       }
       absl::StatusOr<StageData> out = RunPipeline(
-          std::move(raw), kLastStage, SampleKey{options.seed, static_cast<uint64_t>(epoch), id},
+          std::move(raw), last, SampleKey{options.seed, static_cast<uint64_t>(epoch), id},
           options.pipeline, &sample.client, &stage_bytes);
       if (!out.ok()) return fail(out.status());
       for (int k = 0; k < kNumStages; ++k) byte_sums[id].values[k] += stage_bytes.values[k];

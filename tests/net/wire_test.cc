@@ -41,6 +41,38 @@ TEST(WireTest, RejectsPayloadThatDoesNotMatchItsShape) {
   EXPECT_NE(s.message().find("sample 17"), std::string::npos);
 }
 
+TEST(WireTest, FeatureVectorsCrossAsFp16WithTheirLength) {
+  StageData d;
+  d.stage = Stage::kFeatures;
+  d.height = 1;
+  d.width = 5;
+  d.data.assign(10, 'y');
+  v1::Sample sample;
+  sample.set_id(3);
+  StageDataToProto(d, &sample);
+  EXPECT_EQ(sample.stage(), v1::STAGE_FEATURES);
+  EXPECT_EQ(sample.dtype(), v1::DTYPE_FLOAT16);
+  ASSERT_EQ(sample.shape_size(), 1);
+  EXPECT_EQ(sample.shape(0), 5u);
+  v1::Sample copy = sample;
+  absl::StatusOr<StageData> back = StageDataFromProto(&copy);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->height, 1);
+  EXPECT_EQ(back->width, 5);
+  EXPECT_EQ(back->data, d.data);
+  // A length that does not match the bytes, a zero length, or a huge one.
+  for (uint32_t length : {4u, 0u, (1u << 20) + 1}) {
+    v1::Sample bad = sample;
+    bad.set_shape(0, length);
+    const absl::Status s = StageDataFromProto(&bad).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << length;
+    EXPECT_NE(s.message().find("sample 3 (features)"), std::string::npos) << s;
+  }
+  v1::Sample float32 = sample;
+  float32.set_dtype(v1::DTYPE_FLOAT32);
+  EXPECT_EQ(StageDataFromProto(&float32).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(WireTest, AugmentConfigIsValidated) {
   AugmentOptions o;
   o.crop_size = 96;

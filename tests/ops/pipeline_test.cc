@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "sophon/base/half.h"
+#include "tests/ops/fake_extractor.h"
 #include "tests/test_util.h"
 
 namespace sophon {
@@ -31,7 +33,7 @@ TEST_F(PipelineTest, EverySplitPointGivesIdenticalTensors) {
     const SampleKey key{5, 2, id};
     std::vector<float> reference(3 * 64 * 64);
     ASSERT_TRUE(FinishToTensor(Raw(jpeg_), key, options_, reference.data()).ok());
-    for (int split = 0; split < kNumStages; ++split) {
+    for (int split = 0; split <= StageIndex(Stage::kTensor); ++split) {
       absl::StatusOr<StageData> mid =
           RunPipeline(Raw(jpeg_), static_cast<Stage>(split), key, options_);
       ASSERT_TRUE(mid.ok()) << mid.status();
@@ -88,6 +90,55 @@ TEST_F(PipelineTest, ReportsTheSizeOfEveryStageItPasses) {
   ASSERT_TRUE(
       FinishToTensor(Raw(jpeg_), {0, 0, 1}, options_, out.data(), nullptr, &finished).ok());
   EXPECT_EQ(finished, sizes);
+}
+
+TEST_F(PipelineTest, FeaturesAreTheBackbonesOnTheTensorInHalfPrecision) {
+  const SampleKey key{5, 2, 3};
+  // Without a backbone the op refuses, naming what is missing.
+  absl::StatusOr<StageData> none = RunPipeline(Raw(jpeg_), Stage::kFeatures, key, options_);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(none.status().message().find("backbone"), std::string::npos) << none.status();
+
+  testing::FakeExtractor fake(6);
+  options_.backbone = &fake;
+  std::vector<float> tensor(3 * 64 * 64);
+  ASSERT_TRUE(FinishToTensor(Raw(jpeg_), key, options_, tensor.data()).ok());
+  std::vector<float> expected(6);
+  ASSERT_TRUE(fake.Extract(tensor.data(), 1, 64, expected.data()).ok());
+  // From every split point, the same fp16 vector.
+  for (int split = 0; split <= StageIndex(Stage::kFeatures); ++split) {
+    absl::StatusOr<StageData> mid = RunPipeline(Raw(jpeg_), StageAt(split), key, options_);
+    ASSERT_TRUE(mid.ok()) << mid.status();
+    PerStage<uint64_t> sizes;
+    absl::StatusOr<StageData> f =
+        RunPipeline(*std::move(mid), Stage::kFeatures, key, options_, nullptr, &sizes);
+    ASSERT_TRUE(f.ok()) << f.status();
+    ASSERT_EQ(f->stage, Stage::kFeatures);
+    EXPECT_EQ(f->height, 1);
+    ASSERT_EQ(f->width, 6);
+    ASSERT_EQ(f->data.size(), 12u);
+    EXPECT_EQ(sizes[Stage::kFeatures], 12u);
+    EXPECT_TRUE(CheckStageData(*f, 64).ok());
+    const auto* halves = reinterpret_cast<const uint16_t*>(f->data.data());
+    for (int i = 0; i < 6; ++i) {
+      EXPECT_EQ(halves[i], FloatToHalf(expected[i])) << "split " << split << " feature " << i;
+    }
+  }
+  // A vector payload must be 1 x F with F elements' bytes.
+  StageData bad;
+  bad.stage = Stage::kFeatures;
+  bad.height = 1;
+  bad.width = 6;
+  bad.data.assign(11, 'x');
+  EXPECT_EQ(CheckStageData(bad, 64).code(), absl::StatusCode::kInvalidArgument);
+  bad.data.assign(12, 'x');
+  EXPECT_TRUE(CheckStageData(bad, 64).ok());
+  bad.height = 2;
+  EXPECT_EQ(CheckStageData(bad, 64).code(), absl::StatusCode::kInvalidArgument);
+  // Features cannot be taken back to a tensor.
+  bad.height = 1;
+  std::vector<float> out(3 * 64 * 64);
+  EXPECT_FALSE(FinishToTensor(bad, key, options_, out.data()).ok());
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/ops/fake_extractor.h"
 #include "sophon/data/image_folder.h"
 #include "sophon/planning/original_profile.h"
 #include "sophon/planning/profile_csv.h"
@@ -74,6 +75,41 @@ TEST(SophonProfileTest, RoundTripsThroughTheCsvFormat) {
   ExpectSameProfile(p, *back);
 }
 
+TEST(SophonProfileTest, FeaturesRoundTripAndVersion2FilesHaveNone) {
+  DatasetProfile p = SmallProfile();
+  p.stages.Add(Stage::kFeatures);
+  for (SampleProfile& s : p.samples) {
+    s.bytes[Stage::kFeatures] = 1024;
+    s.client[Op::kFeatures] = 0.25;
+  }
+  const std::string dir = testing::MakeTempDir("profile_features");
+  ASSERT_TRUE(WriteSophonProfile(p, dir + "/p.csv").ok());
+  absl::StatusOr<DatasetProfile> back = ReadSophonProfile(dir + "/p.csv");
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSameProfile(p, *back);
+  EXPECT_TRUE(back->stages.Has(Stage::kFeatures));
+  // Offered, its size must not be 0.
+  p.samples[1].bytes[Stage::kFeatures] = 0;
+  EXPECT_FALSE(p.Validate().ok());
+
+  // A file of the previous version: no features columns, so no FEATURES.
+  const std::string v2 =
+      "# sophon-profile v2\n"
+      "# dataset=d fingerprint=ff crop_size=224 server_speed=1 times=measured "
+      "stages=raw,jpeg_crop,cropped,flipped,tensor\n"
+      "id,raw_bytes,jpeg_crop_bytes,cropped_bytes,flipped_bytes,tensor_bytes,jpeg_crop_s,"
+      "decode_jpeg_crop_s,decode_crop_s,flip_s,tensor_s,source_pixels\n"
+      "0,10,5,20,20,80,0.05,0.09,0.1,0.01,0.02,100\n";
+  absl::StatusOr<DatasetProfile> old = ParseSophonProfile(v2, "old.csv");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_FALSE(old->stages.Has(Stage::kFeatures));
+  EXPECT_EQ(old->samples[0].bytes[Stage::kTensor], 80u);
+  EXPECT_EQ(old->samples[0].bytes[Stage::kFeatures], 0u);
+  EXPECT_DOUBLE_EQ(old->samples[0].client[Op::kTensor], 0.02);
+  EXPECT_EQ(old->samples[0].client[Op::kFeatures], 0.0);
+  EXPECT_EQ(old->samples[0].source_pixels, 100u);
+}
+
 TEST(SophonProfileTest, FolderRefusesAProfileOfAnotherFileList) {
   const DatasetProfile p = SmallProfile();
   const std::string folder = testing::MakeTempDir("profile_folder") + "/profiles/ds";
@@ -113,7 +149,17 @@ TEST(SophonProfileTest, MeasuredProfileIsKeyedByTheDatasetFingerprint) {
     EXPECT_EQ(s.bytes[Stage::kTensor], 32u * 32 * 3 * 4);
     EXPECT_GE(s.source_pixels, 160u * 160);
     EXPECT_GT(s.client[Op::kDecodeCrop], 0);
+    EXPECT_EQ(s.bytes[Stage::kFeatures], 0u);  // no backbone: not measured
   }
+  EXPECT_FALSE(p->stages.Has(Stage::kFeatures));
+  // With a backbone, FEATURES is measured too.
+  testing::FakeExtractor fake(10);
+  ProfilerOptions with_backbone = options;
+  with_backbone.pipeline.backbone = &fake;
+  absl::StatusOr<DatasetProfile> f = MeasureProfile(**ds, with_backbone);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(f->stages.Has(Stage::kFeatures));
+  for (const SampleProfile& s : f->samples) EXPECT_EQ(s.bytes[Stage::kFeatures], 20u);
   const std::string folder = DefaultProfileFolder((*ds)->name());
   const std::string dir = testing::MakeTempDir("profile_measured_out") + "/" + folder;
   ASSERT_TRUE(SaveProfileFolder(*p, dir).ok());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/ops/fake_extractor.h"
 #include "sophon/data/image_folder.h"
 #include "sophon/net/wire.h"
 #include "tests/test_util.h"
@@ -70,6 +71,28 @@ TEST_F(FetchRequestTest, PerSampleProblemsDoNotRefuseTheMessage) {
   EXPECT_EQ(SampleError(c->samples[2], *source_, options_).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(c->samples[3].refusal, SampleRefusal::kNone);
   EXPECT_EQ(c->samples[3].bytes, 64 * 64 * 3 * 4);
+}
+
+TEST_F(FetchRequestTest, FeaturesNeedABackboneAndReserveItsVector) {
+  v1::FetchRequest r = Request(64);
+  v1::SampleRequest* features = r.add_samples();
+  features->set_id(1);
+  features->set_target_stage(v1::STAGE_FEATURES);
+  Limit limit;
+  absl::StatusOr<CheckedRequest> none = CheckFetchRequest(r, *source_, options_, &limit);
+  ASSERT_TRUE(none.ok()) << none.status();
+  ASSERT_EQ(none->samples[0].refusal, SampleRefusal::kNoBackbone);
+  const absl::Status error = SampleError(none->samples[0], *source_, options_);
+  EXPECT_EQ(error.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(error.message().find("sample 1: stage features needs a backbone"), std::string::npos)
+      << error;
+
+  options_.backbone = std::make_shared<testing::FakeExtractor>(512);
+  absl::StatusOr<CheckedRequest> with = CheckFetchRequest(r, *source_, options_, &limit);
+  ASSERT_TRUE(with.ok()) << with.status();
+  EXPECT_EQ(with->samples[0].refusal, SampleRefusal::kNone);
+  EXPECT_EQ(with->samples[0].bytes, 512 * 2);  // fp16
+  EXPECT_EQ(with->pipeline->backbone, options_.backbone.get());
 }
 
 TEST_F(FetchRequestTest, WholeMessageLimits) {

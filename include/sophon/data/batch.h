@@ -18,8 +18,10 @@ struct Batch {
   int h = 0;
   int w = 0;
   // The stage the samples were taken to (the loader's target): TENSOR fills
-  // `images`, float32 NCHW normalized; a uint8 HWC stage (CROPPED, FLIPPED)
-  // fills `pixels`, uint8 NHWC, for a device that finishes the ops itself.
+  // `images`, float32 NCHW normalized; FEATURES fills `images` with float32
+  // [n, F] feature vectors (c = F, h = w = 1); a uint8 HWC stage (CROPPED,
+  // FLIPPED) fills `pixels`, uint8 NHWC, for a device that finishes the ops
+  // itself.
   Stage stage = Stage::kTensor;
   std::vector<float> images;    // n * c * h * w, or empty
   std::vector<uint8_t> pixels;  // n * h * w * c, or empty

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "sophon/image/jpeg_codec.h"
 #include "sophon/ops/augment.h"
+#include "sophon/ops/feature_extractor.h"
 #include "sophon/ops/stage.h"
 
 namespace sophon {
@@ -22,7 +23,7 @@ struct StageData {
   // protobuf unchanged.
   std::string data;
   // The payload's size for HWC / CHW; the whole image's for a JPEG region;
-  // 0 for an opaque stage.
+  // 1 x F for a vector of F elements; 0 for an opaque stage.
   int height = 0;
   int width = 0;
   // A JPEG region's offset in the whole image; 0 otherwise.
@@ -33,9 +34,16 @@ struct StageData {
 struct PipelineOptions {
   AugmentOptions augment;
   DecodeLimits limits;
+  // The frozen network of the FEATURES op; null = none (a sample asked for
+  // FEATURES fails with FailedPrecondition). Not owned; thread-safe.
+  const FeatureExtractor* backbone = nullptr;
 };
 
-// Checks that `data` is a well-formed payload of its stage for this crop size.
+// The most elements a vector payload (FEATURES) may have.
+inline constexpr int kMaxVectorElements = 1 << 20;
+
+// Checks that `data` is a well-formed payload of its stage for this crop size
+// (a vector: 1 x F with 1 <= F <= kMaxVectorElements and F elements' bytes).
 absl::Status CheckStageData(const StageData& data, int crop_size);
 
 // Takes `in` to `target` by running the ops on NextOp's path (stage.h).

@@ -29,13 +29,14 @@ enum class Stage : int {
   kCropped = 2,   // uint8 S x S x 3 (HWC) after decode + random resized crop
   kFlipped = 3,   // uint8 S x S x 3 (HWC) after the random horizontal flip
   kTensor = 4,    // float32 3 x S x S (CHW), normalized
+  kFeatures = 5,  // fp16 [F]: a frozen backbone's features of the TENSOR (feature_extractor.h)
 };
-inline constexpr int kNumStages = 5;
+inline constexpr int kNumStages = 6;
 inline constexpr Stage kFirstStage = Stage::kRaw;
-inline constexpr Stage kLastStage = Stage::kTensor;
+inline constexpr Stage kLastStage = Stage::kFeatures;
 
 // Element type of a payload; same numbering as sophon.v1.DType.
-enum class DType : int { kBytes = 0, kUint8 = 1, kFloat32 = 2 };
+enum class DType : int { kBytes = 0, kUint8 = 1, kFloat32 = 2, kFloat16 = 3 };
 // How a payload's elements are arranged. Sized layouts hold S x S x 3
 // elements for crop size S.
 enum class Layout : int {
@@ -44,6 +45,8 @@ enum class Layout : int {
                 // the whole image's size and the part's offset in it
   kHwc,         // shape [S, S, 3]
   kChw,         // shape [3, S, S]
+  kVector,      // shape [F]: F elements, F set by whoever made them (a
+                // backbone's feature size), not by the crop size
 };
 
 // What an op's CPU time grows with, for the times model (planning/times_model.h).
@@ -70,6 +73,7 @@ inline constexpr StageInfo kStageTable[kNumStages] = {
     {Stage::kCropped,  "cropped",   1,   DType::kUint8,   Layout::kHwc},
     {Stage::kFlipped,  "flipped",   2,   DType::kUint8,   Layout::kHwc},
     {Stage::kTensor,   "tensor",    3,   DType::kFloat32, Layout::kChw},
+    {Stage::kFeatures, "features",  5,   DType::kFloat16, Layout::kVector},
 };
 // clang-format on
 
@@ -83,8 +87,9 @@ enum class Op : int {
   kDecodeCrop = 2,      // RAW -> CROPPED: decode the file's crop, resize
   kFlip = 3,
   kTensor = 4,
+  kFeatures = 5,        // TENSOR -> FEATURES: the frozen backbone's forward pass
 };
-inline constexpr int kNumOps = 5;
+inline constexpr int kNumOps = 6;
 
 struct OpInfo {
   Op op;
@@ -103,6 +108,7 @@ inline constexpr OpInfo kOpTable[kNumOps] = {
     {Op::kDecodeCrop,     Stage::kRaw,      Stage::kCropped,  &DecodeCropOp,   "decode_crop",      OpCost::kInputSized},
     {Op::kFlip,           Stage::kCropped,  Stage::kFlipped,  &FlipOp,         "flip",             OpCost::kOutputSized},
     {Op::kTensor,         Stage::kFlipped,  Stage::kTensor,   &ToTensorOp,     "tensor",           OpCost::kOutputSized},
+    {Op::kFeatures,       Stage::kTensor,   Stage::kFeatures, &FeaturesOp,     "features",         OpCost::kOutputSized},
 };
 // clang-format on
 
@@ -170,8 +176,8 @@ absl::StatusOr<Stage> StageFromName(absl::string_view name);
 absl::StatusOr<Stage> StageFromWire(int wire);
 // Bytes of one element of `dtype`.
 int DTypeBytes(DType dtype);
-// Payload bytes of `stage` for crop size s; -1 for a stage of any size
-// (RAW, JPEG_CROP).
+// Payload bytes of `stage` for crop size s; -1 for a stage whose size the
+// crop size does not fix (RAW, JPEG_CROP, FEATURES).
 int64_t StagePayloadBytes(Stage stage, int crop_size);
 // The wire shape of a payload of `stage`: [bytes] for a stage of any size,
 // else the layout's dimensions for an image of height x width.

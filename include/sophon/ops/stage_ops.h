@@ -31,6 +31,9 @@ absl::Status DecodeCropOp(const SampleKey& key, const PipelineOptions& options, 
 absl::Status FlipOp(const SampleKey& key, const PipelineOptions& options, StageData* data);
 // FLIPPED -> TENSOR: float32 CHW, normalized.
 absl::Status ToTensorOp(const SampleKey& key, const PipelineOptions& options, StageData* data);
+// TENSOR -> FEATURES: options.backbone's features of the image, as fp16.
+// FailedPrecondition without a backbone.
+absl::Status FeaturesOp(const SampleKey& key, const PipelineOptions& options, StageData* data);
 
 }  // namespace sophon
 

@@ -18,7 +18,9 @@ namespace sophon {
 // Measured facts about one sample.
 struct SampleProfile {
   uint64_t id = 0;             // index in the manifest
-  // Payload bytes at every stage; bytes[kFirstStage] is the encoded file.
+  // Payload bytes at every stage; bytes[kFirstStage] is the encoded file. 0
+  // for a stage the profile did not measure (not in DatasetProfile.stages:
+  // FEATURES without a backbone).
   PerStage<uint64_t> bytes;
   // Thread CPU seconds of each op (stage.h's op table), as the training node
   // runs it.
@@ -46,9 +48,10 @@ struct DatasetProfile {
   // Where the times come from, in words, for reports (not stored in files).
   std::string times_detail;
   // The stages planners may choose for these samples: those the profile
-  // measured (a published SOPHON profile has no JPEG_CROP), less any an
+  // measured (a published SOPHON profile has no JPEG_CROP; FEATURES only
+  // when a backbone was profiled, hence not by default), less any an
   // operator removed (smartoff --stages). Always holds RAW.
-  StageSet stages = StageSet::All();
+  StageSet stages = StageSet::All().Remove(Stage::kFeatures);
   // The job's last stage (LoaderOptions.target): the ops after it run on the
   // training node's device, not on either CPU, and cost the plan nothing.
   // No stage past it is in `stages`. Not stored in files.
@@ -56,9 +59,9 @@ struct DatasetProfile {
   // samples[i].id == i: a profile covers the whole manifest, in order.
   std::vector<SampleProfile> samples;
 
-  // The one place a profile is checked: ids dense and in order, sizes > 0,
-  // times finite and >= 0, crop size and speed factor positive. Errors name
-  // the sample.
+  // The one place a profile is checked: ids dense and in order, sizes > 0 at
+  // the stages offered, times finite and >= 0, crop size and speed factor
+  // positive. Errors name the sample.
   absl::Status Validate() const;
 };
 

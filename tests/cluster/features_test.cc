@@ -1,0 +1,227 @@
+// The FEATURES stage end to end: a storage server with a frozen backbone
+// (real gRPC on 127.0.0.1, port 0, real files, a real checkpoint) against the
+// training node's own backbone from the same checkpoint, and the refusals
+// when a side has none or the checkpoints differ.
+#include <torch/types.h>
+#include <torch/utils.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/loader/loader.h"
+#include "client/loader/server_set.h"
+#include "client/offload/fixed_policy.h"
+#include "client/train/backbone.h"
+#include "client/train/models.h"
+#include "gtest/gtest.h"
+#include "sophon/base/half.h"
+#include "sophon/net/wire.h"
+#include "tests/cluster/local_server.h"
+#include "tests/test_util.h"
+
+namespace sophon {
+namespace {
+
+constexpr int kCrop = 40;
+
+std::string SaveTinyCnn(const std::string& name, uint64_t seed) {
+  torch::manual_seed(seed);
+  absl::StatusOr<Classifier> model = MakeModel("tinycnn", 3);
+  EXPECT_TRUE(model.ok()) << model.status();
+  const std::string path = testing::MakeTempDir(name) + "/backbone.pt";
+  EXPECT_TRUE(SaveModel(*model, "tinycnn", 3, path).ok());
+  return path;
+}
+
+std::shared_ptr<const FeatureExtractor> LoadBackbone(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<Backbone>> b = Backbone::Load({path, 1});
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? std::shared_ptr<const FeatureExtractor>(*std::move(b)) : nullptr;
+}
+
+LoaderOptions Options(Stage target) {
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.workers = 2;
+  o.prefetch_batches = 2;
+  o.seed = 11;
+  o.pipeline.augment.crop_size = kCrop;
+  o.target = target;
+  return o;
+}
+
+// Every batch of epoch 0, by index.
+absl::StatusOr<std::vector<Batch>> RunEpoch(SampleClient* client, const LoaderOptions& options,
+                                            Stage planned) {
+  FixedPolicy policy(planned, StageName(planned));
+  absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(client, options, &policy);
+  if (!loader.ok()) return loader.status();
+  if (absl::Status s = (*loader)->StartEpoch(0); !s.ok()) return s;
+  std::vector<Batch> out;
+  while (true) {
+    Batch b;
+    absl::StatusOr<bool> more = (*loader)->Next(&b);
+    if (!more.ok()) return more.status();
+    if (!*more) break;
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+class FeaturesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::TestDatasetOptions d;
+    d.per_class = 3;
+    data_ = testing::MakeTestDataset("features_data", d);
+    checkpoint_ = SaveTinyCnn("features_ckpt", 7);
+    backbone_ = LoadBackbone(checkpoint_);
+    ASSERT_NE(backbone_, nullptr);
+  }
+
+  absl::StatusOr<testing::LocalServer> Start(std::shared_ptr<const FeatureExtractor> backbone) {
+    ServiceOptions service;
+    service.prep_workers = 2;
+    service.backbone = std::move(backbone);
+    return testing::StartLocalServer(data_, service);
+  }
+
+  std::string data_;
+  std::string checkpoint_;
+  std::shared_ptr<const FeatureExtractor> backbone_;
+};
+
+TEST_F(FeaturesTest, ServerFeaturesEqualTheTrainingNodesWithinFp16Rounding) {
+  absl::StatusOr<testing::LocalServer> server = Start(backbone_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const ServerManifest& m = server->client->manifest();
+  EXPECT_EQ(m.feature_size, 128u);
+  EXPECT_NE(m.backbone.find("tinycnn (3 classes)"), std::string::npos) << m.backbone;
+  EXPECT_EQ(m.backbone_fingerprint, backbone_->fingerprint());
+
+  // Features made by the server; no backbone on this side.
+  absl::StatusOr<std::vector<Batch>> remote =
+      RunEpoch(server->client.get(), Options(Stage::kFeatures), Stage::kFeatures);
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  // The same samples sent RAW, taken to TENSOR here.
+  absl::StatusOr<std::vector<Batch>> tensors =
+      RunEpoch(server->client.get(), Options(Stage::kTensor), Stage::kRaw);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  ASSERT_EQ(remote->size(), tensors->size());
+  ASSERT_FALSE(remote->empty());
+
+  int64_t compared = 0;
+  for (size_t k = 0; k < remote->size(); ++k) {
+    const Batch& f = (*remote)[k];
+    const Batch& t = (*tensors)[k];
+    ASSERT_EQ(f.stage, Stage::kFeatures);
+    ASSERT_EQ(f.ids, t.ids);
+    ASSERT_EQ(f.c, 128);
+    ASSERT_EQ(f.images.size(), static_cast<size_t>(f.n) * 128);
+    // The backbone on this node's tensors, in float32: the server's fp16
+    // features are these rounded to half precision.
+    std::vector<float> local(static_cast<size_t>(t.n) * 128);
+    ASSERT_TRUE(backbone_->Extract(t.images.data(), t.n, kCrop, local.data()).ok());
+    for (size_t i = 0; i < local.size(); ++i) {
+      const float expect = HalfToFloat(FloatToHalf(local[i]));
+      // One fp16 step of slack: float sums may differ with the thread count.
+      EXPECT_NEAR(f.images[i], expect, std::max(1e-6f, std::fabs(expect) * 2e-3f))
+          << "batch " << k << " value " << i;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 9 * 128);
+}
+
+TEST_F(FeaturesTest, TheTrainingNodesBackboneFinishesSamplesSentEarlier) {
+  absl::StatusOr<testing::LocalServer> server = Start(backbone_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::StatusOr<std::vector<Batch>> remote =
+      RunEpoch(server->client.get(), Options(Stage::kFeatures), Stage::kFeatures);
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  LoaderOptions local_options = Options(Stage::kFeatures);
+  local_options.pipeline.backbone = backbone_.get();
+  for (Stage planned : {Stage::kRaw, Stage::kFlipped, Stage::kTensor}) {
+    absl::StatusOr<std::vector<Batch>> local =
+        RunEpoch(server->client.get(), local_options, planned);
+    ASSERT_TRUE(local.ok()) << StageName(planned) << ": " << local.status();
+    ASSERT_EQ(local->size(), remote->size());
+    for (size_t k = 0; k < local->size(); ++k) {
+      ASSERT_EQ((*local)[k].ids, (*remote)[k].ids);
+      ASSERT_EQ((*local)[k].images.size(), (*remote)[k].images.size());
+      for (size_t i = 0; i < (*local)[k].images.size(); ++i) {
+        const float a = (*local)[k].images[i], b = (*remote)[k].images[i];
+        EXPECT_NEAR(a, b, std::max(1e-6f, std::fabs(b) * 2e-3f)) << StageName(planned);
+      }
+    }
+  }
+}
+
+TEST_F(FeaturesTest, AServerWithoutABackboneRefusesFeaturesByName) {
+  absl::StatusOr<testing::LocalServer> server = Start(nullptr);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ(server->client->manifest().feature_size, 0u);
+  // Neither side has a backbone: refused before the epoch, naming the server.
+  absl::StatusOr<std::vector<Batch>> none =
+      RunEpoch(server->client.get(), Options(Stage::kFeatures), Stage::kFeatures);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(none.status().message().find(server->client->address()), std::string::npos)
+      << none.status();
+  EXPECT_NE(none.status().message().find("no backbone"), std::string::npos) << none.status();
+
+  // A loader asking for FEATURES anyway (a TENSOR job planning it is clamped,
+  // so ask at the wire level): each sample fails with the server's reason.
+  std::unique_ptr<FetchCall> call = server->client->OpenFetch();
+  AugmentOptions augment;
+  augment.crop_size = kCrop;
+  FetchRequestBuilder builder(0, 1, augment);
+  builder.Add(0, Stage::kFeatures);
+  call->Write(builder.Take());
+  call->WritesDone();
+  v1::FetchResponse response;
+  int answered = 0;
+  while (call->Read(&response)) {
+    for (const v1::Sample& sample : response.samples()) {
+      const absl::Status s = SampleStatus(sample);
+      EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+      EXPECT_NE(s.message().find("--backbone"), std::string::npos) << s;
+      ++answered;
+    }
+  }
+  EXPECT_TRUE(call->Finish().ok());
+  EXPECT_EQ(answered, 1);
+
+  // With this node's backbone the job runs: samples planned at FEATURES are
+  // asked for at TENSOR and finished here.
+  LoaderOptions local = Options(Stage::kFeatures);
+  local.pipeline.backbone = backbone_.get();
+  absl::StatusOr<std::vector<Batch>> ok =
+      RunEpoch(server->client.get(), local, Stage::kFeatures);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  int samples = 0;
+  for (const Batch& b : *ok) samples += b.n;
+  EXPECT_EQ(samples, 9);
+}
+
+TEST_F(FeaturesTest, CheckpointsThatDifferAreRefused) {
+  absl::StatusOr<testing::LocalServer> server = Start(backbone_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string other_path = SaveTinyCnn("features_other", 8);
+  std::shared_ptr<const FeatureExtractor> other = LoadBackbone(other_path);
+  ASSERT_NE(other, nullptr);
+  LoaderOptions options = Options(Stage::kFeatures);
+  options.pipeline.backbone = other.get();
+  absl::StatusOr<std::vector<Batch>> refused =
+      RunEpoch(server->client.get(), options, Stage::kFeatures);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("checkpoints differ"), std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find(other_path), std::string::npos) << refused.status();
+}
+
+}  // namespace
+}  // namespace sophon
