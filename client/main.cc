@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/train/backbone.h"
 #include "client/train/emulated_trainer.h"
 #include "client/loader/loader.h"
 #include "client/loader/sample_client.h"
@@ -73,12 +74,22 @@ ABSL_FLAG(bool, resume, false,
           "batch) is the same; another dataset or global batch is refused. Default false.");
 ABSL_FLAG(std::string, mode, "nooff",
           "Where preprocessing runs: nooff (all on this node), resizeoff/piloff (storage node "
-          "decodes, crops and flips), alloff (storage node does everything), smartoff (per "
-          "sample, from a profile and the cost model; see --planner). Aliases remote_nooff, "
-          "remote_piloff, remote_alloff. Default nooff.");
-ABSL_FLAG(std::string, arch, "resnet18",
-          "Model: alexnet, resnet18, resnet50, tinycnn, tinymlp (a BatchNorm-free test model). "
-          "Default resnet18.");
+          "decodes, crops and flips), alloff (storage node does everything up to the tensor), "
+          "featuresoff (with --finetune: the storage node's backbone also extracts the features), "
+          "smartoff (per sample, from a profile and the cost model; see --planner). Aliases "
+          "remote_nooff, remote_piloff, remote_alloff. Default nooff.");
+ABSL_FLAG(std::string, arch, "auto",
+          "Model: alexnet, resnet18, resnet50, tinycnn, tinymlp (a BatchNorm-free test model), or "
+          "auto: the --init-checkpoint's architecture with --finetune, else resnet18. Default "
+          "auto.");
+ABSL_FLAG(bool, finetune, false,
+          "Train only the classifier head of --init-checkpoint's network, on the features of its "
+          "frozen backbone (the features stage: the pooled activations in front of the head). A "
+          "storage node started with --backbone=<the same checkpoint> extracts them "
+          "(--mode=featuresoff, or per sample with smartoff); samples sent at an earlier stage go "
+          "through this node's copy of the backbone, forward only. When the dataset's class count "
+          "differs from the checkpoint's, the head's last layer is new. --save writes the whole "
+          "network. Default false.");
 ABSL_FLAG(int, batch_size, 256,
           "Samples per batch of each rank (the global batch is this x --world-size). "
           "Default 256.");
@@ -342,12 +353,16 @@ absl::StatusOr<sophon::DistributedOptions> DistributedFromFlags() {
   return sophon::ResolveLaunch(flags, base, [](const char* name) { return std::getenv(name); });
 }
 
-absl::StatusOr<sophon::TrainerOptions> TrainerOptionsFromFlags(int num_classes) {
+// `backbone`: --finetune's frozen backbone (its architecture is --arch=auto's).
+absl::StatusOr<sophon::TrainerOptions> TrainerOptionsFromFlags(
+    int num_classes, const sophon::Backbone* backbone = nullptr) {
   sophon::TrainerOptions options;
   absl::StatusOr<sophon::DistributedOptions> distributed = DistributedFromFlags();
   if (!distributed.ok()) return distributed.status();
   options.distributed = *distributed;
   options.arch = absl::GetFlag(FLAGS_arch);
+  if (options.arch == "auto") options.arch = backbone != nullptr ? backbone->arch() : "resnet18";
+  options.finetune = absl::GetFlag(FLAGS_finetune);
   options.num_classes = num_classes;
   options.device = absl::GetFlag(FLAGS_device);
   const int64_t model_seed = absl::GetFlag(FLAGS_model_seed);
@@ -556,6 +571,21 @@ int main(int argc, char** argv) {
     return Fail(o.status());
   }
   if (absl::Status s = CheckSavePath(); !s.ok()) return Fail(s);
+  if (absl::GetFlag(FLAGS_finetune)) {
+    if (absl::GetFlag(FLAGS_init_checkpoint).empty()) {
+      return Fail(absl::InvalidArgumentError(
+          "--finetune needs --init-checkpoint: the network whose head is trained"));
+    }
+    if (absl::GetFlag(FLAGS_synthetic_data) || absl::GetFlag(FLAGS_device) == "emulate") {
+      return Fail(absl::InvalidArgumentError(
+          "--finetune trains a real head on real features: it needs a server, and a device "
+          "other than emulate"));
+    }
+  } else if (*mode == sophon::PlannerKind::kFeaturesOff) {
+    return Fail(absl::InvalidArgumentError(
+        "--mode=featuresoff sends features, which only a head being fine-tuned takes: give "
+        "--finetune --init-checkpoint=CHECKPOINT"));
+  }
   if (absl::GetFlag(FLAGS_synthetic_data)) return RunSynthetic(loader_options, epochs);
 
   absl::StatusOr<sophon::DistributedOptions> distributed = DistributedFromFlags();
@@ -640,8 +670,31 @@ int main(int argc, char** argv) {
                      static_cast<int64_t>(manifest.num_samples()));
   }
 
-  const absl::StatusOr<sophon::TrainerOptions> options =
-      TrainerOptionsFromFlags(std::max<int>(1, static_cast<int>(manifest.class_names().size())));
+  // --finetune: the job ends at FEATURES, and this node holds the frozen
+  // backbone for the samples that arrive before it.
+  std::unique_ptr<sophon::Backbone> backbone;
+  if (absl::GetFlag(FLAGS_finetune)) {
+    sophon::BackboneOptions backbone_options;
+    backbone_options.checkpoint = absl::GetFlag(FLAGS_init_checkpoint);
+    absl::StatusOr<std::unique_ptr<sophon::Backbone>> loaded =
+        sophon::Backbone::Load(backbone_options);
+    if (!loaded.ok()) return Fail(sophon::FlagError("--init-checkpoint", loaded.status()));
+    backbone = *std::move(loaded);
+    loader_options.target = sophon::Stage::kFeatures;
+    loader_options.pipeline.backbone = backbone.get();
+    spdlog::info("fine-tuning the head of {}: {} features per sample", backbone->description(),
+                 backbone->feature_size());
+    for (int i = 0; i < (*servers)->size(); ++i) {
+      const sophon::ServerManifest& m = (*servers)->client(i)->manifest();
+      spdlog::info("storage server {}: {}", (*servers)->address(i),
+                   m.feature_size > 0 ? absl::StrCat("extracts features with ", m.backbone)
+                                      : std::string("no backbone: samples come at most at the "
+                                                    "tensor stage, features are extracted here"));
+    }
+  }
+
+  const absl::StatusOr<sophon::TrainerOptions> options = TrainerOptionsFromFlags(
+      std::max<int>(1, static_cast<int>(manifest.class_names().size())), backbone.get());
   if (!options.ok()) return Fail(options.status());
   const sophon::TrainerOptions& trainer_options = *options;
   absl::StatusOr<std::unique_ptr<sophon::Trainer>> trainer =
@@ -711,6 +764,7 @@ int main(int argc, char** argv) {
       measure.batch_size = loader_options.batch_size;
       measure.crop_size = loader_options.pipeline.augment.crop_size;
       measure.num_classes = trainer_options.num_classes;
+      measure.feature_size = backbone != nullptr ? backbone->feature_size() : 0;
       measure.seed = loader_options.seed;
       absl::StatusOr<sophon::StepMeasurement> step =
           sophon::MeasureTrainingStep(trainer->get(), measure, loader_options.world);

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -60,18 +61,19 @@ struct ModelSpec {
   const char* name;
   int min_input_size;
   int feature_size;  // features(x) per image
+  const char* head;  // the submodule head() runs
   std::function<Classifier(int num_classes, double dropout)> build;
 };
 
 // Sorted by name.
 const std::vector<ModelSpec>& Specs() {
   static const auto* specs = new std::vector<ModelSpec>{
-      {"alexnet", 63, 256 * 6 * 6,
+      {"alexnet", 63, 256 * 6 * 6, "classifier",
        [](int n, double dropout) -> Classifier {
          // Keeps LibTorch's default init, as torchvision keeps PyTorch's.
          return std::make_shared<architectures::AlexNet<PlainLayers>>(PlainLayers{}, n, dropout);
        }},
-      {"resnet18", 32, 512,
+      {"resnet18", 32, 512, "fc",
        [](int n, double) -> Classifier {
          auto model = std::make_shared<
              architectures::ResNet<PlainLayers, architectures::BasicBlock>>(
@@ -79,7 +81,7 @@ const std::vector<ModelSpec>& Specs() {
          InitConvAndBatchNorm(*model);
          return model;
        }},
-      {"resnet50", 32, 2048,
+      {"resnet50", 32, 2048, "fc",
        [](int n, double) -> Classifier {
          auto model = std::make_shared<
              architectures::ResNet<PlainLayers, architectures::Bottleneck>>(
@@ -87,13 +89,13 @@ const std::vector<ModelSpec>& Specs() {
          InitConvAndBatchNorm(*model);
          return model;
        }},
-      {"tinycnn", 32, 128,
+      {"tinycnn", 32, 128, "fc",
        [](int n, double) -> Classifier {
          auto model = std::make_shared<architectures::TinyCnn<PlainLayers>>(PlainLayers{}, n);
          InitConvAndBatchNorm(*model);
          return model;
        }},
-      {"tinymlp", 32, 64,
+      {"tinymlp", 32, 64, "fc",
        [](int n, double) -> Classifier {
          // LibTorch's default init (no normalisation to compensate for kaiming's fan_out).
          return std::make_shared<architectures::TinyMlp<PlainLayers>>(PlainLayers{}, n);
@@ -128,6 +130,20 @@ int ModelMinInputSize(const std::string& arch) {
 int ModelFeatureSize(const std::string& arch) {
   const ModelSpec* spec = FindSpec(arch);
   return spec == nullptr ? 0 : spec->feature_size;
+}
+
+std::string ModelHeadName(const std::string& arch) {
+  const ModelSpec* spec = FindSpec(arch);
+  return spec == nullptr ? std::string() : spec->head;
+}
+
+std::vector<torch::Tensor> HeadParameters(const Classifier& model, const std::string& arch) {
+  const std::string prefix = ModelHeadName(arch) + ".";
+  std::vector<torch::Tensor> head;
+  for (const auto& item : model->named_parameters()) {
+    if (absl::StartsWith(item.key(), prefix)) head.push_back(item.value());
+  }
+  return head;
 }
 
 absl::Status CheckModelName(const std::string& arch) {
@@ -287,6 +303,39 @@ absl::Status LoadModel(const std::string& path, const std::string& arch, int num
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<Classifier> LoadForFinetuning(const std::string& path, const std::string& arch,
+                                             int num_classes, double dropout, bool* new_head) {
+  absl::StatusOr<CheckpointInfo> info = ReadCheckpointInfo(path);
+  if (!info.ok()) return info.status();
+  if (info->arch != arch) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint '", path, "' holds ", info->arch,
+                                                   ", not ", arch));
+  }
+  absl::StatusOr<Classifier> loaded = MakeModel(arch, info->num_classes, dropout);
+  if (!loaded.ok()) return loaded.status();
+  if (absl::Status s = LoadModel(path, arch, info->num_classes, *loaded); !s.ok()) return s;
+  if (new_head != nullptr) *new_head = info->num_classes != num_classes;
+  if (info->num_classes == num_classes) return loaded;
+  // Another class count: a fresh model (initialised from the caller's seed)
+  // takes every tensor of the checkpoint's that has its name and shape, which
+  // is all but the head's last layer.
+  absl::StatusOr<Classifier> model = MakeModel(arch, num_classes, dropout);
+  if (!model.ok()) return model.status();
+  torch::NoGradGuard no_grad;
+  const auto copy = [](const torch::OrderedDict<std::string, torch::Tensor>& from,
+                       torch::OrderedDict<std::string, torch::Tensor> to) {
+    for (const auto& item : to) {
+      const torch::Tensor* source = from.find(item.key());
+      if (source != nullptr && source->sizes() == item.value().sizes()) {
+        item.value().copy_(*source);
+      }
+    }
+  };
+  copy((*loaded)->named_parameters(), (*model)->named_parameters());
+  copy((*loaded)->named_buffers(), (*model)->named_buffers());
+  return model;
 }
 
 }  // namespace sophon

@@ -53,6 +53,12 @@ int ModelMinInputSize(const std::string& arch);
 // unknown name.
 int ModelFeatureSize(const std::string& arch);
 
+// The submodule that head() runs ("fc"; AlexNet's "classifier"), or "" for
+// an unknown name.
+std::string ModelHeadName(const std::string& arch);
+// The parameters of the model's head (those under ModelHeadName(arch)).
+std::vector<torch::Tensor> HeadParameters(const Classifier& model, const std::string& arch);
+
 // Builds an architecture from ModelNames() on the CPU, initialised from
 // LibTorch's global generator (seed it with torch::manual_seed first).
 // `dropout` is AlexNet's dropout probability (the others have none).
@@ -84,6 +90,16 @@ absl::StatusOr<CheckpointInfo> ReadCheckpointInfo(const std::string& path);
 // a checkpoint, or holds another architecture, class count or tensor shape.
 absl::Status LoadModel(const std::string& path, const std::string& arch, int num_classes,
                        const Classifier& model);
+
+// The model to fine-tune from checkpoint `path`: `arch` with `num_classes`
+// classes, every tensor from the checkpoint; when the checkpoint has another
+// class count, a new head: the head's tensors whose shapes differ (its last
+// layer) keep their initialisation from LibTorch's generator (seed it first),
+// and *new_head (if given) is set. InvalidArgument naming the file for
+// another architecture or a bad checkpoint; NotFound for a missing one.
+absl::StatusOr<Classifier> LoadForFinetuning(const std::string& path, const std::string& arch,
+                                             int num_classes, double dropout,
+                                             bool* new_head = nullptr);
 
 }  // namespace sophon
 

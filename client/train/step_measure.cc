@@ -22,7 +22,8 @@ absl::Status StepMeasureOptions::Validate() const {
                          at_least("crop_size", crop_size, 1),
                          at_least("num_classes", num_classes, 1),
                          at_least("warmup_steps", warmup_steps, 0),
-                         at_least("timed_steps", timed_steps, 1)}) {
+                         at_least("timed_steps", timed_steps, 1),
+                         at_least("feature_size", feature_size, 0)}) {
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
@@ -33,8 +34,19 @@ absl::StatusOr<StepMeasurement> MeasureTrainingStep(Trainer* trainer,
                                                     int world_size) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   const absl::Time start = absl::Now();
-  const Batch batch = MakeSyntheticBatch(options.batch_size, options.crop_size,
-                                         options.num_classes, options.seed);
+  Batch batch = MakeSyntheticBatch(options.batch_size, options.crop_size, options.num_classes,
+                                   options.seed);
+  if (options.feature_size > 0) {
+    // A fine-tuned head's batch: F features per sample, non-negative as
+    // pooled ReLU activations are.
+    batch.stage = Stage::kFeatures;
+    batch.c = options.feature_size;
+    batch.h = batch.w = 1;
+    batch.images.resize(static_cast<size_t>(options.batch_size) * options.feature_size);
+    for (size_t i = 0; i < batch.images.size(); ++i) {
+      batch.images[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000.0f;
+    }
+  }
   const int steps = options.warmup_steps + options.timed_steps;
   absl::StatusOr<std::vector<double>> seconds = trainer->TrialSteps(batch, steps);
   if (!seconds.ok()) {
@@ -60,11 +72,13 @@ absl::StatusOr<StepMeasurement> MeasureTrainingStep(Trainer* trainer,
   }
   spdlog::info(
       "training step measured before training: {:.3f}s/batch on {} (the median of the last {} of "
-      "{} steps: {} s; a synthetic batch of {} x 3x{}x{}: copy, forward, backward and the step of "
+      "{} steps: {} s; a synthetic batch of {} x {}: copy, forward, backward and the step of "
       "a separate optimizer of the same kind, then the weights, buffers and RNG put back; {}; "
       "{:.2f}s in all)",
       m.seconds, trainer->DeviceName(), options.timed_steps, steps, steps_text, options.batch_size,
-      options.crop_size, options.crop_size,
+      options.feature_size > 0
+          ? absl::StrCat(options.feature_size, " features")
+          : absl::StrCat("3x", options.crop_size, "x", options.crop_size),
       world_size > 1 ? absl::StrCat("this rank alone, without the gradient all-reduce of ",
                                     world_size, " ranks")
                      : std::string("one rank"),

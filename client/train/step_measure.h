@@ -33,6 +33,9 @@ struct StepMeasureOptions {
   int warmup_steps = 2;
   int timed_steps = 3;    // their median is the step time; >= 1
   uint64_t seed = 0;      // of the synthetic pixels
+  // > 0: the trainer fine-tunes a head, and the batch holds this many
+  // features per sample (the FEATURES stage) instead of images. >= 0
+  int feature_size = 0;
 
   // The one check; errors name the field ("StepMeasureOptions.timed_steps ...").
   absl::Status Validate() const;

@@ -37,16 +37,30 @@ absl::StatusOr<torch::Device> ResolveDevice(const std::string& name) {
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
-absl::Status ValidateBatch(const Batch& batch, const std::string& arch, int num_classes) {
+absl::Status ValidateBatch(const Batch& batch, const std::string& arch, int num_classes,
+                           bool features) {
   const std::string where = absl::StrCat("batch ", batch.index, ": ");
   if (batch.n <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(where, "n must be > 0, got ", batch.n));
   }
-  if (batch.c != 3) {
+  if (features != (batch.stage == Stage::kFeatures)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, features ? "fine-tuning trains on " : "training takes ",
+        StageName(features ? Stage::kFeatures : Stage::kTensor), " batches, got ",
+        StageName(batch.stage)));
+  }
+  if (features) {
+    if (batch.c != ModelFeatureSize(arch) || batch.h != 1 || batch.w != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, arch, "'s head takes ", ModelFeatureSize(arch),
+                       " features per sample, got a batch of ", batch.c, "x", batch.h, "x",
+                       batch.w, " values per sample"));
+    }
+  } else if (batch.c != 3) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, "models take 3-channel images, got c=", batch.c));
   }
-  const int min_side = ModelMinInputSize(arch);
+  const int min_side = features ? 1 : ModelMinInputSize(arch);
   if (batch.h < min_side || batch.w < min_side) {
     return absl::InvalidArgumentError(absl::StrCat(where, arch, " needs images of at least ",
                                                    min_side, "x", min_side, ", got ", batch.h, "x",

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "client/train/fused_models.h"
 #include "client/train/fused_trainer.h"
 #include "client/train/models.h"
@@ -28,18 +29,25 @@
 namespace sophon {
 namespace {
 
+// The parameters a trainer of `options` changes: the head's when
+// fine-tuning, else all.
+std::vector<torch::Tensor> TrainedParametersOf(const TrainerOptions& options,
+                                               const Classifier& model) {
+  return options.finetune ? HeadParameters(model, options.arch) : model->parameters();
+}
+
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainerOptions& options,
                                                        const Classifier& model) {
   const Hyperparameters& h = options.models[0];
   if (options.optimizer == OptimizerKind::kAdam) {
     return std::make_unique<torch::optim::Adam>(
-        model->parameters(), torch::optim::AdamOptions(h.lr)
-                                 .betas({h.beta1, h.beta2})
-                                 .eps(h.eps)
-                                 .weight_decay(h.weight_decay));
+        TrainedParametersOf(options, model), torch::optim::AdamOptions(h.lr)
+                                                 .betas({h.beta1, h.beta2})
+                                                 .eps(h.eps)
+                                                 .weight_decay(h.weight_decay));
   }
   return std::make_unique<torch::optim::SGD>(
-      model->parameters(),
+      TrainedParametersOf(options, model),
       torch::optim::SGDOptions(h.lr).momentum(h.momentum).weight_decay(h.weight_decay));
 }
 
@@ -61,6 +69,9 @@ class TorchTrainer final : public TorchTrainerBase {
 
  private:
   torch::nn::Module& module() const override { return *model_; }
+  std::vector<torch::Tensor> TrainedParameters() const override {
+    return TrainedParametersOf(options_, model_);
+  }
   void ZeroGrad() override { optimizer_->zero_grad(); }
   StepResult Forward(const BatchTensors& t, int64_t n, bool train) override;
   void OptimizerStep() override { optimizer_->step(); }
@@ -90,17 +101,21 @@ class TorchTrainer final : public TorchTrainerBase {
 };
 
 StepResult TorchTrainer::Forward(const BatchTensors& t, int64_t n, bool train) {
+  // Fine-tuning: the batch holds the frozen backbone's features [n, F].
+  const auto run = [&] {
+    return options_.finetune ? model_->head(t.images.reshape({n, -1})) : model_->forward(t.images);
+  };
   torch::Tensor logits;
   torch::Tensor loss;
   if (train) {
     model_->train();
-    logits = model_->forward(t.images);
+    logits = run();
     loss = torch::nn::functional::cross_entropy(logits, t.labels);
     loss.backward();
   } else {
     torch::NoGradGuard no_grad;
     model_->eval();
-    logits = model_->forward(t.images);
+    logits = run();
     loss = torch::nn::functional::cross_entropy(logits, t.labels);
   }
   StepResult result;
@@ -148,20 +163,32 @@ absl::StatusOr<std::unique_ptr<TorchTrainerBase>> CreateTorchTrainer(
     const TrainerOptions& options, torch::Device device,
     std::unique_ptr<DataParallel> data_parallel) {
   torch::manual_seed(options.seed);
-  ASSIGN_OR_RETURN(Classifier model,
-                   MakeModel(options.arch, options.num_classes, options.dropout));
-  if (!options.init_checkpoint.empty()) {
-    RETURN_IF_ERROR(
-        LoadModel(options.init_checkpoint, options.arch, options.num_classes, model));
+  Classifier model;
+  bool new_head = false;
+  if (options.finetune) {
+    ASSIGN_OR_RETURN(model, LoadForFinetuning(options.init_checkpoint, options.arch,
+                                              options.num_classes, options.dropout, &new_head));
+    // The backbone is frozen: only the head's parameters get gradients.
+    for (torch::Tensor& p : model->parameters()) p.set_requires_grad(false);
+    for (torch::Tensor& p : HeadParameters(model, options.arch)) p.set_requires_grad(true);
+  } else {
+    ASSIGN_OR_RETURN(model, MakeModel(options.arch, options.num_classes, options.dropout));
+    if (!options.init_checkpoint.empty()) {
+      RETURN_IF_ERROR(
+          LoadModel(options.init_checkpoint, options.arch, options.num_classes, model));
+    }
   }
   model->to(device);
   int64_t num_params = 0;
-  for (const torch::Tensor& p : model->parameters()) num_params += p.numel();
+  for (const torch::Tensor& p : TrainedParametersOf(options, model)) num_params += p.numel();
   spdlog::info(
-      "trainer: {} ({} classes, {:.1f}M parameters{}{}) on {}, {} {} ({} schedule), {} intra-op "
-      "threads",
-      options.arch, options.num_classes, num_params / 1e6,
-      options.init_checkpoint.empty() ? "" : ", from ", options.init_checkpoint, device.str(),
+      "trainer: {}{} ({} classes, {}{}{}) on {}, {} {} ({} schedule), {} intra-op threads",
+      options.finetune ? (new_head ? "a new head of " : "the head of ") : "", options.arch,
+      options.num_classes,
+      options.finetune ? absl::StrCat(num_params, " trained parameters")
+                       : absl::StrFormat("%.1fM parameters", num_params / 1e6),
+      options.init_checkpoint.empty() ? "" : ", from ",
+      options.init_checkpoint, device.str(),
       OptimizerName(options.optimizer), DescribeHyperparameters(options.optimizer, options.models[0]),
       LrScheduleName(options.lr_schedule), torch::get_num_threads());
   return std::unique_ptr<TorchTrainerBase>(
@@ -185,6 +212,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
       ASSIGN_OR_RETURN(data_parallel, DataParallel::Create(options.distributed));
     }
     std::unique_ptr<TorchTrainerBase> trainer;
+    if (options.fused && options.finetune) {
+      return absl::UnimplementedError(
+          "fine-tuning a fused array of heads (TrainerOptions.fused with finetune) is not "
+          "supported yet; fine-tune one head at a time");
+    }
     if (options.fused) {
       ASSIGN_OR_RETURN(trainer, CreateFusedTrainer(options, device, std::move(data_parallel)));
     } else {

@@ -54,7 +54,7 @@ absl::Status TorchTrainerBase::BroadcastInitialState() {
 
 absl::StatusOr<StepResult> TorchTrainerBase::Step(const Batch& batch) {
   const bool empty = data_parallel_ != nullptr && IsEmptyBatch(batch);
-  if (!empty) RETURN_IF_ERROR(ValidateBatch(batch, options_.arch, options_.num_classes));
+  if (!empty) RETURN_IF_ERROR(ValidateBatch(batch, options_.arch, options_.num_classes, options_.finetune));
   try {
     if (data_parallel_ != nullptr) {
       // DDP's broadcast_buffers=True: every rank's forward starts from rank
@@ -70,7 +70,7 @@ absl::StatusOr<StepResult> TorchTrainerBase::Step(const Batch& batch) {
     }
     if (data_parallel_ != nullptr) {
       RETURN_IF_ERROR(
-          InStep(batch, data_parallel_->AllReduceGradients(module().parameters())));
+          InStep(batch, data_parallel_->AllReduceGradients(TrainedParameters())));
     }
     OptimizerStep();
     return result;
@@ -83,7 +83,7 @@ absl::StatusOr<std::vector<double>> TorchTrainerBase::TrialSteps(const Batch& ba
   if (steps < 1) {
     return absl::InvalidArgumentError(absl::StrCat("trial steps must be >= 1, got ", steps));
   }
-  RETURN_IF_ERROR(ValidateBatch(batch, options_.arch, options_.num_classes));
+  RETURN_IF_ERROR(ValidateBatch(batch, options_.arch, options_.num_classes, options_.finetune));
   std::function<void()> optimizer_step;
   try {
     ASSIGN_OR_RETURN(optimizer_step, NewTrialOptimizer());
@@ -119,7 +119,7 @@ absl::StatusOr<std::vector<double>> TorchTrainerBase::TrialSteps(const Batch& ba
 
 absl::StatusOr<StepResult> TorchTrainerBase::Evaluate(const Batch& batch) {
   if (data_parallel_ != nullptr && IsEmptyBatch(batch)) return EmptyResult();
-  RETURN_IF_ERROR(ValidateBatch(batch, options_.arch, options_.num_classes));
+  RETURN_IF_ERROR(ValidateBatch(batch, options_.arch, options_.num_classes, options_.finetune));
   try {
     return Forward(ToTensors(batch, device_), batch.n, /*train=*/false);
   } catch (const std::exception& e) {

@@ -56,6 +56,9 @@ class TorchTrainerBase : public Trainer, protected CheckpointedState {
   absl::Status BroadcastInitialState();
 
  protected:
+  // The parameters the optimizer changes (their gradients are averaged over
+  // the ranks): all of the module's, or a fine-tuned model's head.
+  virtual std::vector<torch::Tensor> TrainedParameters() const { return module().parameters(); }
   // Zeroes the gradients (kept defined, as LibTorch's zero_grad).
   virtual void ZeroGrad() = 0;
   // Forward on the batch, and with `train` backward of the loss: the

@@ -76,6 +76,12 @@ struct TrainerOptions {
   // Checkpoint (written by Trainer::Save) to start from; every model of a
   // fused array starts from it. Empty: initialise from `seed`.
   std::string init_checkpoint;
+  // Fine-tuning: the network of init_checkpoint with its backbone frozen and
+  // only its classifier head trained, on FEATURES batches (Batch.images
+  // [n, F]: the backbone's features, made by the loader). When num_classes
+  // differs from the checkpoint's, the head's last layer is new (from
+  // `seed`). Checkpoints (Save) hold the whole network. Needs init_checkpoint.
+  bool finetune = false;
   // AlexNet's dropout probability (tests set 0 to compare runs exactly).
   double dropout = 0.5;
   // Ranks; world_size 1 trains alone.

@@ -86,6 +86,11 @@ absl::Status DistributedOptions::Validate() const {
 }
 
 absl::Status TrainerOptions::Validate() const {
+  if (finetune && init_checkpoint.empty()) {
+    return absl::InvalidArgumentError(
+        "TrainerOptions.finetune needs TrainerOptions.init_checkpoint (the network whose head "
+        "is trained)");
+  }
   if (num_classes <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("TrainerOptions.num_classes must be > 0, got ", num_classes));

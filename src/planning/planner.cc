@@ -31,6 +31,7 @@ absl::StatusOr<PlanResult> PlanWith(PlannerKind kind, const DatasetProfile& prof
     case PlannerKind::kNoOff:
     case PlannerKind::kResizeOff:
     case PlannerKind::kAllOff:
+    case PlannerKind::kFeaturesOff:
       // The fixed mode's stage, no later than the job's last stage.
       result.stages.assign(ids.size(), std::min(FixedKindStage(kind), profile.target));
       break;
@@ -49,6 +50,7 @@ const char* PlannerKindName(PlannerKind kind) {
     case PlannerKind::kNoOff: return "nooff";
     case PlannerKind::kResizeOff: return "resizeoff";
     case PlannerKind::kAllOff: return "alloff";
+    case PlannerKind::kFeaturesOff: return "featuresoff";
     case PlannerKind::kSophon: return "sophon";
     case PlannerKind::kOptimal: return "optimal";
   }
@@ -66,13 +68,14 @@ absl::StatusOr<PlannerKind> ParsePlannerKind(absl::string_view name) {
 
 bool IsFixedKind(PlannerKind kind) {
   return kind == PlannerKind::kNoOff || kind == PlannerKind::kResizeOff ||
-         kind == PlannerKind::kAllOff;
+         kind == PlannerKind::kAllOff || kind == PlannerKind::kFeaturesOff;
 }
 
 Stage FixedKindStage(PlannerKind kind) {
   switch (kind) {
     case PlannerKind::kNoOff: return Stage::kRaw;
     case PlannerKind::kResizeOff: return Stage::kFlipped;
+    case PlannerKind::kFeaturesOff: return Stage::kFeatures;
     case PlannerKind::kAllOff:
     default: return Stage::kTensor;
   }
@@ -88,10 +91,11 @@ absl::StatusOr<PlannerKind> ParseMode(absl::string_view name, PlannerKind smart)
     return PlannerKind::kResizeOff;
   }
   if (name == "alloff" || name == "remote_alloff") return PlannerKind::kAllOff;
+  if (name == "featuresoff") return PlannerKind::kFeaturesOff;
   if (name == "smartoff") return smart;
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown mode '", name,
-      "' (expected nooff, resizeoff, alloff, smartoff; aliases remote_nooff, piloff, "
+      "' (expected nooff, resizeoff, alloff, featuresoff, smartoff; aliases remote_nooff, piloff, "
       "remote_piloff, remote_alloff)"));
 }
 

@@ -15,6 +15,7 @@
 #include "client/offload/fixed_policy.h"
 #include "client/train/backbone.h"
 #include "client/train/models.h"
+#include "client/train/trainer.h"
 #include "gtest/gtest.h"
 #include "sophon/base/half.h"
 #include "sophon/net/wire.h"
@@ -221,6 +222,62 @@ TEST_F(FeaturesTest, CheckpointsThatDifferAreRefused) {
   EXPECT_NE(refused.status().message().find("checkpoints differ"), std::string::npos)
       << refused.status();
   EXPECT_NE(refused.status().message().find(other_path), std::string::npos) << refused.status();
+}
+
+// Every step's loss of one fine-tuning epoch with samples planned at `planned`.
+std::vector<double> FinetuneLosses(SampleClient* client, const std::string& checkpoint,
+                                   const FeatureExtractor* local, Stage planned) {
+  TrainerOptions t;
+  t.arch = "tinycnn";
+  t.num_classes = 3;
+  t.device = "cpu";
+  t.threads = 1;
+  t.seed = 9;
+  t.finetune = true;
+  t.init_checkpoint = checkpoint;
+  t.models[0].lr = 0.05;
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(t);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  if (!trainer.ok()) return {};
+  LoaderOptions options = Options(Stage::kFeatures);
+  options.batch_size = 3;
+  options.pipeline.backbone = local;
+  std::vector<double> losses;
+  for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+    FixedPolicy policy(planned, StageName(planned));
+    absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(client, options, &policy);
+    EXPECT_TRUE(loader.ok()) << loader.status();
+    if (!loader.ok()) return {};
+    EXPECT_TRUE((*loader)->StartEpoch(epoch).ok());
+    Batch b;
+    while (true) {
+      absl::StatusOr<bool> more = (*loader)->Next(&b);
+      EXPECT_TRUE(more.ok()) << more.status();
+      if (!more.ok() || !*more) break;
+      absl::StatusOr<StepResult> step = (*trainer)->Step(b);
+      EXPECT_TRUE(step.ok()) << step.status();
+      if (!step.ok()) return {};
+      losses.push_back(step->loss);
+    }
+  }
+  return losses;
+}
+
+TEST_F(FeaturesTest, FineTuningOnServerFeaturesFollowsTheLocalLossCurve) {
+  absl::StatusOr<testing::LocalServer> server = Start(backbone_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  // The storage node extracts every sample's features...
+  const std::vector<double> remote =
+      FinetuneLosses(server->client.get(), checkpoint_, nullptr, Stage::kFeatures);
+  // ...or this node does, from the files.
+  const std::vector<double> local =
+      FinetuneLosses(server->client.get(), checkpoint_, backbone_.get(), Stage::kRaw);
+  ASSERT_EQ(remote.size(), 9u);
+  ASSERT_EQ(local.size(), remote.size());
+  for (size_t i = 0; i < remote.size(); ++i) {
+    EXPECT_NEAR(remote[i], local[i], 1e-3 * std::max(1.0, std::fabs(local[i]))) << "step " << i;
+  }
+  EXPECT_NE(remote.front(), remote.back()) << "the head did not train";
 }
 
 }  // namespace

@@ -22,14 +22,18 @@ namespace sophon {
 // How a plan is made: a fixed mode (every sample at one stage) or a cost-model
 // planner (the kinds smartoff runs). This is what sophon-train's --mode and
 // --planner select together.
-enum class PlannerKind { kNoOff, kResizeOff, kAllOff, kSophon, kOptimal };
+// kFeaturesOff is the fixed mode of a job that ends at FEATURES (head
+// fine-tuning): every sample through the storage node's backbone. Reports of
+// ordinary jobs leave it out (it is alloff there), so it is not in
+// kAllPlannerKinds.
+enum class PlannerKind { kNoOff, kResizeOff, kAllOff, kSophon, kOptimal, kFeaturesOff };
 
 // Every kind, in the order reports list them.
 inline constexpr PlannerKind kAllPlannerKinds[] = {PlannerKind::kNoOff, PlannerKind::kResizeOff,
                                                    PlannerKind::kAllOff, PlannerKind::kSophon,
                                                    PlannerKind::kOptimal};
 
-// "nooff", "resizeoff", "alloff", "sophon", "optimal".
+// "nooff", "resizeoff", "alloff", "sophon", "optimal", "featuresoff".
 const char* PlannerKindName(PlannerKind kind);
 // Accepts PlannerKindName() and piloff (= resizeoff); InvalidArgument otherwise.
 absl::StatusOr<PlannerKind> ParsePlannerKind(absl::string_view name);
