@@ -82,6 +82,11 @@ ABSL_FLAG(std::string, arch, "auto",
           "Model: alexnet, resnet18, resnet50, tinycnn, tinymlp (a BatchNorm-free test model), or "
           "auto: the --init-checkpoint's architecture with --finetune, else resnet18. Default "
           "auto.");
+ABSL_FLAG(int64_t, feature_cache_bytes, 0,
+          "With --finetune and --augment=none (features are then the same every epoch): keep up "
+          "to this many bytes of features on this node (2 bytes per feature, e.g. 1 KiB per "
+          "sample for resnet18) and take a held sample from here in later epochs instead of "
+          "fetching it. 0 = off. Default 0.");
 ABSL_FLAG(bool, finetune, false,
           "Train only the classifier head of --init-checkpoint's network, on the features of its "
           "frozen backbone (the features stage: the pooled activations in front of the head). A "
@@ -261,6 +266,8 @@ const sophon::FlagNames kFlagNames = {
     {"LoaderOptions.batch_size", "--batch-size"},
     {"LoaderOptions.workers", "--workers"},
     {"LoaderOptions.prefetch_batches", "--prefetch-batches"},
+    {"LoaderOptions.feature_cache_bytes", "--feature-cache-bytes"},
+    {"TrainerOptions.finetune", "--finetune"},
     {"LoaderOptions.pipeline.augment", "--crop-size/--scale/--ratio"},
     {"SmartoffOptions.net_bw_mbit", "--net-bw"},
     {"SmartoffOptions.remote_cpus", "--remote-cpus"},
@@ -571,6 +578,10 @@ int main(int argc, char** argv) {
     return Fail(o.status());
   }
   if (absl::Status s = CheckSavePath(); !s.ok()) return Fail(s);
+  if (absl::GetFlag(FLAGS_feature_cache_bytes) != 0 && !absl::GetFlag(FLAGS_finetune)) {
+    return Fail(absl::InvalidArgumentError(
+        "--feature-cache-bytes keeps features, which only --finetune takes"));
+  }
   if (absl::GetFlag(FLAGS_finetune)) {
     if (absl::GetFlag(FLAGS_init_checkpoint).empty()) {
       return Fail(absl::InvalidArgumentError(
@@ -682,6 +693,7 @@ int main(int argc, char** argv) {
     backbone = *std::move(loaded);
     loader_options.target = sophon::Stage::kFeatures;
     loader_options.pipeline.backbone = backbone.get();
+    loader_options.feature_cache_bytes = absl::GetFlag(FLAGS_feature_cache_bytes);
     spdlog::info("fine-tuning the head of {}: {} features per sample", backbone->description(),
                  backbone->feature_size());
     for (int i = 0; i < (*servers)->size(); ++i) {

@@ -58,6 +58,18 @@ absl::Status LoaderOptions::Validate() const {
         StageName(Stage::kFeatures), " or a uint8 HWC stage (", StageName(Stage::kCropped), ", ",
         StageName(Stage::kFlipped), "), got ", StageName(target)));
   }
+  if (feature_cache_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LoaderOptions.feature_cache_bytes must be >= 0 (got ", feature_cache_bytes, ")"));
+  }
+  if (feature_cache_bytes > 0 &&
+      (target != Stage::kFeatures || pipeline.augment.eval_resize <= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LoaderOptions.feature_cache_bytes needs a ", StageName(Stage::kFeatures),
+        " target with the evaluation transform (augment none): with random crops and flips a "
+        "sample's features change every epoch (target ",
+        StageName(target), ", eval_resize ", pipeline.augment.eval_resize, ")"));
+  }
   if (absl::Status s = pipeline.augment.Validate(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("LoaderOptions.pipeline.augment: ", s.message()));
   }
@@ -158,7 +170,12 @@ Loader::Loader(ServerSet* servers, const LoaderOptions& options, OffloadPolicy* 
                          ? feature_size
                          : 3LL * options.pipeline.augment.crop_size *
                                options.pipeline.augment.crop_size),
-      float_target_(options.target == Stage::kTensor || options.target == Stage::kFeatures) {
+      float_target_(options.target == Stage::kTensor || options.target == Stage::kFeatures),
+      feature_cache_(options.feature_cache_bytes > 0
+                         ? std::make_unique<FeatureCache>(servers->manifest().num_samples(),
+                                                          feature_size,
+                                                          options.feature_cache_bytes)
+                         : nullptr) {
   absl::MutexLock lock(&mu_);
   links_.resize(servers->size());
   for (int i = 0; i < servers->size(); ++i) {
@@ -345,9 +362,20 @@ void Loader::SendLoop() {
     batch->assigned.resize(batch->n);
     policy_->Plan(begin, batch->ids, absl::MakeSpan(batch->assigned));
     for (SampleAssignment& a : batch->assigned) a.stage = std::min(a.stage, options_.target);
+    // Samples whose features are held are not asked for.
+    int hits = 0;
+    if (feature_cache_ != nullptr) {
+      for (int i = 0; i < batch->n; ++i) {
+        if (feature_cache_->Get(batch->ids[i], batch->images.data() + i * sample_values_)) {
+          batch->arrived[i] = 1;
+          ++hits;
+        }
+      }
+    }
     absl::MutexLock lock(&mu_);
     if (stopping_ || !error_.ok()) break;
     for (int i = 0; i < batch->n; ++i) {
+      if (hits > 0 && batch->arrived[i]) continue;
       const int wanted = batch->assigned[i].server;
       const int server = RouteLocked(batch->ids[i], wanted);
       if (server < 0) {
@@ -362,8 +390,10 @@ void Loader::SendLoop() {
       links_[server].outbox.emplace_back(batch->ids[i], batch->assigned[i].stage);
       links_[server].owed++;
     }
-    requested_ += batch->n;
-    stats_.requested += batch->n;
+    requested_ += batch->n - hits;
+    stats_.requested += batch->n - hits;
+    stats_.feature_cache_hits += hits;
+    batch->remaining -= hits;
     pending_[k] = std::move(batch);
     sender_has_buffer_ = false;
     ++opened_batches_;
@@ -781,8 +811,9 @@ absl::Status Loader::Finish(StageData data, uint64_t id, PendingBatch* batch, in
                                                      out->width, " values, expected ",
                                                      sample_values_));
     }
-    HalvesToFloats(reinterpret_cast<const uint16_t*>(out->data.data()), sample_values_,
-                   batch->images.data() + slot * sample_values_);
+    const auto* halves = reinterpret_cast<const uint16_t*>(out->data.data());
+    HalvesToFloats(halves, sample_values_, batch->images.data() + slot * sample_values_);
+    if (feature_cache_ != nullptr) feature_cache_->Put(id, halves);
     return absl::OkStatus();
   }
   absl::StatusOr<StageData> out =

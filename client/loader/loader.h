@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "client/offload/offload_policy.h"
 #include "client/loader/sample_client.h"
+#include "client/loader/feature_cache.h"
 #include "client/loader/server_set.h"
 #include "sophon/data/batch.h"
 #include "sophon/ops/pipeline.h"
@@ -77,6 +78,11 @@ struct LoaderOptions {
   // the observations hold every op's time and every stage's size. About
   // doubles this node's CPU per sample.
   bool measure_skipped_ops = false;
+  // FEATURES with the evaluation transform (pipeline.augment.eval_resize >
+  // 0): keep up to this many bytes of features (fp16, 2 x F bytes a sample)
+  // across epochs, and take a held sample from here instead of asking a
+  // server. 0 = off. >= 0
+  int64_t feature_cache_bytes = 0;
 
   // The one place these are checked; names the offending field.
   absl::Status Validate() const;
@@ -109,6 +115,7 @@ struct LoaderEpochStats {
   int reconnects = 0;             // Fetch streams re-opened after the server went away
   uint64_t requested = 0;         // sample requests made (once each; resends in `resent`)
   uint64_t resent = 0;            // sample requests sent again on a re-opened stream
+  uint64_t feature_cache_hits = 0;  // samples taken from the feature cache, not requested
   // Fetch streams the server refused because it was full (its max_streams or
   // max_streams_per_peer), each retried after a backoff.
   int streams_refused = 0;
@@ -282,6 +289,7 @@ class Loader {
   OffloadPolicy* const policy_;
   const int64_t sample_values_;  // values per sample: 3 * S * S, or F for FEATURES
   const bool float_target_;      // TENSOR or FEATURES: floats (Batch.images), not uint8
+  const std::unique_ptr<FeatureCache> feature_cache_;  // null unless feature_cache_bytes
 
   // Set by StartEpoch, read-only while the epoch runs.
   uint64_t epoch_ = 0;

@@ -372,6 +372,10 @@ std::string FormatEpochReport(const EpochReport& r, const std::vector<std::strin
     absl::StrAppendFormat(&by_stage, "%s%s %d samples %.1f MB", by_stage.empty() ? "" : ", ",
                           StageName(stage), l.samples_by_stage[i], l.bytes_by_stage[i] / 1e6);
   }
+  if (l.feature_cache_hits > 0) {
+    absl::StrAppendFormat(&by_stage, "%s%d from the feature cache", by_stage.empty() ? "" : ", ",
+                          l.feature_cache_hits);
+  }
   std::string out = absl::StrFormat(
       "epoch %d%s: %.2fs, %d images, %.1f img/s, %.1f MB received (%.1f KB/image; %s), "
       "data wait %.2fs (%.0f%%), loss %.4f, top-1 %.3f, skipped %d",
@@ -469,6 +473,7 @@ std::string EpochReportsToJson(const std::vector<EpochReport>& reports,
     w.Key("mean_loss").Fixed(r.mean_loss, 6);
     w.Key("top1").Fixed(r.top1, 6);
     w.Key("skipped").Uint(l.skipped);
+    w.Key("feature_cache_hits").Uint(l.feature_cache_hits);
     w.Key("local_prep_cpu_seconds").Fixed(l.local_cpu_seconds, 6);
     w.Key("server_prep_cpu_seconds").Fixed(r.server_prep_busy_seconds, 6);
     w.Key("server_prep_workers").Int(r.server_prep_workers);

@@ -6,6 +6,7 @@
 #include <torch/utils.h>
 
 #include <cmath>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -222,6 +223,71 @@ TEST_F(FeaturesTest, CheckpointsThatDifferAreRefused) {
   EXPECT_NE(refused.status().message().find("checkpoints differ"), std::string::npos)
       << refused.status();
   EXPECT_NE(refused.status().message().find(other_path), std::string::npos) << refused.status();
+}
+
+TEST_F(FeaturesTest, TheFeatureCacheServesLaterEpochsWithoutFetching) {
+  absl::StatusOr<testing::LocalServer> server = Start(backbone_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  LoaderOptions options = Options(Stage::kFeatures);
+  options.feature_cache_bytes = 1 << 20;
+  // Random crops: a sample's features change every epoch, so no cache.
+  FixedPolicy policy(Stage::kFeatures, "featuresoff");
+  absl::StatusOr<std::unique_ptr<Loader>> refused =
+      Loader::Create(server->client.get(), options, &policy);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("LoaderOptions.feature_cache_bytes needs"),
+            std::string::npos)
+      << refused.status();
+
+  options.pipeline.augment.eval_resize = 46;  // the evaluation transform
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(server->client.get(), options, &policy);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  std::map<uint64_t, std::vector<float>> first;
+  for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+    ASSERT_TRUE((*loader)->StartEpoch(epoch).ok());
+    int samples = 0;
+    Batch b;
+    while (true) {
+      absl::StatusOr<bool> more = (*loader)->Next(&b);
+      ASSERT_TRUE(more.ok()) << more.status();
+      if (!*more) break;
+      for (int i = 0; i < b.n; ++i) {
+        std::vector<float> f(b.images.begin() + i * 128, b.images.begin() + (i + 1) * 128);
+        if (epoch == 0) {
+          first[b.ids[i]] = f;
+        } else {
+          EXPECT_EQ(f, first[b.ids[i]]) << "sample " << b.ids[i];
+        }
+        ++samples;
+      }
+    }
+    EXPECT_EQ(samples, 9);
+    const LoaderEpochStats stats = (*loader)->stats();
+    if (epoch == 0) {
+      EXPECT_EQ(stats.requested, 9u);
+      EXPECT_EQ(stats.feature_cache_hits, 0u);
+    } else {
+      EXPECT_EQ(stats.requested, 0u) << "epoch 1 asked the server for samples";
+      EXPECT_EQ(stats.feature_cache_hits, 9u);
+    }
+  }
+  // A cache too small for every sample holds what fits and fetches the rest.
+  options.feature_cache_bytes = 4 * 128 * 2;
+  absl::StatusOr<std::unique_ptr<Loader>> small =
+      Loader::Create(server->client.get(), options, &policy);
+  ASSERT_TRUE(small.ok()) << small.status();
+  for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+    ASSERT_TRUE((*small)->StartEpoch(epoch).ok());
+    Batch b;
+    while (true) {
+      absl::StatusOr<bool> more = (*small)->Next(&b);
+      ASSERT_TRUE(more.ok()) << more.status();
+      if (!*more) break;
+    }
+  }
+  EXPECT_EQ((*small)->stats().feature_cache_hits, 4u);
+  EXPECT_EQ((*small)->stats().requested, 5u);
 }
 
 // Every step's loss of one fine-tuning epoch with samples planned at `planned`.
