@@ -32,7 +32,10 @@ namespace sophon {
 class FusedClassifierImpl : public torch::nn::Module {
  public:
   explicit FusedClassifierImpl(int64_t num_models) : num_models_(num_models) {}
-  virtual torch::Tensor forward(torch::Tensor x) = 0;
+  virtual torch::Tensor forward(torch::Tensor x) = 0;  // head(features(x))
+  // The B classifier heads on features [B, N, F] (model k's in row k) ->
+  // logits [B, N, classes].
+  virtual torch::Tensor head(torch::Tensor features) = 0;
   int64_t num_models() const { return num_models_; }
 
  private:

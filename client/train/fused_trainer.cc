@@ -11,7 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "client/train/fused_models.h"
 #include "client/train/fused_optimizer.h"
 #include "client/train/models.h"
@@ -22,6 +24,19 @@
 
 namespace sophon {
 namespace {
+
+// The parameters a fused trainer of `options` changes: every model's head
+// when fine-tuning, else all.
+std::vector<torch::Tensor> FusedTrainedParameters(const TrainerOptions& options,
+                                                  const FusedClassifier& model) {
+  if (!options.finetune) return model->parameters();
+  const std::string prefix = ModelHeadName(options.arch) + ".";
+  std::vector<torch::Tensor> head;
+  for (const auto& item : model->named_parameters()) {
+    if (absl::StartsWith(item.key(), prefix)) head.push_back(item.value());
+  }
+  return head;
+}
 
 class FusedTrainer final : public TorchTrainerBase {
  public:
@@ -45,12 +60,15 @@ class FusedTrainer final : public TorchTrainerBase {
 
  private:
   torch::nn::Module& module() const override { return *model_; }
+  std::vector<torch::Tensor> TrainedParameters() const override {
+    return FusedTrainedParameters(options_, model_);
+  }
   void ZeroGrad() override { optimizer_->ZeroGrad(); }
   StepResult Forward(const BatchTensors& t, int64_t n, bool train) override;
   void OptimizerStep() override { optimizer_->Step(); }
   absl::StatusOr<std::function<void()>> NewTrialOptimizer() override {
     ASSIGN_OR_RETURN(std::shared_ptr<FusedOptimizer> optimizer,
-                     FusedOptimizer::Create(options_.optimizer, model_->parameters(),
+                     FusedOptimizer::Create(options_.optimizer, TrainedParameters(),
                                             options_.models));
     return std::function<void()>([optimizer] { optimizer->Step(); });
   }
@@ -92,17 +110,23 @@ torch::Tensor PerModelLoss(const torch::Tensor& logits, const torch::Tensor& lab
 }
 
 StepResult FusedTrainer::Forward(const BatchTensors& t, int64_t n, bool train) {
+  // Fine-tuning: every head reads the same features [n, F] (a view, no copy).
+  const auto run = [&] {
+    if (!options_.finetune) return model_->forward(t.images);
+    const torch::Tensor f = t.images.reshape({n, -1});
+    return model_->head(f.unsqueeze(0).expand({model_->num_models(), n, f.size(1)}));
+  };
   torch::Tensor logits;
   torch::Tensor losses;
   if (train) {
     model_->train();
-    logits = model_->forward(t.images);
+    logits = run();
     losses = PerModelLoss(logits, t.labels);
     losses.sum().backward();
   } else {
     torch::NoGradGuard no_grad;
     model_->eval();
-    logits = model_->forward(t.images);
+    logits = run();
     losses = PerModelLoss(logits, t.labels);
   }
   const torch::Tensor loss_cpu = losses.detach().to(torch::kCPU, torch::kDouble);
@@ -153,7 +177,19 @@ absl::StatusOr<std::unique_ptr<TorchTrainerBase>> CreateFusedTrainer(
                    MakeFusedModel(options.arch, options.num_classes, b, options.dropout));
   // Model k starts exactly as an ordinary model built with seed + k, or every
   // model from the checkpoint: build it, then copy it into its slot.
-  if (!options.init_checkpoint.empty()) {
+  if (options.finetune) {
+    // Model k: the checkpoint, with a new head from seed + k when the class
+    // count differs.
+    for (int k = 0; k < b; ++k) {
+      torch::manual_seed(options.seed + static_cast<uint64_t>(k));
+      ASSIGN_OR_RETURN(Classifier model,
+                       LoadForFinetuning(options.init_checkpoint, options.arch,
+                                         options.num_classes, options.dropout));
+      RETURN_IF_ERROR(PackModel(model, k, fused));
+    }
+    for (torch::Tensor& p : fused->parameters()) p.set_requires_grad(false);
+    for (torch::Tensor& p : FusedTrainedParameters(options, fused)) p.set_requires_grad(true);
+  } else if (!options.init_checkpoint.empty()) {
     ASSIGN_OR_RETURN(Classifier model,
                      MakeModel(options.arch, options.num_classes, options.dropout));
     RETURN_IF_ERROR(LoadModel(options.init_checkpoint, options.arch, options.num_classes, model));
@@ -168,12 +204,15 @@ absl::StatusOr<std::unique_ptr<TorchTrainerBase>> CreateFusedTrainer(
   }
   fused->to(device);
   ASSIGN_OR_RETURN(std::unique_ptr<FusedOptimizer> optimizer,
-                   FusedOptimizer::Create(options.optimizer, fused->parameters(), options.models));
+                   FusedOptimizer::Create(options.optimizer,
+                                          FusedTrainedParameters(options, fused), options.models));
   int64_t num_params = 0;
-  for (const torch::Tensor& p : fused->parameters()) num_params += p.numel();
-  spdlog::info("trainer: fused array of {} x {} ({} classes, {:.1f}M parameters in all{}{}) on {}, "
+  for (const torch::Tensor& p : FusedTrainedParameters(options, fused)) num_params += p.numel();
+  spdlog::info("trainer: fused array of {} x {}{} ({} classes, {} in all{}{}) on {}, "
                "{} ({} schedule), {} intra-op threads",
-               b, options.arch, options.num_classes, num_params / 1e6,
+               b, options.finetune ? "heads of " : "", options.arch, options.num_classes,
+               options.finetune ? absl::StrCat(num_params, " trained parameters")
+                                : absl::StrFormat("%.1fM parameters", num_params / 1e6),
                options.init_checkpoint.empty() ? ", model k from seed " : ", every model from ",
                options.init_checkpoint.empty() ? absl::StrCat(options.seed, "+k")
                                                : options.init_checkpoint,

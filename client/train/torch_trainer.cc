@@ -212,11 +212,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
       ASSIGN_OR_RETURN(data_parallel, DataParallel::Create(options.distributed));
     }
     std::unique_ptr<TorchTrainerBase> trainer;
-    if (options.fused && options.finetune) {
-      return absl::UnimplementedError(
-          "fine-tuning a fused array of heads (TrainerOptions.fused with finetune) is not "
-          "supported yet; fine-tune one head at a time");
-    }
     if (options.fused) {
       ASSIGN_OR_RETURN(trainer, CreateFusedTrainer(options, device, std::move(data_parallel)));
     } else {

@@ -170,5 +170,59 @@ TEST(FinetuneTest, RefusesWhatDoesNotFitByName) {
   EXPECT_TRUE((*trainer)->Step(FeatureBatch(2, 64, 4, rng)).ok());
 }
 
+TEST(FinetuneTest, FusedHeadsOnOneFeatureStreamEqualSeparateHeads) {
+  // Another class count than the checkpoint's: every head is new, model k's
+  // from seed + k.
+  const std::string ckpt = Checkpoint("tinycnn", 6, 4);
+  TrainerOptions fused = FinetuneOptions(ckpt, "tinycnn", 4);
+  fused.fused = true;
+  fused.models = {Hyperparameters{}, Hyperparameters{}, Hyperparameters{}};
+  fused.models[0].lr = 0.01;
+  fused.models[1].lr = 0.05;
+  fused.models[2].lr = 0.2;
+  fused.models[2].momentum = 0.5;
+  absl::StatusOr<std::unique_ptr<Trainer>> array = Trainer::Create(fused);
+  ASSERT_TRUE(array.ok()) << array.status();
+  std::vector<std::unique_ptr<Trainer>> separate;
+  for (int k = 0; k < 3; ++k) {
+    TrainerOptions one = FinetuneOptions(ckpt, "tinycnn", 4);
+    one.seed = fused.seed + k;
+    one.models = {fused.models[k]};
+    absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(one);
+    ASSERT_TRUE(t.ok()) << t.status();
+    separate.push_back(*std::move(t));
+  }
+  std::mt19937_64 rng(8);
+  for (int step = 0; step < 20; ++step) {
+    const Batch batch = FeatureBatch(16, 128, 4, rng);
+    absl::StatusOr<StepResult> r = (*array)->Step(batch);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->models.size(), 3u);
+    for (int k = 0; k < 3; ++k) {
+      absl::StatusOr<StepResult> s = separate[k]->Step(batch);
+      ASSERT_TRUE(s.ok()) << s.status();
+      EXPECT_NEAR(r->models[k].loss, s->loss, 1e-4 * std::max(1.0, s->loss))
+          << "step " << step << " model " << k;
+      EXPECT_EQ(r->models[k].correct, s->correct) << "step " << step << " model " << k;
+    }
+  }
+  // The saved heads agree too, and the backbones are the checkpoint's.
+  const std::vector<testing::ModelTensors> from_array =
+      testing::SavedModels(**array, fused, testing::MakeTempDir("finetune_fused") + "/f.pt");
+  ASSERT_EQ(from_array.size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    TrainerOptions one = FinetuneOptions(ckpt, "tinycnn", 4);
+    const std::vector<testing::ModelTensors> alone = testing::SavedModels(
+        *separate[k], one, testing::MakeTempDir("finetune_alone") + "/a.pt");
+    ASSERT_EQ(alone.size(), 1u);
+    ASSERT_EQ(alone[0].size(), from_array[k].size());
+    for (size_t i = 0; i < alone[0].size(); ++i) {
+      EXPECT_EQ(alone[0][i].first, from_array[k][i].first);
+      EXPECT_TRUE(torch::allclose(alone[0][i].second, from_array[k][i].second, 1e-4, 1e-5))
+          << "model " << k << " " << alone[0][i].first;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sophon
