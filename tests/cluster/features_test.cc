@@ -15,8 +15,11 @@
 #include "client/loader/server_set.h"
 #include "client/offload/fixed_policy.h"
 #include "client/train/backbone.h"
+#include "client/train/inference.h"
 #include "client/train/models.h"
+#include "client/train/predictor.h"
 #include "client/train/trainer.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "sophon/base/half.h"
 #include "sophon/net/wire.h"
@@ -288,6 +291,53 @@ TEST_F(FeaturesTest, TheFeatureCacheServesLaterEpochsWithoutFetching) {
   }
   EXPECT_EQ((*small)->stats().feature_cache_hits, 4u);
   EXPECT_EQ((*small)->stats().requested, 5u);
+}
+
+// Predictions of every sample, as the CSV RunInference writes, with samples
+// planned at `planned`.
+std::string InferenceCsv(const ServerSet& servers, const std::string& checkpoint,
+                         const FeatureExtractor* local, Stage planned, InferenceReport* report) {
+  absl::StatusOr<std::unique_ptr<Predictor>> predictor = Predictor::Load({checkpoint, 2});
+  EXPECT_TRUE(predictor.ok()) << predictor.status();
+  if (!predictor.ok()) return "";
+  LoaderOptions options = Options(Stage::kFeatures);
+  options.shuffle = false;
+  options.pipeline.augment.eval_resize = 46;
+  options.pipeline.backbone = local;
+  FixedPolicy policy(planned, StageName(planned));
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(const_cast<ServerSet*>(&servers), options, &policy);
+  EXPECT_TRUE(loader.ok()) << loader.status();
+  if (!loader.ok()) return "";
+  InferenceOptions inference;
+  inference.out = testing::MakeTempDir("inference") + "/" + StageName(planned) + ".csv";
+  absl::StatusOr<InferenceReport> r = RunInference(loader->get(), servers, **predictor, inference);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (r.ok()) *report = *r;
+  return testing::ReadFile(inference.out);
+}
+
+TEST_F(FeaturesTest, InferenceAtTheStorageNodeEqualsInferenceHere) {
+  absl::StatusOr<testing::LocalServer> server = Start(backbone_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::StatusOr<std::unique_ptr<ServerSet>> set = ServerSet::Of({server->client.get()});
+  ASSERT_TRUE(set.ok()) << set.status();
+  InferenceReport remote, local;
+  const std::string at_server =
+      InferenceCsv(**set, checkpoint_, backbone_.get(), Stage::kFeatures, &remote);
+  const std::string here = InferenceCsv(**set, checkpoint_, backbone_.get(), Stage::kRaw, &local);
+  EXPECT_EQ(at_server, here);
+  // A header and one line per sample, in manifest order, with its path.
+  const std::vector<std::string> lines = absl::StrSplit(at_server, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 10u);
+  EXPECT_EQ(lines[0], "id,path,label,class,pred_1,class_1,prob_1,pred_2,class_2,prob_2");
+  EXPECT_EQ(lines[1].rfind("0,class_0/", 0), 0u) << lines[1];
+  EXPECT_EQ(remote.samples, 9);
+  EXPECT_TRUE(remote.labels_comparable);  // 3 classes, as the dataset
+  EXPECT_EQ(remote.loader.samples_by_stage[StageIndex(Stage::kFeatures)], 9u);
+  EXPECT_EQ(local.loader.samples_by_stage[StageIndex(Stage::kRaw)], 9u);
+  EXPECT_EQ(remote.bytes, 9u * 128 * 2);
+  EXPECT_EQ(remote.top1_correct, local.top1_correct);
 }
 
 // Every step's loss of one fine-tuning epoch with samples planned at `planned`.
