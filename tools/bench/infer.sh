@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# tools/bench/infer.sh — offline inference images/s with the backbone on the storage node
+# (sophon-infer --mode=featuresoff) against the training node (--mode=nooff), over a
+# rate-limited link (tools/netlink: network namespaces, tc tbf, one core per side). Needs root.
+#
+#   tools/bench/infer.sh                                   # after tools/bench/transfer.sh
+#   MODEL=ckpt.pt DATA=DIR RATES=100,500 CROP=128 tools/bench/infer.sh
+#
+# Prints a Markdown table and checks that both modes wrote the same predictions.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${BUILD_DIR:-build}
+model=${MODEL:-build/bench-transfer/backbone.pt}
+data=${DATA:-build/bench-transfer-b}
+rates=${RATES:-100,500}
+crop=${CROP:-128}
+out=${OUT:-build/bench-infer}
+[[ -f $model ]] || { echo "bench/infer: no $model (run tools/bench/transfer.sh first, or give MODEL)" >&2; exit 1; }
+[[ -x $build/sophon-infer ]] || tools/build.sh --target sophon-server sophon-infer
+mkdir -p "$out"
+model=$(realpath "$model")
+data=$(realpath "$data")
+echo "| mode | Mbit/s | images | seconds | images/s | KB/image |"
+echo "|---|---:|---:|---:|---:|---:|"
+for rate in ${rates//,/ }; do
+  for mode in featuresoff nooff; do
+    log="$out/$mode-$rate.log"
+    tools/netlink run --rate="${rate}mbit" --measure=0 --train-bin="$build/sophon-infer" -- \
+      --data="$data" --prep-workers=1 --backbone="$model" -- \
+      --model="$model" --mode="$mode" --crop-size="$crop" --workers=1 --torch-threads=1 \
+      --progress=false --out="$out/$mode-$rate.csv" >"$log" 2>&1 || { tail -20 "$log" >&2; exit 1; }
+    line=$(grep -o '[0-9]* images in [0-9.]* s: [0-9.]* images/s, [0-9.]* MB received ([0-9.]* KB/image' "$log")
+    read -r images _ _ seconds _ ips _ _ _ _ kb _ <<<"${line//(/ }"
+    echo "| $mode | $rate | $images | $seconds | $ips | $kb |"
+  done
+  cmp -s "$out/featuresoff-$rate.csv" "$out/nooff-$rate.csv" &&
+    echo "PASS: the same predictions from both modes at $rate Mbit/s" >&2 ||
+    { echo "FAIL: the predictions differ at $rate Mbit/s" >&2; exit 1; }
+done
