@@ -44,21 +44,14 @@ absl::StatusOr<uint64_t> CheckpointFingerprint(const std::string& path) {
 
 absl::StatusOr<std::unique_ptr<Backbone>> Backbone::Load(const BackboneOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
-  absl::StatusOr<CheckpointInfo> info = ReadCheckpointInfo(options.checkpoint);
-  if (!info.ok()) return info.status();
-  absl::StatusOr<Classifier> net = MakeModel(info->arch, info->num_classes);
-  if (!net.ok()) return net.status();
-  if (absl::Status s = LoadModel(options.checkpoint, info->arch, info->num_classes, *net);
-      !s.ok()) {
-    return s;
-  }
+  absl::StatusOr<FrozenModel> frozen = LoadFrozenModel(options.checkpoint);
+  if (!frozen.ok()) return frozen.status();
+  const CheckpointInfo* info = &frozen->info;
   absl::StatusOr<uint64_t> fingerprint = CheckpointFingerprint(options.checkpoint);
   if (!fingerprint.ok()) return fingerprint.status();
-  (*net)->eval();
-  for (torch::Tensor& p : (*net)->parameters()) p.set_requires_grad(false);
   if (options.threads > 0) torch::set_num_threads(options.threads);
   std::unique_ptr<Backbone> backbone(new Backbone());
-  backbone->model_ = std::make_unique<Model>(Model{*std::move(net)});
+  backbone->model_ = std::make_unique<Model>(Model{frozen->net});
   backbone->arch_ = info->arch;
   backbone->num_classes_ = info->num_classes;
   backbone->feature_size_ = ModelFeatureSize(info->arch);

@@ -305,6 +305,17 @@ absl::Status LoadModel(const std::string& path, const std::string& arch, int num
   return absl::OkStatus();
 }
 
+absl::StatusOr<FrozenModel> LoadFrozenModel(const std::string& path) {
+  absl::StatusOr<CheckpointInfo> info = ReadCheckpointInfo(path);
+  if (!info.ok()) return info.status();
+  absl::StatusOr<Classifier> net = MakeModel(info->arch, info->num_classes, /*dropout=*/0);
+  if (!net.ok()) return net.status();
+  if (absl::Status s = LoadModel(path, info->arch, info->num_classes, *net); !s.ok()) return s;
+  (*net)->eval();
+  for (torch::Tensor& p : (*net)->parameters()) p.set_requires_grad(false);
+  return FrozenModel{*std::move(net), *std::move(info)};
+}
+
 absl::StatusOr<Classifier> LoadForFinetuning(const std::string& path, const std::string& arch,
                                              int num_classes, double dropout, bool* new_head) {
   absl::StatusOr<CheckpointInfo> info = ReadCheckpointInfo(path);

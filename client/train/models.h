@@ -91,6 +91,15 @@ absl::StatusOr<CheckpointInfo> ReadCheckpointInfo(const std::string& path);
 absl::Status LoadModel(const std::string& path, const std::string& arch, int num_classes,
                        const Classifier& model);
 
+// A checkpoint's network for inference or as a frozen backbone: built as the
+// checkpoint says (dropout 0), loaded, in evaluation mode, its parameters
+// without gradients. Errors as ReadCheckpointInfo and LoadModel.
+struct FrozenModel {
+  Classifier net;
+  CheckpointInfo info;
+};
+absl::StatusOr<FrozenModel> LoadFrozenModel(const std::string& path);
+
 // The model to fine-tune from checkpoint `path`: `arch` with `num_classes`
 // classes, every tensor from the checkpoint; when the checkpoint has another
 // class count, a new head: the head's tensors whose shapes differ (its last

@@ -28,23 +28,16 @@ Predictor::~Predictor() = default;
 
 absl::StatusOr<std::unique_ptr<Predictor>> Predictor::Load(const PredictorOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
-  absl::StatusOr<CheckpointInfo> info = ReadCheckpointInfo(options.checkpoint);
-  if (!info.ok()) return info.status();
+  absl::StatusOr<FrozenModel> frozen = LoadFrozenModel(options.checkpoint);
+  if (!frozen.ok()) return frozen.status();
+  const CheckpointInfo* info = &frozen->info;
   if (options.top_k > info->num_classes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "PredictorOptions.top_k is ", options.top_k, " but ", options.checkpoint, " has ",
         info->num_classes, " classes"));
   }
-  absl::StatusOr<Classifier> net = MakeModel(info->arch, info->num_classes, /*dropout=*/0);
-  if (!net.ok()) return net.status();
-  if (absl::Status s = LoadModel(options.checkpoint, info->arch, info->num_classes, *net);
-      !s.ok()) {
-    return s;
-  }
-  (*net)->eval();
-  for (torch::Tensor& p : (*net)->parameters()) p.set_requires_grad(false);
   std::unique_ptr<Predictor> predictor(new Predictor());
-  predictor->model_ = std::make_unique<Model>(Model{*std::move(net)});
+  predictor->model_ = std::make_unique<Model>(Model{frozen->net});
   predictor->arch_ = info->arch;
   predictor->num_classes_ = info->num_classes;
   predictor->top_k_ = options.top_k;
