@@ -3,8 +3,8 @@
 #include <torch/utils.h>
 
 #include <cstring>
-#include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/train/models.h"
@@ -28,17 +28,24 @@ absl::Status BackboneOptions::Validate() const {
 
 Backbone::~Backbone() = default;
 
-absl::StatusOr<uint64_t> CheckpointFingerprint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read checkpoint ", path));
+uint64_t BackboneFingerprint(const Classifier& net, const std::string& arch) {
   uint64_t hash = 14695981039346656037ull;  // FNV-1a, 64 bits
-  char buffer[1 << 16];
-  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) {
-    for (std::streamsize i = 0; i < in.gcount(); ++i) {
-      hash = (hash ^ static_cast<unsigned char>(buffer[i])) * 1099511628211ull;
+  const auto add = [&hash](const void* data, size_t bytes) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < bytes; ++i) hash = (hash ^ p[i]) * 1099511628211ull;
+  };
+  const std::string head = ModelHeadName(arch) + ".";
+  const auto add_all = [&](const torch::OrderedDict<std::string, torch::Tensor>& tensors) {
+    for (const auto& item : tensors) {
+      if (absl::StartsWith(item.key(), head)) continue;
+      add(item.key().data(), item.key().size() + 1);
+      const torch::Tensor t = item.value().detach().to(torch::kCPU).contiguous();
+      for (int64_t d : t.sizes()) add(&d, sizeof(d));
+      add(t.data_ptr(), t.numel() * t.element_size());
     }
-  }
-  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading checkpoint ", path));
+  };
+  add_all(net->named_parameters());
+  add_all(net->named_buffers());
   return hash;
 }
 
@@ -47,15 +54,13 @@ absl::StatusOr<std::unique_ptr<Backbone>> Backbone::Load(const BackboneOptions& 
   absl::StatusOr<FrozenModel> frozen = LoadFrozenModel(options.checkpoint);
   if (!frozen.ok()) return frozen.status();
   const CheckpointInfo* info = &frozen->info;
-  absl::StatusOr<uint64_t> fingerprint = CheckpointFingerprint(options.checkpoint);
-  if (!fingerprint.ok()) return fingerprint.status();
   if (options.threads > 0) torch::set_num_threads(options.threads);
   std::unique_ptr<Backbone> backbone(new Backbone());
   backbone->model_ = std::make_unique<Model>(Model{frozen->net});
   backbone->arch_ = info->arch;
   backbone->num_classes_ = info->num_classes;
   backbone->feature_size_ = ModelFeatureSize(info->arch);
-  backbone->fingerprint_ = *fingerprint;
+  backbone->fingerprint_ = BackboneFingerprint(frozen->net, info->arch);
   backbone->min_input_size_ = ModelMinInputSize(info->arch);
   backbone->description_ = absl::StrCat(info->arch, " (", info->num_classes, " classes) from ",
                                         options.checkpoint);

@@ -27,10 +27,6 @@ struct BackboneOptions {
   absl::Status Validate() const;  // names the field
 };
 
-// FNV-1a (64 bits) of a file's bytes: FeatureExtractor::fingerprint of a
-// backbone loaded from it. NotFound when it cannot be read.
-absl::StatusOr<uint64_t> CheckpointFingerprint(const std::string& path);
-
 class Backbone final : public FeatureExtractor {
  public:
   // Reads the checkpoint's architecture and class count, builds the model and
@@ -41,6 +37,9 @@ class Backbone final : public FeatureExtractor {
 
   int feature_size() const override { return feature_size_; }
   std::string description() const override { return description_; }
+  // FNV-1a over the name, shape and bytes of every parameter and buffer
+  // outside the head: a checkpoint fine-tuned from this one (a new or tuned
+  // head) has the same fingerprint.
   uint64_t fingerprint() const override { return fingerprint_; }
   const std::string& arch() const { return arch_; }
   int num_classes() const { return num_classes_; }

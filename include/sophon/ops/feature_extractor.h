@@ -18,8 +18,9 @@ class FeatureExtractor {
   virtual int feature_size() const = 0;
   // What it runs, for logs and errors ("resnet18 (10 classes) from ckpt.pt").
   virtual std::string description() const = 0;
-  // Identifies the weights (a hash of the checkpoint file's bytes): two
-  // extractors with the same fingerprint give the same features.
+  // Identifies the weights that compute the features (a hash of the
+  // backbone's tensors, not of the head's): two extractors with the same
+  // fingerprint give the same features.
   virtual uint64_t fingerprint() const = 0;
   // `n` images, float32 [n, 3, s, s] contiguous, normalised as the TENSOR
   // stage is, to n * feature_size() floats in `out`. Thread-safe.

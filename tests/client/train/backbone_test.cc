@@ -143,5 +143,35 @@ TEST(BackboneTest, BadCheckpointsAndImagesAreRefusedNamingThem) {
   EXPECT_NE(s.message().find("too small for alexnet"), absl::string_view::npos) << s;
 }
 
+TEST(BackboneTest, TheFingerprintIsTheBackbonesWeightsNotTheHeads) {
+  Classifier model;
+  const std::string path = SavedCheckpoint("tinycnn", 5, &model);
+  absl::StatusOr<std::unique_ptr<Backbone>> original = Backbone::Load({path, 0});
+  ASSERT_TRUE(original.ok()) << original.status();
+  const std::string dir = testing::MakeTempDir("backbone_fingerprint");
+  torch::NoGradGuard no_grad;
+  // Another head (and class count) on the same backbone: the same fingerprint.
+  torch::manual_seed(9);
+  absl::StatusOr<Classifier> tuned = MakeModel("tinycnn", 3);
+  ASSERT_TRUE(tuned.ok());
+  for (const auto& item : model->named_parameters()) {
+    torch::Tensor* to = (*tuned)->named_parameters().find(item.key());
+    if (item.key().rfind("fc.", 0) != 0) to->copy_(item.value());
+  }
+  for (const auto& item : model->named_buffers()) {
+    (*tuned)->named_buffers().find(item.key())->copy_(item.value());
+  }
+  ASSERT_TRUE(SaveModel(*tuned, "tinycnn", 3, dir + "/tuned.pt").ok());
+  absl::StatusOr<std::unique_ptr<Backbone>> same = Backbone::Load({dir + "/tuned.pt", 0});
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ((*same)->fingerprint(), (*original)->fingerprint());
+  // One backbone weight changed: another fingerprint.
+  (*tuned)->named_parameters().find("features.0.weight")->view(-1)[0] += 1e-3f;
+  ASSERT_TRUE(SaveModel(*tuned, "tinycnn", 3, dir + "/other.pt").ok());
+  absl::StatusOr<std::unique_ptr<Backbone>> other = Backbone::Load({dir + "/other.pt", 0});
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_NE((*other)->fingerprint(), (*original)->fingerprint());
+}
+
 }  // namespace
 }  // namespace sophon
