@@ -28,7 +28,8 @@ ABSL_FLAG(std::string, out, "predictions.csv",
           "CSV of predictions, one line per sample: id,path,label,class, then pred_k,class_k,"
           "prob_k for k = 1..--top-k (class_k is empty when the model's class count differs "
           "from the dataset's). Empty: none. Default predictions.csv.");
-ABSL_FLAG(int, top_k, 5, "Classes per sample, most probable first. Default 5.");
+ABSL_FLAG(int, top_k, 5,
+          "Classes per sample, most probable first (at most the model's class count). Default 5.");
 ABSL_FLAG(std::string, server, "",
           "Storage server address(es), comma-separated (several: shards or replicas, as "
           "sophon-train). Give this or --data.");

@@ -1,5 +1,7 @@
 #include "client/train/predictor.h"
 
+#include <algorithm>
+
 #include <torch/nn/functional.h>
 #include <torch/utils.h>
 
@@ -31,16 +33,11 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::Load(const PredictorOption
   absl::StatusOr<FrozenModel> frozen = LoadFrozenModel(options.checkpoint);
   if (!frozen.ok()) return frozen.status();
   const CheckpointInfo* info = &frozen->info;
-  if (options.top_k > info->num_classes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "PredictorOptions.top_k is ", options.top_k, " but ", options.checkpoint, " has ",
-        info->num_classes, " classes"));
-  }
   std::unique_ptr<Predictor> predictor(new Predictor());
   predictor->model_ = std::make_unique<Model>(Model{frozen->net});
   predictor->arch_ = info->arch;
   predictor->num_classes_ = info->num_classes;
-  predictor->top_k_ = options.top_k;
+  predictor->top_k_ = std::min(options.top_k, info->num_classes);
   return predictor;
 }
 

@@ -19,7 +19,7 @@ namespace sophon {
 
 struct PredictorOptions {
   std::string checkpoint;  // written by sophon-train --save
-  int top_k = 5;           // classes per sample, best first; 1 .. the checkpoint's classes
+  int top_k = 5;           // classes per sample, best first; >= 1, at most the checkpoint's classes
   absl::Status Validate() const;  // names the field
 };
 
@@ -31,8 +31,8 @@ struct Prediction {
 
 class Predictor {
  public:
-  // NotFound / InvalidArgument naming the file; InvalidArgument when top_k
-  // exceeds the checkpoint's class count.
+  // NotFound / InvalidArgument naming the file. A top_k over the
+  // checkpoint's class count gives every class.
   static absl::StatusOr<std::unique_ptr<Predictor>> Load(const PredictorOptions& options);
   ~Predictor();
 
