@@ -11,7 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/train/fused_models.h"
@@ -29,13 +28,7 @@ namespace {
 // when fine-tuning, else all.
 std::vector<torch::Tensor> FusedTrainedParameters(const TrainerOptions& options,
                                                   const FusedClassifier& model) {
-  if (!options.finetune) return model->parameters();
-  const std::string prefix = ModelHeadName(options.arch) + ".";
-  std::vector<torch::Tensor> head;
-  for (const auto& item : model->named_parameters()) {
-    if (absl::StartsWith(item.key(), prefix)) head.push_back(item.value());
-  }
-  return head;
+  return options.finetune ? HeadParameters(*model, options.arch) : model->parameters();
 }
 
 class FusedTrainer final : public TorchTrainerBase {

@@ -137,10 +137,10 @@ std::string ModelHeadName(const std::string& arch) {
   return spec == nullptr ? std::string() : spec->head;
 }
 
-std::vector<torch::Tensor> HeadParameters(const Classifier& model, const std::string& arch) {
+std::vector<torch::Tensor> HeadParameters(const torch::nn::Module& model, const std::string& arch) {
   const std::string prefix = ModelHeadName(arch) + ".";
   std::vector<torch::Tensor> head;
-  for (const auto& item : model->named_parameters()) {
+  for (const auto& item : model.named_parameters()) {
     if (absl::StartsWith(item.key(), prefix)) head.push_back(item.value());
   }
   return head;

@@ -56,8 +56,9 @@ int ModelFeatureSize(const std::string& arch);
 // The submodule that head() runs ("fc"; AlexNet's "classifier"), or "" for
 // an unknown name.
 std::string ModelHeadName(const std::string& arch);
-// The parameters of the model's head (those under ModelHeadName(arch)).
-std::vector<torch::Tensor> HeadParameters(const Classifier& model, const std::string& arch);
+// The parameters of a model's head (those under ModelHeadName(arch)); a
+// fused array's too, whose parameters have the same names.
+std::vector<torch::Tensor> HeadParameters(const torch::nn::Module& model, const std::string& arch);
 
 // Builds an architecture from ModelNames() on the CPU, initialised from
 // LibTorch's global generator (seed it with torch::manual_seed first).

@@ -33,7 +33,7 @@ namespace {
 // fine-tuning, else all.
 std::vector<torch::Tensor> TrainedParametersOf(const TrainerOptions& options,
                                                const Classifier& model) {
-  return options.finetune ? HeadParameters(model, options.arch) : model->parameters();
+  return options.finetune ? HeadParameters(*model, options.arch) : model->parameters();
 }
 
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainerOptions& options,
@@ -170,7 +170,7 @@ absl::StatusOr<std::unique_ptr<TorchTrainerBase>> CreateTorchTrainer(
                                               options.num_classes, options.dropout, &new_head));
     // The backbone is frozen: only the head's parameters get gradients.
     for (torch::Tensor& p : model->parameters()) p.set_requires_grad(false);
-    for (torch::Tensor& p : HeadParameters(model, options.arch)) p.set_requires_grad(true);
+    for (torch::Tensor& p : HeadParameters(*model, options.arch)) p.set_requires_grad(true);
   } else {
     ASSIGN_OR_RETURN(model, MakeModel(options.arch, options.num_classes, options.dropout));
     if (!options.init_checkpoint.empty()) {
