@@ -1,6 +1,8 @@
-// sophon-infer: offline inference of a trained classifier over a dataset,
-// with the network's backbone run on the storage node (--mode=featuresoff) or
-// here, from samples sent at any earlier stage; or locally over --data.
+// sophon-infer: offline inference of a trained classifier over a dataset:
+// the whole model on the storage node (--mode=predictionsoff), its backbone
+// there and its head here (featuresoff), everything here from samples sent at
+// an earlier stage, or per sample (smartoff); or locally over --data.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -12,10 +14,12 @@
 #include "client/loader/loader.h"
 #include "client/loader/server_list.h"
 #include "client/loader/server_set.h"
+#include "absl/strings/numbers.h"
+#include "client/offload/cluster_policy.h"
 #include "client/offload/fixed_policy.h"
+#include "client/offload/smartoff_policy.h"
 #include "client/train/backbone.h"
 #include "client/train/inference.h"
-#include "client/train/predictor.h"
 #include "server/storage_server.h"
 #include "sophon/base/allocator.h"
 #include "sophon/cli/cli.h"
@@ -29,7 +33,8 @@ ABSL_FLAG(std::string, out, "predictions.csv",
           "prob_k for k = 1..--top-k (class_k is empty when the model's class count differs "
           "from the dataset's). Empty: none. Default predictions.csv.");
 ABSL_FLAG(int, top_k, 5,
-          "Classes per sample, most probable first (at most the model's class count). Default 5.");
+          "Classes per sample, most probable first; over the model's class count: every class. "
+          "Default 5.");
 ABSL_FLAG(std::string, server, "",
           "Storage server address(es), comma-separated (several: shards or replicas, as "
           "sophon-train). Give this or --data.");
@@ -37,11 +42,20 @@ ABSL_FLAG(std::string, data, "",
           "Run locally over this ImageFolder dataset instead of a storage server (an in-process "
           "server on loopback). Give this or --server.");
 ABSL_FLAG(std::string, mode, "auto",
-          "Where the backbone runs: featuresoff (on the storage node, which must have been "
-          "started with --backbone=<the same checkpoint>; fp16 features cross the network), "
-          "nooff, resizeoff or alloff (here, from the file, the crop or the tensor), or auto: "
-          "featuresoff when every server has the model's backbone, else nooff. The head always "
-          "runs here. Default auto.");
+          "Where the model runs: predictionsoff (all of it on the storage node, which must have "
+          "been started with --backbone=<this checkpoint>; only the top-k classes cross the "
+          "network), featuresoff (the backbone there, fp16 features cross the network, the head "
+          "here), nooff, resizeoff or alloff (all of it here, from the file, the crop or the "
+          "tensor), smartoff (per sample, from a profile and the cost model, as sophon-train), "
+          "or auto: predictionsoff when every server has this model, featuresoff when every "
+          "server has its backbone (another head), else nooff. A server without the model "
+          "(or with another head) gets samples at the furthest stage it can prepare. The "
+          "predictions are the same in every mode. Default auto.");
+ABSL_FLAG(std::string, profile_folder, "",
+          "--mode=smartoff: where this dataset's profile is looked up and, without one, written. "
+          "Default profiles/<dataset>/.");
+ABSL_FLAG(std::string, net_bw, "auto",
+          "--mode=smartoff: network bandwidth in Mbit/s, or auto to measure it. Default auto.");
 ABSL_FLAG(int, crop_size, 224, "Side of the centre crop the model sees. Default 224.");
 ABSL_FLAG(int, eval_resize, 0,
           "The side the shorter side is resized to before the centre crop; 0 = round(crop size x "
@@ -84,14 +98,12 @@ int main(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError("--model is required"));
   }
 
-  sophon::PredictorOptions predictor_options;
-  predictor_options.checkpoint = absl::GetFlag(FLAGS_model);
-  predictor_options.top_k = absl::GetFlag(FLAGS_top_k);
-  absl::StatusOr<std::unique_ptr<sophon::Predictor>> predictor =
-      sophon::Predictor::Load(predictor_options);
-  if (!predictor.ok()) return Fail(sophon::FlagError("--model", predictor.status()));
+  if (absl::GetFlag(FLAGS_top_k) < 1 || absl::GetFlag(FLAGS_top_k) > sophon::kMaxTopK) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--top-k must be in [1, ", sophon::kMaxTopK, "], got ", absl::GetFlag(FLAGS_top_k))));
+  }
   sophon::BackboneOptions backbone_options;
-  backbone_options.checkpoint = predictor_options.checkpoint;
+  backbone_options.checkpoint = absl::GetFlag(FLAGS_model);
   backbone_options.threads = absl::GetFlag(FLAGS_torch_threads);
   absl::StatusOr<std::unique_ptr<sophon::Backbone>> backbone =
       sophon::Backbone::Load(backbone_options);
@@ -130,17 +142,20 @@ int main(int argc, char** argv) {
 
   std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode == "auto") {
-    bool all = true;
+    // The furthest stage every server prepares for this model.
+    sophon::Stage all = sophon::kLastStage;
     for (int i = 0; i < (*servers)->size(); ++i) {
-      const sophon::ServerManifest& m = (*servers)->client(i)->manifest();
-      all = all && m.feature_size > 0 && m.backbone_fingerprint == (*backbone)->fingerprint();
+      all = std::min(all, sophon::ServedStage((*servers)->client(i)->manifest(), backbone->get()));
     }
-    mode = all ? "featuresoff" : "nooff";
+    mode = all == sophon::Stage::kPredictions ? "predictionsoff"
+           : all == sophon::Stage::kFeatures  ? "featuresoff"
+                                              : "nooff";
   }
   absl::StatusOr<sophon::PlannerKind> kind = sophon::ParseMode(mode, sophon::PlannerKind::kOptimal);
-  if (!kind.ok() || !sophon::IsFixedKind(*kind)) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--mode must be auto, featuresoff, nooff, resizeoff or alloff, got '", mode, "'")));
+  if (!kind.ok()) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--mode must be auto, smartoff, predictionsoff, featuresoff, nooff, "
+                     "resizeoff or alloff, got '", mode, "'")));
   }
 
   sophon::LoaderOptions loader_options;
@@ -156,24 +171,57 @@ int main(int argc, char** argv) {
       !s.ok()) {
     return Fail(sophon::FlagError("--eval-resize", s));
   }
-  // The head runs on features wherever they were extracted (rounded to fp16
-  // alike), so the predictions do not depend on --mode.
-  loader_options.target = sophon::Stage::kFeatures;
+  // The job ends at PREDICTIONS: the same ops (the head on fp16-rounded
+  // features) wherever each sample's split point lies, so the predictions
+  // do not depend on --mode.
+  loader_options.target = sophon::Stage::kPredictions;
   loader_options.pipeline.backbone = backbone->get();
-  sophon::FixedPolicy policy(sophon::FixedKindStage(*kind), sophon::ModeName(*kind));
+  loader_options.pipeline.top_k = std::min(absl::GetFlag(FLAGS_top_k), (*backbone)->num_classes());
+  std::unique_ptr<sophon::OffloadPolicy> policy;
+  if (sophon::IsFixedKind(*kind)) {
+    policy = std::make_unique<sophon::FixedPolicy>(sophon::FixedKindStage(*kind),
+                                                   sophon::ModeName(*kind));
+  } else {
+    sophon::SmartoffOptions smartoff;
+    smartoff.planner = *kind;
+    smartoff.profile_folder = absl::GetFlag(FLAGS_profile_folder);
+    // Nothing consumes the batches but the CSV writer: no step time.
+    smartoff.gpu_batch_seconds = 0;
+    if (const std::string bw = absl::GetFlag(FLAGS_net_bw); bw != "auto") {
+      if (!absl::SimpleAtod(bw, &smartoff.net_bw_mbit) || smartoff.net_bw_mbit <= 0) {
+        return Fail(absl::InvalidArgumentError(
+            absl::StrCat("--net-bw must be a positive number of Mbit/s or auto, got '", bw, "'")));
+      }
+    }
+    if (absl::Status s = smartoff.Validate(); !s.ok()) return Fail(s);
+    if ((*servers)->size() > 1) {
+      absl::StatusOr<std::unique_ptr<sophon::ClusterSmartoffPolicy>> created =
+          sophon::CreateClusterSmartoffPolicy(servers->get(), loader_options, smartoff,
+                                              /*ingress_mbit=*/-1);
+      if (!created.ok()) return Fail(created.status());
+      policy = *std::move(created);
+    } else {
+      absl::StatusOr<std::unique_ptr<sophon::SmartoffPolicy>> created =
+          sophon::CreateSmartoffPolicy((*servers)->client(0), loader_options, smartoff);
+      if (!created.ok()) return Fail(created.status());
+      policy = *std::move(created);
+    }
+  }
   absl::StatusOr<std::unique_ptr<sophon::Loader>> loader =
-      sophon::Loader::Create(servers->get(), loader_options, &policy);
+      sophon::Loader::Create(servers->get(), loader_options, policy.get());
   if (!loader.ok()) return Fail(loader.status());
 
   spdlog::info("inference with {} ({} classes, top {}) over '{}' ({} samples), mode {}, crop {}",
-               (*predictor)->arch(), (*predictor)->num_classes(), (*predictor)->top_k(),
-               (*servers)->manifest().name(), (*servers)->manifest().num_samples(), mode,
-               loader_options.pipeline.augment.crop_size);
+               (*backbone)->arch(), (*backbone)->num_classes(), loader_options.pipeline.top_k,
+               (*servers)->manifest().name(), (*servers)->manifest().num_samples(),
+               policy->name(), loader_options.pipeline.augment.crop_size);
   sophon::InferenceOptions options;
   options.out = absl::GetFlag(FLAGS_out);
   options.progress = absl::GetFlag(FLAGS_progress);
+  options.model_classes = (*backbone)->num_classes();
+  options.top_k = loader_options.pipeline.top_k;
   absl::StatusOr<sophon::InferenceReport> report =
-      sophon::RunInference(loader->get(), **servers, **predictor, options);
+      sophon::RunInference(loader->get(), **servers, options);
   if (!report.ok()) return Fail(report.status());
   spdlog::info("{}", sophon::FormatInferenceReport(*report));
   if (!options.out.empty()) spdlog::info("predictions written to {}", options.out);

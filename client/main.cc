@@ -582,6 +582,10 @@ int main(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError(
         "--feature-cache-bytes keeps features, which only --finetune takes"));
   }
+  if (*mode == sophon::PlannerKind::kPredictionsOff) {
+    return Fail(absl::InvalidArgumentError(
+        "--mode=predictionsoff sends predictions, which only inference takes: use sophon-infer"));
+  }
   if (absl::GetFlag(FLAGS_finetune)) {
     if (absl::GetFlag(FLAGS_init_checkpoint).empty()) {
       return Fail(absl::InvalidArgumentError(

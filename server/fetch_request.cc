@@ -11,8 +11,8 @@ namespace sophon {
 int64_t SampleOutputBytes(Stage stage, const PipelineOptions& pipeline, const SampleSource& source,
                           uint64_t id) {
   if (GetStageInfo(stage).layout == Layout::kVector) {
-    const int f = pipeline.backbone != nullptr ? pipeline.backbone->feature_size() : 0;
-    return static_cast<int64_t>(f) * DTypeBytes(GetStageInfo(stage).dtype);
+    return static_cast<int64_t>(VectorElements(stage, pipeline)) *
+           DTypeBytes(GetStageInfo(stage).dtype);
   }
   const int64_t bytes = StagePayloadBytes(stage, pipeline.augment.crop_size);
   if (bytes >= 0) return bytes;
@@ -66,8 +66,14 @@ absl::StatusOr<CheckedRequest> CheckFetchRequest(const v1::FetchRequest& request
     return absl::InvalidArgumentError(
         absl::StrCat("bad augmentation parameters: ", augment.status().message()));
   }
+  if (request.top_k() > static_cast<uint32_t>(kMaxTopK)) {
+    *limit = Limit::kInvalidRequest;
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_k ", request.top_k(), " is not in [0, ", kMaxTopK, "]"));
+  }
   auto pipeline = std::make_shared<PipelineOptions>();
   pipeline->augment = *augment;
+  if (request.top_k() > 0) pipeline->top_k = static_cast<int>(request.top_k());
   pipeline->limits = options.limits;
   pipeline->backbone = options.backbone.get();
 
@@ -90,7 +96,7 @@ absl::StatusOr<CheckedRequest> CheckFetchRequest(const v1::FetchRequest& request
       continue;
     }
     s.stage = *stage;
-    if (s.stage == Stage::kFeatures && pipeline->backbone == nullptr) {
+    if (s.stage >= Stage::kFeatures && pipeline->backbone == nullptr) {
       s.refusal = SampleRefusal::kNoBackbone;
       continue;
     }

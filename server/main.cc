@@ -124,8 +124,9 @@ ABSL_FLAG(std::string, backbone, "",
           "Checkpoint written by sophon-train --save whose network, frozen (evaluation mode, no "
           "gradients), takes samples to the features stage: the pooled activations in front of "
           "its classifier, sent as fp16 (resnet18: 512, resnet50: 2048, alexnet: 9216, tinycnn: "
-          "128 values). Its forward passes run on the prep workers. Default none (a sample asked "
-          "for at the features stage fails).");
+          "128 values), and whose head takes them on to the predictions stage (the top k "
+          "classes, for sophon-infer). Its forward passes run on the prep workers. Default none "
+          "(a sample asked for at the features or predictions stage fails).");
 ABSL_FLAG(int, backbone_threads, 0,
           "Intra-op threads of each forward pass of --backbone (LibTorch's); 0 = LibTorch's "
           "default (the machine's cores). Default 0.");

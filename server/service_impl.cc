@@ -40,6 +40,8 @@ v1::Manifest ServerSettings(const ServiceOptions& options) {
     settings.set_backbone(options.backbone->description());
     settings.set_feature_size(static_cast<uint32_t>(options.backbone->feature_size()));
     settings.set_backbone_fingerprint(options.backbone->fingerprint());
+    settings.set_head_fingerprint(options.backbone->head_fingerprint());
+    settings.set_head_classes(static_cast<uint32_t>(std::max(0, options.backbone->num_classes())));
   }
   return settings;
 }

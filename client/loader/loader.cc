@@ -51,12 +51,24 @@ absl::Status LoaderOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "LoaderOptions.rank must be in [0, world) (got rank ", rank, " of world ", world, ")"));
   }
-  if (target != Stage::kTensor && target != Stage::kFeatures &&
+  if (target != Stage::kTensor && GetStageInfo(target).layout != Layout::kVector &&
       GetStageInfo(target).layout != Layout::kHwc) {
     return absl::InvalidArgumentError(absl::StrCat(
         "LoaderOptions.target must be ", StageName(Stage::kTensor), ", ",
-        StageName(Stage::kFeatures), " or a uint8 HWC stage (", StageName(Stage::kCropped), ", ",
-        StageName(Stage::kFlipped), "), got ", StageName(target)));
+        StageName(Stage::kFeatures), ", ", StageName(Stage::kPredictions),
+        " or a uint8 HWC stage (", StageName(Stage::kCropped), ", ", StageName(Stage::kFlipped),
+        "), got ", StageName(target)));
+  }
+  if (target == Stage::kPredictions &&
+      (pipeline.backbone == nullptr || pipeline.backbone->num_classes() < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LoaderOptions.target ", StageName(Stage::kPredictions),
+        " needs this node's model (LoaderOptions.pipeline.backbone, with a head): it "
+        "finishes samples that arrive earlier and checks the servers' models against it"));
+  }
+  if (pipeline.top_k < 1 || pipeline.top_k > kMaxTopK) {
+    return absl::InvalidArgumentError(absl::StrCat("LoaderOptions.pipeline.top_k must be in [1, ",
+                                                   kMaxTopK, "] (got ", pipeline.top_k, ")"));
   }
   if (feature_cache_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -131,6 +143,17 @@ absl::StatusOr<int> CheckFeatureSources(const ServerSet& servers,
   return local != nullptr ? local->feature_size() : static_cast<int>(first->feature_size);
 }
 
+Stage ServedStage(const ServerManifest& manifest, const FeatureExtractor* local) {
+  if (manifest.feature_size == 0) return Stage::kTensor;
+  if (local != nullptr && (manifest.backbone_fingerprint != local->fingerprint() ||
+                           manifest.head_fingerprint != local->head_fingerprint() ||
+                           static_cast<int>(manifest.head_classes) != local->num_classes())) {
+    return manifest.backbone_fingerprint == local->fingerprint() ? Stage::kFeatures
+                                                                 : Stage::kTensor;
+  }
+  return kLastStage;
+}
+
 absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(ServerSet* servers,
                                                        const LoaderOptions& options,
                                                        OffloadPolicy* policy) {
@@ -142,13 +165,28 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(ServerSet* servers,
       return s;
     }
   }
-  int feature_size = 0;
-  if (options.target == Stage::kFeatures) {
+  int vector_size = 0;
+  if (options.target >= Stage::kFeatures) {
     absl::StatusOr<int> f = CheckFeatureSources(*servers, options.pipeline.backbone);
     if (!f.ok()) return f.status();
-    feature_size = *f;
+    vector_size = options.target == Stage::kFeatures
+                      ? *f
+                      : VectorElements(options.target, options.pipeline);
+    for (int i = 0; i < servers->size(); ++i) {
+      if (ServedStage(servers->client(i)->manifest(), options.pipeline.backbone) <
+          options.target) {
+        spdlog::info("storage server {} has {}: its samples are finished here from stage {}",
+                     servers->address(i),
+                     servers->client(i)->manifest().backbone.empty()
+                         ? std::string("no backbone")
+                         : absl::StrCat("another head (", servers->client(i)->manifest().backbone,
+                                        ")"),
+                     StageName(ServedStage(servers->client(i)->manifest(),
+                                           options.pipeline.backbone)));
+      }
+    }
   }
-  return std::unique_ptr<Loader>(new Loader(servers, options, policy, feature_size));
+  return std::unique_ptr<Loader>(new Loader(servers, options, policy, vector_size));
 }
 
 absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(SampleClient* client,
@@ -162,18 +200,18 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(SampleClient* client,
 }
 
 Loader::Loader(ServerSet* servers, const LoaderOptions& options, OffloadPolicy* policy,
-               int feature_size)
+               int vector_size)
     : servers_(servers),
       options_(options),
       policy_(policy),
-      sample_values_(options.target == Stage::kFeatures
-                         ? feature_size
-                         : 3LL * options.pipeline.augment.crop_size *
-                               options.pipeline.augment.crop_size),
-      float_target_(options.target == Stage::kTensor || options.target == Stage::kFeatures),
+      vector_target_(GetStageInfo(options.target).layout == Layout::kVector),
+      sample_values_(vector_target_ ? vector_size
+                                    : 3LL * options.pipeline.augment.crop_size *
+                                          options.pipeline.augment.crop_size),
+      float_target_(options.target == Stage::kTensor || vector_target_),
       feature_cache_(options.feature_cache_bytes > 0
                          ? std::make_unique<FeatureCache>(servers->manifest().num_samples(),
-                                                          feature_size,
+                                                          vector_size,
                                                           options.feature_cache_bytes)
                          : nullptr) {
   absl::MutexLock lock(&mu_);
@@ -181,7 +219,7 @@ Loader::Loader(ServerSet* servers, const LoaderOptions& options, OffloadPolicy* 
   for (int i = 0; i < servers->size(); ++i) {
     links_[i].server = i;
     links_[i].client = servers->client(i);
-    links_[i].has_backbone = servers->client(i)->manifest().feature_size > 0;
+    links_[i].max_stage = ServedStage(servers->client(i)->manifest(), options.pipeline.backbone);
     links_[i].key_offset =
         servers->manifest().shards()[servers->manifest().ShardOfServer(i)].base;
   }
@@ -190,7 +228,7 @@ Loader::Loader(ServerSet* servers, const LoaderOptions& options, OffloadPolicy* 
 Loader::~Loader() { Stop(); }
 
 Stage Loader::StageFor(int server, Stage stage) const {
-  return stage == Stage::kFeatures && !links_[server].has_backbone ? Stage::kTensor : stage;
+  return std::min(stage, links_[server].max_stage);
 }
 
 absl::Status Loader::StartEpoch(uint64_t epoch, int64_t max_batches, int64_t start_position) {
@@ -299,7 +337,7 @@ int Loader::RouteLocked(uint64_t id, int wanted) const {
 
 bool Loader::WriteRequests(uint64_t key_offset, FetchCall* call,
                            const std::deque<std::pair<uint64_t, Stage>>& requests) {
-  FetchRequestBuilder builder(epoch_, options_.seed, options_.pipeline.augment, key_offset);
+  FetchRequestBuilder builder(epoch_, options_.seed, options_.pipeline, key_offset);
   for (size_t i = 0; i < requests.size(); ++i) {
     builder.Add(requests[i].first - key_offset, requests[i].second);
     if (builder.size() == options_.requests_per_message || i + 1 == requests.size()) {
@@ -802,18 +840,23 @@ absl::Status Loader::Finish(StageData data, uint64_t id, PendingBatch* batch, in
     return FinishToTensor(std::move(data), key, options_.pipeline,
                           batch->images.data() + slot * sample_values_, times, stage_bytes);
   }
-  if (options_.target == Stage::kFeatures) {
+  if (vector_target_) {
     absl::StatusOr<StageData> out =
-        RunPipeline(std::move(data), Stage::kFeatures, key, options_.pipeline, times, stage_bytes);
+        RunPipeline(std::move(data), options_.target, key, options_.pipeline, times, stage_bytes);
     if (!out.ok()) return out.status();
     if (out->width != sample_values_) {
-      return absl::InvalidArgumentError(absl::StrCat(StageName(Stage::kFeatures), " of ",
+      return absl::InvalidArgumentError(absl::StrCat(StageName(options_.target), " of ",
                                                      out->width, " values, expected ",
                                                      sample_values_));
     }
-    const auto* halves = reinterpret_cast<const uint16_t*>(out->data.data());
-    HalvesToFloats(halves, sample_values_, batch->images.data() + slot * sample_values_);
-    if (feature_cache_ != nullptr) feature_cache_->Put(id, halves);
+    float* const dst = batch->images.data() + slot * sample_values_;
+    if (GetStageInfo(options_.target).dtype == DType::kFloat16) {
+      const auto* halves = reinterpret_cast<const uint16_t*>(out->data.data());
+      HalvesToFloats(halves, sample_values_, dst);
+      if (feature_cache_ != nullptr) feature_cache_->Put(id, halves);
+    } else {
+      std::memcpy(dst, out->data.data(), sizeof(float) * sample_values_);
+    }
     return absl::OkStatus();
   }
   absl::StatusOr<StageData> out =
@@ -898,7 +941,7 @@ absl::StatusOr<bool> Loader::Next(Batch* out) {
     }
     out->index = batch->index;
     out->n = kept;
-    if (options_.target == Stage::kFeatures) {
+    if (vector_target_) {
       out->c = static_cast<int>(sample_values_);  // [n, F]
       out->h = out->w = 1;
     } else {

@@ -63,14 +63,18 @@ struct LoaderOptions {
   // TENSOR (float32 NCHW) for training on this node's CPU; FLIPPED or
   // CROPPED (uint8 NHWC, a quarter of the bytes) when the device finishes the
   // ops; FEATURES (float32 [N, F], a frozen backbone's features) for training
-  // a classifier head. A policy's stage past it is taken as the target
-  // itself.
+  // a classifier head; PREDICTIONS (float32 [N, 2k]: k pairs of class and
+  // probability, k = min(pipeline.top_k, the head's classes)) for inference.
+  // A policy's stage past it is taken as the target itself.
   //
   // FEATURES: a sample that arrives before it goes through this node's
   // backbone (pipeline.backbone); a server's backbone must have the same
   // checkpoint (Manifest.backbone_fingerprint). A sample planned at FEATURES
   // on a server without a backbone is asked for at TENSOR instead. Without a
   // backbone here every server needs one.
+  // PREDICTIONS: as FEATURES, and this node needs the model (its backbone and
+  // head, pipeline.backbone); a sample planned at PREDICTIONS on a server
+  // whose head differs is asked for at FEATURES (ServedStage).
   Stage target = Stage::kTensor;
   // Profiling: a sample received at a stage before a skippable one (RAW)
   // also runs the ops of the path it skips (the lossless crop and the decode
@@ -143,6 +147,12 @@ absl::Status CheckJpegDecodingAgrees(const ServerManifest& manifest, absl::strin
 // without one that all servers have a backbone of the same checkpoint.
 // FailedPrecondition naming the server otherwise.
 absl::StatusOr<int> CheckFeatureSources(const ServerSet& servers, const FeatureExtractor* local);
+
+// The furthest stage the server of `manifest` prepares samples to for a node
+// whose model is `local` (may be null): TENSOR without a backbone there,
+// FEATURES when only its backbone is local's (its head differs), else the
+// last stage.
+Stage ServedStage(const ServerManifest& manifest, const FeatureExtractor* local);
 
 class Loader {
  public:
@@ -243,14 +253,15 @@ class Loader {
     int64_t owed = 0;            // requested from it, not arrived
     bool stream_done = false;    // the receiver ended
     bool lost = false;           // did not come back: its samples go to replicas
-    bool has_backbone = false;   // serves FEATURES (constant)
+    Stage max_stage = kLastStage;  // ServedStage (constant)
     // When the stream last broke or was refused: batches registered before it.
     int64_t opened_at_break = 0;
   };
 
-  // `feature_size`: F of a FEATURES target (0 otherwise).
+  // `vector_size`: the values per sample of a vector target (F for FEATURES,
+  // 2k for PREDICTIONS; 0 otherwise).
   Loader(ServerSet* servers, const LoaderOptions& options, OffloadPolicy* policy,
-         int feature_size);
+         int vector_size);
   // The stage to ask `server` for a sample planned at `stage`.
   Stage StageFor(int server, Stage stage) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendLoop();
@@ -287,7 +298,8 @@ class Loader {
   ServerSet* const servers_;
   const LoaderOptions options_;
   OffloadPolicy* const policy_;
-  const int64_t sample_values_;  // values per sample: 3 * S * S, or F for FEATURES
+  const bool vector_target_;     // the target's layout is a vector (FEATURES, PREDICTIONS)
+  const int64_t sample_values_;  // values per sample: 3 * S * S, or the vector's
   const bool float_target_;      // TENSOR or FEATURES: floats (Batch.images), not uint8
   const std::unique_ptr<FeatureCache> feature_cache_;  // null unless feature_cache_bytes
 

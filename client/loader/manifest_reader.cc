@@ -60,11 +60,15 @@ absl::StatusOr<ServerManifest> ReadManifest(ManifestRpcs& rpcs, absl::string_vie
   m.backbone = header.backbone();
   m.feature_size = header.feature_size();
   m.backbone_fingerprint = header.backbone_fingerprint();
+  m.head_fingerprint = header.head_fingerprint();
+  m.head_classes = header.head_classes();
   if ((m.feature_size == 0) != m.backbone.empty() ||
-      m.feature_size > static_cast<uint32_t>(kMaxVectorElements)) {
+      m.feature_size > static_cast<uint32_t>(kMaxVectorElements) ||
+      m.head_classes > static_cast<uint32_t>(kMaxVectorElements)) {
     return absl::InvalidArgumentError(
         absl::StrCat("storage server ", address, " announces backbone '", m.backbone,
-                     "' with feature size ", m.feature_size, " (expected both or neither, and at most ",
+                     "' with feature size ", m.feature_size, " and ", m.head_classes,
+                     " classes (expected a backbone and a feature size or neither, and at most ",
                      kMaxVectorElements, ")"));
   }
   const uint64_t num_samples = header.num_samples();

@@ -25,12 +25,15 @@ struct ServerManifest {
   uint32_t prep_workers = 0;             // the server's --prep-workers
   double cpu_limit = 0;                  // CPUs of time the server may use; 0 = unknown
   bool lenient_jpeg = false;             // the server's --lenient-jpeg
-  // The server's frozen backbone (--backbone) for the FEATURES stage: what it
-  // is in words, its feature size and checkpoint fingerprint; empty / 0
-  // without one.
+  // The server's frozen model (--backbone) for the FEATURES and PREDICTIONS
+  // stages: what it is in words, its feature size, the fingerprints of its
+  // backbone's and its head's tensors, its head's classes; empty / 0 without
+  // one.
   std::string backbone;
   uint32_t feature_size = 0;
   uint64_t backbone_fingerprint = 0;
+  uint64_t head_fingerprint = 0;
+  uint32_t head_classes = 0;
   std::vector<uint32_t> labels;          // by sample id
   std::vector<uint32_t> raw_sizes;       // by sample id: encoded bytes, SaturatedSize
 

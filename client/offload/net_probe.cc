@@ -18,7 +18,7 @@ absl::StatusOr<NetProbeResult> ProbeBandwidth(SampleClient* client,
   const double cpu0 = ProcessCpuSeconds();
   std::unique_ptr<FetchCall> call = client->OpenFetch();
   std::thread writer([&] {
-    FetchRequestBuilder builder(/*epoch=*/0, /*seed=*/0, AugmentOptions());
+    FetchRequestBuilder builder(/*epoch=*/0, /*seed=*/0, PipelineOptions());
     for (size_t i = 0; i < order.size(); ++i) {
       builder.Add(order[i], kFirstStage);
       if (builder.size() == 32 || i + 1 == order.size()) {

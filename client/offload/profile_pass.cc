@@ -159,13 +159,12 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
   const double wall_scale = StorageWallScale(manifest);
   double server_s = 0, local_s = 0;
   // The probe takes samples as far as the job does, and as far as the server
-  // can (FEATURES needs its backbone).
+  // can (FEATURES needs its backbone, PREDICTIONS this node's head too).
   const Stage probe_stage =
-      options.target > Stage::kTensor && manifest.feature_size == 0 ? Stage::kTensor
-                                                                    : options.target;
+      std::min(options.target, ServedStage(manifest, options.pipeline.backbone));
   if (!probe_ids.empty()) {
     std::unique_ptr<FetchCall> call = client->OpenFetch();
-    FetchRequestBuilder builder(kProfileEpoch, options.seed, options.pipeline.augment);
+    FetchRequestBuilder builder(kProfileEpoch, options.seed, options.pipeline);
     for (uint64_t id : probe_ids) builder.Add(id, probe_stage);
     call->Write(builder.Take());
     call->WritesDone();

@@ -353,8 +353,8 @@ absl::StatusOr<DatasetProfile> LoadOrMakeProfile(
       spdlog::info("profile in {} was taken at crop size {} for {} samples; re-profiling", folder,
                    profile->crop_size, profile->samples.size());
       need_profile = true;
-    } else if (loader_options.target == Stage::kFeatures &&
-               !profile->stages.Has(Stage::kFeatures)) {
+    } else if (loader_options.target >= Stage::kFeatures &&
+               !profile->stages.Has(loader_options.target)) {
       spdlog::info("profile in {} does not measure stage {}, this job's last; re-profiling",
                    folder, StageName(loader_options.target));
       need_profile = true;

@@ -1,6 +1,6 @@
-// A frozen backbone: a checkpoint written by sophon-train --save, loaded in
-// evaluation mode without gradients, computing each image's features (the
-// classifier's input). What a storage node runs for near-data feature
+// A frozen backbone and its head: a checkpoint written by sophon-train --save,
+// loaded in evaluation mode without gradients, computing each image's
+// features (the classifier's input) and the head's logits of them. What a storage node runs for near-data feature
 // extraction, and what a training node runs when it extracts features
 // itself; both give the same floats for the same checkpoint and images.
 //
@@ -41,10 +41,13 @@ class Backbone final : public FeatureExtractor {
   // outside the head: a checkpoint fine-tuned from this one (a new or tuned
   // head) has the same fingerprint.
   uint64_t fingerprint() const override { return fingerprint_; }
+  // The same over the head's parameters and buffers.
+  uint64_t head_fingerprint() const override { return head_fingerprint_; }
   const std::string& arch() const { return arch_; }
-  int num_classes() const { return num_classes_; }
+  int num_classes() const override { return num_classes_; }
   // One forward pass at a time (each uses the intra-op threads).
   absl::Status Extract(const float* images, int n, int s, float* out) const override;
+  absl::Status Classify(const float* features, int n, float* out) const override;
 
  private:
   struct Model;
@@ -54,6 +57,7 @@ class Backbone final : public FeatureExtractor {
   int num_classes_ = 0;
   int feature_size_ = 0;
   uint64_t fingerprint_ = 0;
+  uint64_t head_fingerprint_ = 0;
   int min_input_size_ = 0;
   std::string description_;
   mutable std::mutex mu_;

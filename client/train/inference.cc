@@ -48,15 +48,44 @@ std::vector<std::string> PathsOf(const ServerSet& servers, const std::vector<uin
 
 }  // namespace
 
+absl::StatusOr<std::vector<Prediction>> ReadPredictions(const Batch& batch, int k, int classes) {
+  if (batch.stage != Stage::kPredictions || batch.c != 2 * k || batch.h != 1 || batch.w != 1 ||
+      batch.images.size() != static_cast<size_t>(batch.n) * 2 * k) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch ", batch.index, " is ", StageName(batch.stage), " of ", batch.n, " x ", batch.c,
+        "x", batch.h, "x", batch.w, " in ", batch.images.size(), " floats, expected ",
+        StageName(Stage::kPredictions), " of ", k, " (class, probability) pairs per sample"));
+  }
+  std::vector<Prediction> out(static_cast<size_t>(batch.n));
+  for (int i = 0; i < batch.n; ++i) {
+    const float* pairs = batch.images.data() + static_cast<size_t>(i) * 2 * k;
+    for (int j = 0; j < k; ++j) {
+      const float c = pairs[2 * j];
+      if (!(c >= 0 && c < classes) || c != static_cast<float>(static_cast<int>(c))) {
+        return absl::InvalidArgumentError(absl::StrCat("batch ", batch.index, ", sample ",
+                                                       batch.ids[i], ": class ", c,
+                                                       " is not one of the model's ", classes));
+      }
+      out[i].labels.push_back(static_cast<int>(c));
+      out[i].probabilities.push_back(pairs[2 * j + 1]);
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<InferenceReport> RunInference(Loader* loader, const ServerSet& servers,
-                                             const Predictor& predictor,
                                              const InferenceOptions& options) {
+  if (options.model_classes < 1 || options.top_k < 1 || options.top_k > options.model_classes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InferenceOptions.top_k must be in [1, model_classes] and model_classes >= 1 (got top_k ",
+        options.top_k, ", model_classes ", options.model_classes, ")"));
+  }
   const GlobalManifest& manifest = servers.manifest();
   const std::vector<std::string>& classes = manifest.class_names();
   InferenceReport report;
-  report.labels_comparable = predictor.num_classes() == static_cast<int>(classes.size());
+  report.labels_comparable = options.model_classes == static_cast<int>(classes.size());
   std::string header = "id,path,label,class";
-  for (int k = 1; k <= predictor.top_k(); ++k) {
+  for (int k = 1; k <= options.top_k; ++k) {
     absl::StrAppend(&header, ",pred_", k, ",class_", k, ",prob_", k);
   }
   absl::StatusOr<std::unique_ptr<CsvLog>> csv =
@@ -70,7 +99,8 @@ absl::StatusOr<InferenceReport> RunInference(Loader* loader, const ServerSet& se
     absl::StatusOr<bool> more = loader->Next(&batch);
     if (!more.ok()) return more.status();
     if (!*more) break;
-    absl::StatusOr<std::vector<Prediction>> predictions = predictor.Predict(batch);
+    absl::StatusOr<std::vector<Prediction>> predictions =
+        ReadPredictions(batch, options.top_k, options.model_classes);
     if (!predictions.ok()) return predictions.status();
     if (*csv != nullptr) {
       const std::vector<std::string> paths = PathsOf(servers, batch.ids);

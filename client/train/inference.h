@@ -1,17 +1,17 @@
 // Offline inference over a dataset: every sample once, in manifest order,
-// through a loader (whose target is FEATURES when the predictor takes the
-// backbone's features, TENSOR otherwise) and a Predictor, to a CSV file of
-// each sample's top-k classes.
+// through a loader whose target is PREDICTIONS (each sample's top-k classes
+// and their probabilities, from the model's head wherever it ran), to a CSV
+// file. LibTorch-free: the model runs in the ops (FeatureExtractor).
 #ifndef SOPHON_CLIENT_TRAIN_INFERENCE_H_
 #define SOPHON_CLIENT_TRAIN_INFERENCE_H_
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "client/loader/loader.h"
 #include "client/loader/server_set.h"
-#include "client/train/predictor.h"
 
 namespace sophon {
 
@@ -21,7 +21,20 @@ struct InferenceOptions {
   // model has as many classes as the dataset, else empty). Empty: none.
   std::string out;
   bool progress = true;  // a progress line every few seconds
+  int model_classes = 0;  // the model's class count; >= 1
+  int top_k = 0;          // classes per sample in the batches (min(top_k, classes)); >= 1
 };
+
+// One sample's best classes, most probable first.
+struct Prediction {
+  std::vector<int> labels;
+  std::vector<float> probabilities;
+};
+
+// The predictions of a PREDICTIONS batch ([n, 2k]: class, probability
+// pairs); InvalidArgument naming the batch if it is another stage, its rows
+// are not k pairs, or a class is not one of `classes`.
+absl::StatusOr<std::vector<Prediction>> ReadPredictions(const Batch& batch, int k, int classes);
 
 struct InferenceReport {
   int64_t samples = 0;
@@ -33,9 +46,9 @@ struct InferenceReport {
   LoaderEpochStats loader;
 };
 
-// Runs epoch 0 of `loader` (built with shuffle off) to the end.
+// Runs epoch 0 of `loader` (built with shuffle off and target PREDICTIONS)
+// to the end.
 absl::StatusOr<InferenceReport> RunInference(Loader* loader, const ServerSet& servers,
-                                             const Predictor& predictor,
                                              const InferenceOptions& options);
 
 // "1000 images in 12.3 s: 81.3 images/s, 1.0 KB/image (features 1000), top-1 0.912".

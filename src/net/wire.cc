@@ -1,5 +1,7 @@
 #include "sophon/net/wire.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace sophon {
@@ -38,6 +40,7 @@ static_assert(GetStageInfo(Stage::kFlipped).wire == v1::STAGE_FLIPPED);
 static_assert(GetStageInfo(Stage::kTensor).wire == v1::STAGE_TENSOR);
 static_assert(GetStageInfo(Stage::kJpegCrop).wire == v1::STAGE_JPEG_CROP);
 static_assert(GetStageInfo(Stage::kFeatures).wire == v1::STAGE_FEATURES);
+static_assert(GetStageInfo(Stage::kPredictions).wire == v1::STAGE_PREDICTIONS);
 static_assert(static_cast<int>(DType::kBytes) == v1::DTYPE_BYTES);
 static_assert(static_cast<int>(DType::kUint8) == v1::DTYPE_UINT8);
 static_assert(static_cast<int>(DType::kFloat32) == v1::DTYPE_FLOAT32);
@@ -135,8 +138,12 @@ absl::StatusOr<StageData> StageDataFromProto(v1::Sample* sample) {
 }
 
 FetchRequestBuilder::FetchRequestBuilder(uint64_t epoch, uint64_t seed,
-                                         const AugmentOptions& augment, uint64_t key_offset)
-    : epoch_(epoch), seed_(seed), key_offset_(key_offset), augment_(ToProto(augment)) {
+                                         const PipelineOptions& pipeline, uint64_t key_offset)
+    : epoch_(epoch),
+      seed_(seed),
+      key_offset_(key_offset),
+      top_k_(pipeline.top_k),
+      augment_(ToProto(pipeline.augment)) {
   Reset();
 }
 
@@ -145,6 +152,7 @@ void FetchRequestBuilder::Reset() {
   request_.set_epoch(epoch_);
   request_.set_seed(seed_);
   request_.set_key_offset(key_offset_);
+  request_.set_top_k(static_cast<uint32_t>(std::max(0, top_k_)));
   *request_.mutable_augment() = augment_;
 }
 

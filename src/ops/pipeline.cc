@@ -1,5 +1,6 @@
 #include "sophon/ops/pipeline.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -7,6 +8,13 @@
 #include "sophon/image/image_ops.h"
 
 namespace sophon {
+
+int VectorElements(Stage stage, const PipelineOptions& options) {
+  if (GetStageInfo(stage).layout != Layout::kVector) return -1;
+  if (options.backbone == nullptr) return 0;
+  if (stage == Stage::kFeatures) return options.backbone->feature_size();
+  return 2 * std::max(0, std::min(options.top_k, options.backbone->num_classes()));
+}
 
 absl::Status CheckStageData(const StageData& data, int crop_size) {
   if (GetStageInfo(data.stage).layout == Layout::kJpegRegion) {

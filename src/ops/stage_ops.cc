@@ -1,5 +1,7 @@
 #include "sophon/ops/stage_ops.h"
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -102,6 +104,56 @@ absl::Status FeaturesOp(const SampleKey&, const PipelineOptions& options, StageD
   data->data = std::move(out);
   data->height = 1;
   data->width = f;
+  return absl::OkStatus();
+}
+
+
+absl::Status PredictOp(const SampleKey&, const PipelineOptions& options, StageData* data) {
+  const FeatureExtractor* model = options.backbone;
+  if (model == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("stage ", StageName(Stage::kPredictions),
+                     " needs a model, and none is loaded (sophon-server --backbone, "
+                     "or the inference node's --model)"));
+  }
+  const int f = model->feature_size(), classes = model->num_classes();
+  if (data->width != f) {
+    return absl::InvalidArgumentError(absl::StrCat(StageName(Stage::kFeatures), " of ",
+                                                   data->width, " values, but ",
+                                                   model->description(), " takes ", f));
+  }
+  const int k = std::min(options.top_k, classes);
+  if (k < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PipelineOptions.top_k must be >= 1 (got ", options.top_k, ") and ",
+        model->description(), " must have classes (has ", classes, ")"));
+  }
+  thread_local std::vector<float> features, logits;
+  features.resize(static_cast<size_t>(f));
+  logits.resize(static_cast<size_t>(classes));
+  HalvesToFloats(reinterpret_cast<const uint16_t*>(data->data.data()), features.size(),
+                 features.data());
+  if (absl::Status s = model->Classify(features.data(), 1, logits.data()); !s.ok()) return s;
+  // Softmax in double, stable: exp(l - max) / sum.
+  const float top = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - top);
+  thread_local std::vector<int> order;
+  order.resize(static_cast<size_t>(classes));
+  for (int c = 0; c < classes; ++c) order[c] = c;
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  std::string out(static_cast<size_t>(2 * k) * sizeof(float), '\0');
+  auto* pairs = reinterpret_cast<float*>(out.data());
+  for (int i = 0; i < k; ++i) {
+    const int c = order[i];
+    pairs[2 * i] = static_cast<float>(c);
+    pairs[2 * i + 1] = static_cast<float>(std::exp(static_cast<double>(logits[c]) - top) / sum);
+  }
+  data->data = std::move(out);
+  data->height = 1;
+  data->width = 2 * k;
   return absl::OkStatus();
 }
 

@@ -125,8 +125,8 @@ absl::StatusOr<int> InferCropSize(uint64_t cropped_bytes, const csv::Line& line,
 // each op's time (its loader, decoding and crop make our decode_crop). The
 // original system had no lossless crop: JPEG_CROP gets the file's size, no
 // op times, and is left out of the profile's stages, so no plan picks it.
-// It had no backbone either: FEATURES has no column (0 bytes, not measured)
-// and is left out too.
+// It had no backbone either: FEATURES and PREDICTIONS have no column (0
+// bytes, not measured) and are left out too.
 constexpr std::pair<Stage, const char*> kSizeColumns[] = {
     {Stage::kRaw, "raw"},
     {Stage::kJpegCrop, "raw"},
@@ -134,6 +134,7 @@ constexpr std::pair<Stage, const char*> kSizeColumns[] = {
     {Stage::kFlipped, "RandomHorizontalFlip"},
     {Stage::kTensor, "Normalize"},
     {Stage::kFeatures, nullptr},
+    {Stage::kPredictions, nullptr},
 };
 static_assert(std::size(kSizeColumns) == kNumStages, "every stage needs its size column");
 constexpr std::pair<Op, const char*> kTimeColumns[] = {
@@ -143,7 +144,10 @@ constexpr std::pair<Op, const char*> kTimeColumns[] = {
 };
 // The stages the original files measured.
 static StageSet OriginalStages() {
-  return StageSet::All().Remove(Stage::kJpegCrop).Remove(Stage::kFeatures);
+  return StageSet::All()
+      .Remove(Stage::kJpegCrop)
+      .Remove(Stage::kFeatures)
+      .Remove(Stage::kPredictions);
 }
 
 absl::StatusOr<DatasetProfile> ParseOriginalSizes(absl::string_view text,

@@ -32,6 +32,7 @@ absl::StatusOr<PlanResult> PlanWith(PlannerKind kind, const DatasetProfile& prof
     case PlannerKind::kResizeOff:
     case PlannerKind::kAllOff:
     case PlannerKind::kFeaturesOff:
+    case PlannerKind::kPredictionsOff:
       // The fixed mode's stage, no later than the job's last stage.
       result.stages.assign(ids.size(), std::min(FixedKindStage(kind), profile.target));
       break;
@@ -51,6 +52,7 @@ const char* PlannerKindName(PlannerKind kind) {
     case PlannerKind::kResizeOff: return "resizeoff";
     case PlannerKind::kAllOff: return "alloff";
     case PlannerKind::kFeaturesOff: return "featuresoff";
+    case PlannerKind::kPredictionsOff: return "predictionsoff";
     case PlannerKind::kSophon: return "sophon";
     case PlannerKind::kOptimal: return "optimal";
   }
@@ -68,7 +70,8 @@ absl::StatusOr<PlannerKind> ParsePlannerKind(absl::string_view name) {
 
 bool IsFixedKind(PlannerKind kind) {
   return kind == PlannerKind::kNoOff || kind == PlannerKind::kResizeOff ||
-         kind == PlannerKind::kAllOff || kind == PlannerKind::kFeaturesOff;
+         kind == PlannerKind::kAllOff || kind == PlannerKind::kFeaturesOff ||
+         kind == PlannerKind::kPredictionsOff;
 }
 
 Stage FixedKindStage(PlannerKind kind) {
@@ -76,6 +79,7 @@ Stage FixedKindStage(PlannerKind kind) {
     case PlannerKind::kNoOff: return Stage::kRaw;
     case PlannerKind::kResizeOff: return Stage::kFlipped;
     case PlannerKind::kFeaturesOff: return Stage::kFeatures;
+    case PlannerKind::kPredictionsOff: return Stage::kPredictions;
     case PlannerKind::kAllOff:
     default: return Stage::kTensor;
   }
@@ -92,10 +96,11 @@ absl::StatusOr<PlannerKind> ParseMode(absl::string_view name, PlannerKind smart)
   }
   if (name == "alloff" || name == "remote_alloff") return PlannerKind::kAllOff;
   if (name == "featuresoff") return PlannerKind::kFeaturesOff;
+  if (name == "predictionsoff") return PlannerKind::kPredictionsOff;
   if (name == "smartoff") return smart;
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown mode '", name,
-      "' (expected nooff, resizeoff, alloff, featuresoff, smartoff; aliases remote_nooff, piloff, "
+      "' (expected nooff, resizeoff, alloff, featuresoff, predictionsoff, smartoff; aliases remote_nooff, piloff, "
       "remote_piloff, remote_alloff)"));
 }
 

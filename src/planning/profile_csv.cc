@@ -21,40 +21,54 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kMagic[] = "# sophon-profile v3";
-constexpr char kMagicV2[] = "# sophon-profile v2";  // read: no FEATURES columns
 constexpr char kMagicPrefix[] = "# sophon-profile ";
+// The version written; versions kOldestVersion .. kVersion are read.
+constexpr int kVersion = 4;
+constexpr int kOldestVersion = 2;
+
+// The version that added each stage's size column and each op's time column:
+// FEATURES (and its op) came in 3, PREDICTIONS (and its op) in 4.
+constexpr int StageSince(Stage stage) {
+  return stage == Stage::kFeatures ? 3 : stage == Stage::kPredictions ? 4 : 2;
+}
+constexpr int OpSince(Op op) { return StageSince(GetOpInfo(op).to); }
+
+// The stages a file of `version` can hold.
+StageSet StagesOf(int version) {
+  StageSet stages = StageSet::All();
+  for (Stage stage : AllStages()) {
+    if (StageSince(stage) > version) stages.Remove(stage);
+  }
+  return stages;
+}
 
 // A profile file's columns: id, then <stage>_bytes for every stage in stage
-// table order, <op>_s for every op in op table order, then source_pixels.
-// Version 2 (before the FEATURES stage) has neither features_bytes nor
-// features_s.
+// table order, <op>_s for every op in op table order, then source_pixels;
+// an older version lacks the columns of the stages and ops added since.
 struct Column {
   enum Kind { kId, kBytes, kSeconds, kPixels } kind;
   int index;  // stage or op index
   std::string name;
 };
 const std::vector<Column>& Columns(int version) {
-  static const auto* v2 = new std::vector<Column>();
-  static const auto* v3 = [] {
-    auto* c = new std::vector<Column>{{Column::kId, 0, "id"}};
-    for (const StageInfo& stage : kStageTable) {
-      c->push_back({Column::kBytes, StageIndex(stage.stage), absl::StrCat(stage.name, "_bytes")});
+  static const auto* by_version = [] {
+    auto* all = new std::vector<std::vector<Column>>(kVersion + 1);
+    for (int v = kOldestVersion; v <= kVersion; ++v) {
+      std::vector<Column>& c = (*all)[v];
+      c.push_back({Column::kId, 0, "id"});
+      for (const StageInfo& stage : kStageTable) {
+        if (StageSince(stage.stage) > v) continue;
+        c.push_back({Column::kBytes, StageIndex(stage.stage), absl::StrCat(stage.name, "_bytes")});
+      }
+      for (const OpInfo& op : kOpTable) {
+        if (OpSince(op.op) > v) continue;
+        c.push_back({Column::kSeconds, static_cast<int>(op.op), absl::StrCat(op.name, "_s")});
+      }
+      c.push_back({Column::kPixels, 0, "source_pixels"});
     }
-    for (const OpInfo& op : kOpTable) {
-      c->push_back({Column::kSeconds, static_cast<int>(op.op), absl::StrCat(op.name, "_s")});
-    }
-    c->push_back({Column::kPixels, 0, "source_pixels"});
-    for (const Column& column : *c) {
-      const bool features = (column.kind == Column::kBytes &&
-                             column.index == StageIndex(Stage::kFeatures)) ||
-                            (column.kind == Column::kSeconds &&
-                             column.index == static_cast<int>(Op::kFeatures));
-      if (!features) const_cast<std::vector<Column>*>(v2)->push_back(column);
-    }
-    return c;
+    return all;
   }();
-  return version == 2 ? *v2 : *v3;
+  return (*by_version)[version];
 }
 std::string HeaderLine(int version) {
   std::string out;
@@ -213,16 +227,23 @@ absl::StatusOr<DatasetProfile> ParseSophonProfile(absl::string_view text,
   if (lines.empty() || !absl::StartsWith(lines[0].text, kMagicPrefix)) {
     return csv::LineError(
         file_name, lines.empty() ? 1 : lines[0].number,
-        absl::StrCat("not a Sophon profile (expected the first line '", kMagic, "')"));
+        absl::StrCat("not a Sophon profile (expected the first line '", kMagicPrefix, "v",
+                     kVersion, "')"));
   }
   const absl::string_view magic = absl::StripAsciiWhitespace(lines[0].text);
-  const int version = magic == kMagic ? 3 : magic == kMagicV2 ? 2 : 0;
+  int version = 0;
+  const absl::string_view tag = magic.substr(std::string_view(kMagicPrefix).size());
+  if (!absl::StartsWith(tag, "v") || !absl::SimpleAtoi(tag.substr(1), &version) ||
+      version < kOldestVersion || version > kVersion) {
+    version = 0;
+  }
   if (version == 0) {
     // FailedPrecondition: a valid profile of another version (smartoff
     // profiles the dataset again).
     return absl::FailedPreconditionError(absl::StrCat(
         file_name, ":", lines[0].number, ": unsupported profile version '", lines[0].text,
-        "' (this build reads '", kMagic, "' and '", kMagicV2, "')"));
+        "' (this build reads '", kMagicPrefix, "v", kOldestVersion, "' to '", kMagicPrefix, "v",
+        kVersion, "')"));
   }
   Metadata meta;
   DatasetProfile profile;
@@ -247,8 +268,10 @@ absl::StatusOr<DatasetProfile> ParseSophonProfile(absl::string_view text,
             file_name, line.number,
             "missing '# dataset=NAME fingerprint=HEX crop_size=S' line before the header");
       }
-      // A version 2 file predates FEATURES: it never measured it.
-      if (version == 2) meta.stages.Remove(Stage::kFeatures);
+      // An older file never measured the stages added since.
+      for (Stage stage : AllStages()) {
+        if (!StagesOf(version).Has(stage)) meta.stages.Remove(stage);
+      }
       header_seen = true;
       continue;
     }
@@ -284,7 +307,7 @@ absl::Status WriteSophonProfile(const DatasetProfile& profile, const std::string
   {
     std::ofstream out(tmp, std::ios::trunc);
     if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
-    out << kMagic << "\n";
+    out << kMagicPrefix << "v" << kVersion << "\n";
     out << absl::StrFormat(
         "# dataset=%s fingerprint=%s crop_size=%d server_speed=%.6g times=%s stages=%s\n",
         EncodeName(profile.dataset), FingerprintHex(profile.fingerprint), profile.crop_size,
@@ -293,7 +316,7 @@ absl::Status WriteSophonProfile(const DatasetProfile& profile, const std::string
     out << "# units: *_bytes = payload bytes at that stage; *_s = thread CPU seconds of the op "
            "on the training node; source_pixels = width*height of the encoded image (0 = "
            "unknown)\n";
-    out << HeaderLine(3) << "\n";
+    out << HeaderLine(kVersion) << "\n";
     for (const SampleProfile& s : profile.samples) {
       std::string row = absl::StrCat(s.id);
       for (uint64_t bytes : s.bytes.values) absl::StrAppend(&row, ",", bytes);

@@ -34,9 +34,15 @@ absl::StatusOr<DatasetProfile> MeasureProfile(const SampleSource& source,
       absl::StrCat("measured on this machine over ", options.epochs, " epoch(s)");
   profile.samples.resize(n);
   for (uint64_t id = 0; id < n; ++id) profile.samples[id].id = id;
-  // FEATURES is measured when there is a backbone to run.
-  const Stage last = options.pipeline.backbone != nullptr ? Stage::kFeatures : Stage::kTensor;
-  if (last == Stage::kFeatures) profile.stages.Add(Stage::kFeatures);
+  // FEATURES is measured when there is a backbone to run, PREDICTIONS when it
+  // has a head.
+  const FeatureExtractor* model = options.pipeline.backbone;
+  const Stage last = model == nullptr            ? Stage::kTensor
+                     : model->num_classes() > 0 ? Stage::kPredictions
+                                                : Stage::kFeatures;
+  for (Stage stage = Stage::kFeatures; stage <= last; stage = StageAt(StageIndex(stage) + 1)) {
+    profile.stages.Add(stage);
+  }
   // Every stage's size as the ops produced it, summed over the epochs (a
   // stage whose size depends on the crop differs between them).
   std::vector<PerStage<uint64_t>> byte_sums(n);

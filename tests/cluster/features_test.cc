@@ -17,7 +17,6 @@
 #include "client/train/backbone.h"
 #include "client/train/inference.h"
 #include "client/train/models.h"
-#include "client/train/predictor.h"
 #include "client/train/trainer.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
@@ -293,17 +292,15 @@ TEST_F(FeaturesTest, TheFeatureCacheServesLaterEpochsWithoutFetching) {
   EXPECT_EQ((*small)->stats().requested, 5u);
 }
 
-// Predictions of every sample, as the CSV RunInference writes, with samples
-// planned at `planned`.
-std::string InferenceCsv(const ServerSet& servers, const std::string& checkpoint,
-                         const FeatureExtractor* local, Stage planned, InferenceReport* report) {
-  absl::StatusOr<std::unique_ptr<Predictor>> predictor = Predictor::Load({checkpoint, 2});
-  EXPECT_TRUE(predictor.ok()) << predictor.status();
-  if (!predictor.ok()) return "";
-  LoaderOptions options = Options(Stage::kFeatures);
+// Predictions (top 2) of every sample, as the CSV RunInference writes, with
+// samples planned at `planned`.
+std::string InferenceCsv(const ServerSet& servers, const FeatureExtractor* local, Stage planned,
+                         InferenceReport* report) {
+  LoaderOptions options = Options(Stage::kPredictions);
   options.shuffle = false;
   options.pipeline.augment.eval_resize = 46;
   options.pipeline.backbone = local;
+  options.pipeline.top_k = 2;
   FixedPolicy policy(planned, StageName(planned));
   absl::StatusOr<std::unique_ptr<Loader>> loader =
       Loader::Create(const_cast<ServerSet*>(&servers), options, &policy);
@@ -311,7 +308,9 @@ std::string InferenceCsv(const ServerSet& servers, const std::string& checkpoint
   if (!loader.ok()) return "";
   InferenceOptions inference;
   inference.out = testing::MakeTempDir("inference") + "/" + StageName(planned) + ".csv";
-  absl::StatusOr<InferenceReport> r = RunInference(loader->get(), servers, **predictor, inference);
+  inference.model_classes = 3;
+  inference.top_k = 2;
+  absl::StatusOr<InferenceReport> r = RunInference(loader->get(), servers, inference);
   EXPECT_TRUE(r.ok()) << r.status();
   if (r.ok()) *report = *r;
   return testing::ReadFile(inference.out);
@@ -322,11 +321,15 @@ TEST_F(FeaturesTest, InferenceAtTheStorageNodeEqualsInferenceHere) {
   ASSERT_TRUE(server.ok()) << server.status();
   absl::StatusOr<std::unique_ptr<ServerSet>> set = ServerSet::Of({server->client.get()});
   ASSERT_TRUE(set.ok()) << set.status();
-  InferenceReport remote, local;
+  InferenceReport remote, split, local;
+  // The whole model on the storage node, its backbone there and its head
+  // here, or all of it here: the same predictions.
   const std::string at_server =
-      InferenceCsv(**set, checkpoint_, backbone_.get(), Stage::kFeatures, &remote);
-  const std::string here = InferenceCsv(**set, checkpoint_, backbone_.get(), Stage::kRaw, &local);
+      InferenceCsv(**set, backbone_.get(), Stage::kPredictions, &remote);
+  const std::string features = InferenceCsv(**set, backbone_.get(), Stage::kFeatures, &split);
+  const std::string here = InferenceCsv(**set, backbone_.get(), Stage::kRaw, &local);
   EXPECT_EQ(at_server, here);
+  EXPECT_EQ(features, here);
   // A header and one line per sample, in manifest order, with its path.
   const std::vector<std::string> lines = absl::StrSplit(at_server, '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), 10u);
@@ -334,10 +337,68 @@ TEST_F(FeaturesTest, InferenceAtTheStorageNodeEqualsInferenceHere) {
   EXPECT_EQ(lines[1].rfind("0,class_0/", 0), 0u) << lines[1];
   EXPECT_EQ(remote.samples, 9);
   EXPECT_TRUE(remote.labels_comparable);  // 3 classes, as the dataset
-  EXPECT_EQ(remote.loader.samples_by_stage[StageIndex(Stage::kFeatures)], 9u);
+  EXPECT_EQ(remote.loader.samples_by_stage[StageIndex(Stage::kPredictions)], 9u);
+  EXPECT_EQ(split.loader.samples_by_stage[StageIndex(Stage::kFeatures)], 9u);
   EXPECT_EQ(local.loader.samples_by_stage[StageIndex(Stage::kRaw)], 9u);
-  EXPECT_EQ(remote.bytes, 9u * 128 * 2);
+  EXPECT_EQ(remote.bytes, 9u * 2 * 2 * sizeof(float));  // two (class, probability) pairs
+  EXPECT_EQ(split.bytes, 9u * 128 * 2);                   // 128 fp16 features
   EXPECT_EQ(remote.top1_correct, local.top1_correct);
+  // Each line's probabilities are in (0, 1], the most probable first.
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const std::vector<std::string> f = absl::StrSplit(lines[i], ',');
+    ASSERT_EQ(f.size(), 10u) << lines[i];
+    const double p1 = std::stod(f[6]), p2 = std::stod(f[9]);
+    EXPECT_GT(p2, 0) << lines[i];
+    EXPECT_GE(p1, p2) << lines[i];
+    EXPECT_LE(p1 + p2, 1.0 + 1e-6) << lines[i];
+  }
+}
+
+TEST_F(FeaturesTest, AServerWithAnotherHeadSendsFeaturesForPredictions) {
+  // The server runs a checkpoint with this node's backbone and another head
+  // (a fine-tuned one): samples planned at PREDICTIONS come as FEATURES and
+  // get this node's head.
+  const std::string tuned = testing::MakeTempDir("features_tuned") + "/tuned.pt";
+  {
+    absl::StatusOr<Classifier> model = MakeModel("tinycnn", 3);
+    ASSERT_TRUE(model.ok());
+    ASSERT_TRUE(LoadModel(checkpoint_, "tinycnn", 3, *model).ok());
+    torch::NoGradGuard no_grad;
+    for (auto& item : (*model)->named_parameters()) {
+      if (item.key().rfind(ModelHeadName("tinycnn") + ".", 0) == 0) item.value().add_(0.5);
+    }
+    ASSERT_TRUE(SaveModel(*model, "tinycnn", 3, tuned).ok());
+  }
+  std::shared_ptr<const FeatureExtractor> tuned_model = LoadBackbone(tuned);
+  ASSERT_NE(tuned_model, nullptr);
+  ASSERT_EQ(tuned_model->fingerprint(), backbone_->fingerprint());
+  ASSERT_NE(tuned_model->head_fingerprint(), backbone_->head_fingerprint());
+  absl::StatusOr<testing::LocalServer> server = Start(tuned_model);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ(ServedStage(server->client->manifest(), backbone_.get()), Stage::kFeatures);
+  EXPECT_EQ(ServedStage(server->client->manifest(), tuned_model.get()), kLastStage);
+  absl::StatusOr<std::unique_ptr<ServerSet>> set = ServerSet::Of({server->client.get()});
+  ASSERT_TRUE(set.ok()) << set.status();
+  InferenceReport remote, local;
+  const std::string at_server = InferenceCsv(**set, backbone_.get(), Stage::kPredictions, &remote);
+  const std::string here = InferenceCsv(**set, backbone_.get(), Stage::kRaw, &local);
+  EXPECT_EQ(at_server, here);
+  EXPECT_EQ(remote.loader.samples_by_stage[StageIndex(Stage::kFeatures)], 9u);
+  EXPECT_EQ(remote.loader.samples_by_stage[StageIndex(Stage::kPredictions)], 0u);
+  // With the server's own model, the same request gets its (other) head's answer.
+  const std::string theirs = InferenceCsv(**set, tuned_model.get(), Stage::kPredictions, &remote);
+  EXPECT_EQ(remote.loader.samples_by_stage[StageIndex(Stage::kPredictions)], 9u);
+  EXPECT_NE(theirs, here);
+}
+
+TEST_F(FeaturesTest, PredictionsNeedAModelOnThisNode) {
+  absl::StatusOr<testing::LocalServer> server = Start(backbone_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  FixedPolicy policy(Stage::kPredictions, "predictionsoff");
+  const absl::Status s =
+      Loader::Create(server->client.get(), Options(Stage::kPredictions), &policy).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("LoaderOptions.pipeline.backbone"), std::string::npos) << s;
 }
 
 // Every step's loss of one fine-tuning epoch with samples planned at `planned`.

@@ -73,6 +73,34 @@ TEST(WireTest, FeatureVectorsCrossAsFp16WithTheirLength) {
   EXPECT_EQ(StageDataFromProto(&float32).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(WireTest, PredictionsCrossAsFloat32PairsAndRequestsCarryTopK) {
+  StageData d;
+  d.stage = Stage::kPredictions;
+  d.height = 1;
+  d.width = 4;  // two (class, probability) pairs
+  const float pairs[] = {2, 0.75f, 0, 0.25f};
+  d.data.assign(reinterpret_cast<const char*>(pairs), sizeof(pairs));
+  v1::Sample sample;
+  StageDataToProto(d, &sample);
+  EXPECT_EQ(sample.stage(), v1::STAGE_PREDICTIONS);
+  EXPECT_EQ(sample.dtype(), v1::DTYPE_FLOAT32);
+  absl::StatusOr<StageData> back = StageDataFromProto(&sample);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->width, 4);
+  EXPECT_EQ(back->data, d.data);
+
+  PipelineOptions pipeline;
+  pipeline.top_k = 7;
+  FetchRequestBuilder builder(1, 2, pipeline);
+  builder.Add(5, Stage::kPredictions);
+  const v1::FetchRequest request = builder.Take();
+  EXPECT_EQ(request.top_k(), 7u);
+  EXPECT_EQ(request.samples(0).target_stage(), v1::STAGE_PREDICTIONS);
+  // The next message carries it too.
+  builder.Add(6, Stage::kPredictions);
+  EXPECT_EQ(builder.Take().top_k(), 7u);
+}
+
 TEST(WireTest, AugmentConfigIsValidated) {
   AugmentOptions o;
   o.crop_size = 96;

@@ -1,5 +1,7 @@
 #include "sophon/ops/pipeline.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -139,6 +141,60 @@ TEST_F(PipelineTest, FeaturesAreTheBackbonesOnTheTensorInHalfPrecision) {
   bad.height = 1;
   std::vector<float> out(3 * 64 * 64);
   EXPECT_FALSE(FinishToTensor(bad, key, options_, out.data()).ok());
+}
+
+TEST_F(PipelineTest, PredictionsAreTheHeadsTopKOnTheHalfPrecisionFeatures) {
+  const SampleKey key{5, 2, 3};
+  EXPECT_EQ(RunPipeline(Raw(jpeg_), Stage::kPredictions, key, options_).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  testing::FakeExtractor fake(6, 1, /*classes=*/5);
+  options_.backbone = &fake;
+  options_.top_k = 3;
+  EXPECT_EQ(VectorElements(Stage::kFeatures, options_), 6);
+  EXPECT_EQ(VectorElements(Stage::kPredictions, options_), 6);
+  EXPECT_EQ(VectorElements(Stage::kTensor, options_), -1);
+  // What the op should give: the head on the fp16 features, softmax, top 3.
+  absl::StatusOr<StageData> features = RunPipeline(Raw(jpeg_), Stage::kFeatures, key, options_);
+  ASSERT_TRUE(features.ok()) << features.status();
+  std::vector<float> f(6), logits(5);
+  HalvesToFloats(reinterpret_cast<const uint16_t*>(features->data.data()), 6, f.data());
+  ASSERT_TRUE(fake.Classify(f.data(), 1, logits.data()).ok());
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l));
+  std::vector<int> order = {0, 1, 2, 3, 4};
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+  for (int split = 0; split <= StageIndex(Stage::kPredictions); ++split) {
+    absl::StatusOr<StageData> mid = RunPipeline(Raw(jpeg_), StageAt(split), key, options_);
+    ASSERT_TRUE(mid.ok()) << mid.status();
+    absl::StatusOr<StageData> p = RunPipeline(*std::move(mid), Stage::kPredictions, key, options_);
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_EQ(p->stage, Stage::kPredictions);
+    ASSERT_EQ(p->width, 6);  // 3 (class, probability) pairs
+    ASSERT_EQ(p->data.size(), 6 * sizeof(float));
+    EXPECT_TRUE(CheckStageData(*p, 64).ok());
+    const auto* pairs = reinterpret_cast<const float*>(p->data.data());
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(pairs[2 * k], static_cast<float>(order[k])) << "split " << split << " rank " << k;
+      EXPECT_NEAR(pairs[2 * k + 1], std::exp(static_cast<double>(logits[order[k]])) / sum, 1e-6);
+    }
+    EXPECT_GE(pairs[1], pairs[3]);
+    EXPECT_GE(pairs[3], pairs[5]);
+  }
+  // More classes asked for than the head has: all of them, summing to 1.
+  options_.top_k = 9;
+  EXPECT_EQ(VectorElements(Stage::kPredictions, options_), 10);
+  absl::StatusOr<StageData> all = RunPipeline(*features, Stage::kPredictions, key, options_);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->width, 10);
+  double total = 0;
+  for (int k = 0; k < 5; ++k) total += reinterpret_cast<const float*>(all->data.data())[2 * k + 1];
+  EXPECT_NEAR(total, 1.0, 1e-6);
+  // Features of another size than the model's are refused by name.
+  testing::FakeExtractor other(4, 1, 5);
+  options_.backbone = &other;
+  const absl::Status wrong = RunPipeline(*features, Stage::kPredictions, key, options_).status();
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.message().find("takes 4"), std::string::npos) << wrong;
 }
 
 }  // namespace

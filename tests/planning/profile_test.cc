@@ -110,6 +110,48 @@ TEST(SophonProfileTest, FeaturesRoundTripAndVersion2FilesHaveNone) {
   EXPECT_EQ(old->samples[0].source_pixels, 100u);
 }
 
+TEST(SophonProfileTest, PredictionsRoundTripAndVersion3FilesHaveNone) {
+  DatasetProfile p = SmallProfile();
+  p.stages.Add(Stage::kFeatures).Add(Stage::kPredictions);
+  for (SampleProfile& s : p.samples) {
+    s.bytes[Stage::kFeatures] = 1024;
+    s.bytes[Stage::kPredictions] = 40;
+    s.client[Op::kFeatures] = 0.25;
+    s.client[Op::kPredict] = 0.001;
+  }
+  const std::string dir = testing::MakeTempDir("profile_predictions");
+  ASSERT_TRUE(WriteSophonProfile(p, dir + "/p.csv").ok());
+  const std::string text = testing::ReadFile(dir + "/p.csv");
+  EXPECT_EQ(text.rfind("# sophon-profile v4\n", 0), 0u) << text.substr(0, 40);
+  EXPECT_NE(text.find("predictions_bytes"), std::string::npos);
+  EXPECT_NE(text.find("predict_s"), std::string::npos);
+  absl::StatusOr<DatasetProfile> back = ReadSophonProfile(dir + "/p.csv");
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSameProfile(p, *back);
+  EXPECT_TRUE(back->stages.Has(Stage::kPredictions));
+
+  // A file of version 3: features but no predictions columns.
+  const std::string v3 =
+      "# sophon-profile v3\n"
+      "# dataset=d fingerprint=ff crop_size=224 server_speed=1 times=measured "
+      "stages=raw,jpeg_crop,cropped,flipped,tensor,features\n"
+      "id,raw_bytes,jpeg_crop_bytes,cropped_bytes,flipped_bytes,tensor_bytes,features_bytes,"
+      "jpeg_crop_s,decode_jpeg_crop_s,decode_crop_s,flip_s,tensor_s,features_s,source_pixels\n"
+      "0,10,5,20,20,80,1024,0.05,0.09,0.1,0.01,0.02,0.3,100\n";
+  absl::StatusOr<DatasetProfile> old = ParseSophonProfile(v3, "old.csv");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_TRUE(old->stages.Has(Stage::kFeatures));
+  EXPECT_FALSE(old->stages.Has(Stage::kPredictions));
+  EXPECT_EQ(old->samples[0].bytes[Stage::kFeatures], 1024u);
+  EXPECT_DOUBLE_EQ(old->samples[0].client[Op::kFeatures], 0.3);
+  EXPECT_EQ(old->samples[0].bytes[Stage::kPredictions], 0u);
+  EXPECT_EQ(old->samples[0].source_pixels, 100u);
+  // A version this build does not know is refused as such.
+  const absl::Status v9 = ParseSophonProfile("# sophon-profile v9\n", "new.csv").status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(v9)) << v9;
+  EXPECT_NE(v9.message().find("v2' to '# sophon-profile v4"), std::string::npos) << v9;
+}
+
 TEST(SophonProfileTest, FolderRefusesAProfileOfAnotherFileList) {
   const DatasetProfile p = SmallProfile();
   const std::string folder = testing::MakeTempDir("profile_folder") + "/profiles/ds";

@@ -95,6 +95,40 @@ TEST_F(FetchRequestTest, FeaturesNeedABackboneAndReserveItsVector) {
   EXPECT_EQ(with->pipeline->backbone, options_.backbone.get());
 }
 
+TEST_F(FetchRequestTest, PredictionsNeedAModelAndReserveTheirPairs) {
+  v1::FetchRequest r = Request(64);
+  v1::SampleRequest* predictions = r.add_samples();
+  predictions->set_id(2);
+  predictions->set_target_stage(v1::STAGE_PREDICTIONS);
+  Limit limit;
+  absl::StatusOr<CheckedRequest> none = CheckFetchRequest(r, *source_, options_, &limit);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->samples[0].refusal, SampleRefusal::kNoBackbone);
+
+  options_.backbone = std::make_shared<testing::FakeExtractor>(512, 1, /*classes=*/10);
+  // top_k unset: the default, 5 pairs of 2 floats.
+  absl::StatusOr<CheckedRequest> with = CheckFetchRequest(r, *source_, options_, &limit);
+  ASSERT_TRUE(with.ok()) << with.status();
+  EXPECT_EQ(with->samples[0].refusal, SampleRefusal::kNone);
+  EXPECT_EQ(with->samples[0].bytes, 5 * 2 * 4);
+  // Asked for 3; asked for more than the model's 10 classes: 10.
+  r.set_top_k(3);
+  with = CheckFetchRequest(r, *source_, options_, &limit);
+  ASSERT_TRUE(with.ok()) << with.status();
+  EXPECT_EQ(with->pipeline->top_k, 3);
+  EXPECT_EQ(with->samples[0].bytes, 3 * 2 * 4);
+  r.set_top_k(1000);
+  with = CheckFetchRequest(r, *source_, options_, &limit);
+  ASSERT_TRUE(with.ok()) << with.status();
+  EXPECT_EQ(with->samples[0].bytes, 10 * 2 * 4);
+  // A top_k past what a payload may hold refuses the message.
+  r.set_top_k(kMaxTopK + 1);
+  const absl::Status big = CheckFetchRequest(r, *source_, options_, &limit).status();
+  EXPECT_EQ(big.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(limit, Limit::kInvalidRequest);
+  EXPECT_NE(big.message().find("top_k"), std::string::npos) << big;
+}
+
 TEST_F(FetchRequestTest, WholeMessageLimits) {
   options_.max_crop_size = 128;
   options_.max_ids_per_request = 2;

@@ -35,9 +35,15 @@ absl::StatusOr<StageData> StageDataFromProto(v1::Sample* sample);
 // samples added since the last Take().
 class FetchRequestBuilder {
  public:
-  // `key_offset`: added to each id to key its augmentation (FetchRequest.key_offset).
-  FetchRequestBuilder(uint64_t epoch, uint64_t seed, const AugmentOptions& augment,
+  // `key_offset`: added to each id to key its augmentation
+  // (FetchRequest.key_offset). The request carries pipeline's augmentation
+  // and top_k.
+  FetchRequestBuilder(uint64_t epoch, uint64_t seed, const PipelineOptions& pipeline,
                       uint64_t key_offset = 0);
+  // With PipelineOptions' default top_k.
+  FetchRequestBuilder(uint64_t epoch, uint64_t seed, const AugmentOptions& augment,
+                      uint64_t key_offset = 0)
+      : FetchRequestBuilder(epoch, seed, PipelineOptions{augment}, key_offset) {}
   void Add(uint64_t id, Stage target_stage);
   int size() const { return request_.samples_size(); }  // samples in the current message
   // The current message; the builder starts the next one.
@@ -49,6 +55,7 @@ class FetchRequestBuilder {
   const uint64_t epoch_;
   const uint64_t seed_;
   const uint64_t key_offset_;
+  const int top_k_;
   const v1::AugmentConfig augment_;
   v1::FetchRequest request_;
 };

@@ -37,10 +37,20 @@ struct PipelineOptions {
   // The frozen network of the FEATURES op; null = none (a sample asked for
   // FEATURES fails with FailedPrecondition). Not owned; thread-safe.
   const FeatureExtractor* backbone = nullptr;
+  // Classes per sample at PREDICTIONS (the most probable first); at most the
+  // head's classes are given. >= 1.
+  int top_k = 5;
 };
 
-// The most elements a vector payload (FEATURES) may have.
+// The most elements a vector payload (FEATURES, PREDICTIONS) may have.
 inline constexpr int kMaxVectorElements = 1 << 20;
+// The most classes a PREDICTIONS payload may hold.
+inline constexpr int kMaxTopK = kMaxVectorElements / 2;
+
+// Elements of a payload of the vector stage `stage` made with `options`: the
+// backbone's feature size for FEATURES, 2 min(top_k, classes) for
+// PREDICTIONS; 0 without a backbone. -1 for a stage of another layout.
+int VectorElements(Stage stage, const PipelineOptions& options);
 
 // Checks that `data` is a well-formed payload of its stage for this crop size
 // (a vector: 1 x F with 1 <= F <= kMaxVectorElements and F elements' bytes).

@@ -30,10 +30,11 @@ enum class Stage : int {
   kFlipped = 3,   // uint8 S x S x 3 (HWC) after the random horizontal flip
   kTensor = 4,    // float32 3 x S x S (CHW), normalized
   kFeatures = 5,  // fp16 [F]: a frozen backbone's features of the TENSOR (feature_extractor.h)
+  kPredictions = 6,  // float32 [2k]: the head's top k (class, probability) pairs of the FEATURES
 };
-inline constexpr int kNumStages = 6;
+inline constexpr int kNumStages = 7;
 inline constexpr Stage kFirstStage = Stage::kRaw;
-inline constexpr Stage kLastStage = Stage::kFeatures;
+inline constexpr Stage kLastStage = Stage::kPredictions;
 
 // Element type of a payload; same numbering as sophon.v1.DType.
 enum class DType : int { kBytes = 0, kUint8 = 1, kFloat32 = 2, kFloat16 = 3 };
@@ -46,13 +47,15 @@ enum class Layout : int {
   kHwc,         // shape [S, S, 3]
   kChw,         // shape [3, S, S]
   kVector,      // shape [F]: F elements, F set by whoever made them (a
-                // backbone's feature size), not by the crop size
+                // backbone's feature size, twice the classes asked for), not
+                // by the crop size (VectorElements, pipeline.h)
 };
 
 // What an op's CPU time grows with, for the times model (planning/times_model.h).
 enum class OpCost : int {
   kInputSized,  // the encoded input: bytes read, source pixels, a fixed part (decoding)
-  kOutputSized, // the S x S output pixels
+  kOutputSized, // the S x S output pixels (for FEATURES and PREDICTIONS: the
+                // crop the backbone saw; a fixed cost at one crop size)
 };
 
 struct StageInfo {
@@ -74,6 +77,7 @@ inline constexpr StageInfo kStageTable[kNumStages] = {
     {Stage::kFlipped,  "flipped",   2,   DType::kUint8,   Layout::kHwc},
     {Stage::kTensor,   "tensor",    3,   DType::kFloat32, Layout::kChw},
     {Stage::kFeatures, "features",  5,   DType::kFloat16, Layout::kVector},
+    {Stage::kPredictions, "predictions", 6, DType::kFloat32, Layout::kVector},
 };
 // clang-format on
 
@@ -88,8 +92,9 @@ enum class Op : int {
   kFlip = 3,
   kTensor = 4,
   kFeatures = 5,        // TENSOR -> FEATURES: the frozen backbone's forward pass
+  kPredict = 6,         // FEATURES -> PREDICTIONS: the head, softmax, top k
 };
-inline constexpr int kNumOps = 6;
+inline constexpr int kNumOps = 7;
 
 struct OpInfo {
   Op op;
@@ -109,6 +114,7 @@ inline constexpr OpInfo kOpTable[kNumOps] = {
     {Op::kFlip,           Stage::kCropped,  Stage::kFlipped,  &FlipOp,         "flip",             OpCost::kOutputSized},
     {Op::kTensor,         Stage::kFlipped,  Stage::kTensor,   &ToTensorOp,     "tensor",           OpCost::kOutputSized},
     {Op::kFeatures,       Stage::kTensor,   Stage::kFeatures, &FeaturesOp,     "features",         OpCost::kOutputSized},
+    {Op::kPredict,        Stage::kFeatures, Stage::kPredictions, &PredictOp,   "predict",          OpCost::kOutputSized},
 };
 // clang-format on
 
@@ -177,7 +183,7 @@ absl::StatusOr<Stage> StageFromWire(int wire);
 // Bytes of one element of `dtype`.
 int DTypeBytes(DType dtype);
 // Payload bytes of `stage` for crop size s; -1 for a stage whose size the
-// crop size does not fix (RAW, JPEG_CROP, FEATURES).
+// crop size does not fix (RAW, JPEG_CROP, FEATURES, PREDICTIONS).
 int64_t StagePayloadBytes(Stage stage, int crop_size);
 // The wire shape of a payload of `stage`: [bytes] for a stage of any size,
 // else the layout's dimensions for an image of height x width.

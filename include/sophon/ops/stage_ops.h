@@ -34,6 +34,11 @@ absl::Status ToTensorOp(const SampleKey& key, const PipelineOptions& options, St
 // TENSOR -> FEATURES: options.backbone's features of the image, as fp16.
 // FailedPrecondition without a backbone.
 absl::Status FeaturesOp(const SampleKey& key, const PipelineOptions& options, StageData* data);
+// FEATURES -> PREDICTIONS: options.backbone's head on the (fp16) features,
+// softmax, and the options.top_k most probable classes (at most the head's
+// classes) as float32 pairs (class, probability), most probable first (ties:
+// the lower class first). FailedPrecondition without a backbone.
+absl::Status PredictOp(const SampleKey& key, const PipelineOptions& options, StageData* data);
 
 }  // namespace sophon
 

@@ -25,15 +25,25 @@ namespace sophon {
 // kFeaturesOff is the fixed mode of a job that ends at FEATURES (head
 // fine-tuning): every sample through the storage node's backbone. Reports of
 // ordinary jobs leave it out (it is alloff there), so it is not in
-// kAllPlannerKinds.
-enum class PlannerKind { kNoOff, kResizeOff, kAllOff, kSophon, kOptimal, kFeaturesOff };
+// kAllPlannerKinds. kPredictionsOff is the same for a job that ends at
+// PREDICTIONS (offline inference): the whole model on the storage node.
+enum class PlannerKind {
+  kNoOff,
+  kResizeOff,
+  kAllOff,
+  kSophon,
+  kOptimal,
+  kFeaturesOff,
+  kPredictionsOff
+};
 
 // Every kind, in the order reports list them.
 inline constexpr PlannerKind kAllPlannerKinds[] = {PlannerKind::kNoOff, PlannerKind::kResizeOff,
                                                    PlannerKind::kAllOff, PlannerKind::kSophon,
                                                    PlannerKind::kOptimal};
 
-// "nooff", "resizeoff", "alloff", "sophon", "optimal", "featuresoff".
+// "nooff", "resizeoff", "alloff", "sophon", "optimal", "featuresoff",
+// "predictionsoff".
 const char* PlannerKindName(PlannerKind kind);
 // Accepts PlannerKindName() and piloff (= resizeoff); InvalidArgument otherwise.
 absl::StatusOr<PlannerKind> ParsePlannerKind(absl::string_view name);

@@ -48,10 +48,10 @@ struct DatasetProfile {
   // Where the times come from, in words, for reports (not stored in files).
   std::string times_detail;
   // The stages planners may choose for these samples: those the profile
-  // measured (a published SOPHON profile has no JPEG_CROP; FEATURES only
-  // when a backbone was profiled, hence not by default), less any an
-  // operator removed (smartoff --stages). Always holds RAW.
-  StageSet stages = StageSet::All().Remove(Stage::kFeatures);
+  // measured (a published SOPHON profile has no JPEG_CROP; FEATURES and
+  // PREDICTIONS only when a model was profiled, hence not by default), less
+  // any an operator removed (smartoff --stages). Always holds RAW.
+  StageSet stages = StageSet::All().Remove(Stage::kFeatures).Remove(Stage::kPredictions);
   // The job's last stage (LoaderOptions.target): the ops after it run on the
   // training node's device, not on either CPU, and cost the plan nothing.
   // No stage past it is in `stages`. Not stored in files.

@@ -165,12 +165,37 @@ TEST(BackboneTest, TheFingerprintIsTheBackbonesWeightsNotTheHeads) {
   absl::StatusOr<std::unique_ptr<Backbone>> same = Backbone::Load({dir + "/tuned.pt", 0});
   ASSERT_TRUE(same.ok()) << same.status();
   EXPECT_EQ((*same)->fingerprint(), (*original)->fingerprint());
+  // The head fingerprint tells the heads apart, and is the same for the same head.
+  EXPECT_NE((*same)->head_fingerprint(), (*original)->head_fingerprint());
+  absl::StatusOr<std::unique_ptr<Backbone>> again = Backbone::Load({path, 0});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->head_fingerprint(), (*original)->head_fingerprint());
+  EXPECT_EQ((*again)->fingerprint(), (*original)->fingerprint());
   // One backbone weight changed: another fingerprint.
   (*tuned)->named_parameters().find("features.0.weight")->view(-1)[0] += 1e-3f;
   ASSERT_TRUE(SaveModel(*tuned, "tinycnn", 3, dir + "/other.pt").ok());
   absl::StatusOr<std::unique_ptr<Backbone>> other = Backbone::Load({dir + "/other.pt", 0});
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_NE((*other)->fingerprint(), (*original)->fingerprint());
+}
+
+TEST(BackboneTest, ClassifyGivesTheHeadsLogitsOfTheFeatures) {
+  Classifier model;
+  const std::string path = SavedCheckpoint("tinycnn", 5, &model);
+  absl::StatusOr<std::unique_ptr<Backbone>> backbone = Backbone::Load({path, 0});
+  ASSERT_TRUE(backbone.ok()) << backbone.status();
+  EXPECT_EQ((*backbone)->num_classes(), 5);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(3);
+  const torch::Tensor x = torch::randn({2, 3, 32, 32});
+  std::vector<float> features(2 * 128), logits(2 * 5);
+  ASSERT_TRUE((*backbone)->Extract(x.data_ptr<float>(), 2, 32, features.data()).ok());
+  ASSERT_TRUE((*backbone)->Classify(features.data(), 2, logits.data()).ok());
+  const torch::Tensor expected = model->forward(x).contiguous();
+  for (int i = 0; i < 2 * 5; ++i) {
+    EXPECT_NEAR(logits[i], expected.data_ptr<float>()[i], 1e-5) << i;
+  }
 }
 
 }  // namespace
