@@ -100,7 +100,7 @@ inline OpTimes MakeOpTimes(double decode_crop, double flip, double tensor) {
 // The stages of a profile taken without the lossless crop (and without a
 // backbone).
 inline StageSet StagesWithoutJpegCrop() {
-  return StageSet::All().Remove(Stage::kJpegCrop).Remove(Stage::kFeatures);
+  return StageSet::BeforeFeatures().Remove(Stage::kJpegCrop);
 }
 
 }  // namespace sophon::testing

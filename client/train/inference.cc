@@ -149,9 +149,9 @@ std::string FormatInferenceReport(const InferenceReport& r) {
     if (n > 0) absl::StrAppend(&by_stage, by_stage.empty() ? "" : ", ", StageName(stage), " ", n);
   }
   std::string out = absl::StrFormat(
-      "%d images in %.2f s: %.1f images/s, %.1f MB received (%.1f KB/image; %s), skipped %d",
+      "%d images in %.2f s: %.1f images/s, %.3f MB received (%.0f bytes/image; %s), skipped %d",
       r.samples, r.seconds, r.samples / std::max(1e-9, r.seconds), r.bytes / 1e6,
-      r.samples > 0 ? r.bytes / 1e3 / r.samples : 0.0, by_stage, r.skipped);
+      r.samples > 0 ? static_cast<double>(r.bytes) / r.samples : 0.0, by_stage, r.skipped);
   if (r.labels_comparable && r.samples > 0) {
     absl::StrAppendFormat(&out, ", top-1 against the folders' labels %.3f",
                           static_cast<double>(r.top1_correct) / r.samples);

@@ -51,7 +51,8 @@ struct InferenceReport {
 absl::StatusOr<InferenceReport> RunInference(Loader* loader, const ServerSet& servers,
                                              const InferenceOptions& options);
 
-// "1000 images in 12.3 s: 81.3 images/s, 1.0 KB/image (features 1000), top-1 0.912".
+// "600 images in 12.82 s: 46.8 images/s, 0.024 MB received (40 bytes/image;
+// predictions 600), skipped 0, top-1 against the folders' labels 0.912".
 std::string FormatInferenceReport(const InferenceReport& report);
 
 }  // namespace sophon

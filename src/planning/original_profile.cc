@@ -144,10 +144,7 @@ constexpr std::pair<Op, const char*> kTimeColumns[] = {
 };
 // The stages the original files measured.
 static StageSet OriginalStages() {
-  return StageSet::All()
-      .Remove(Stage::kJpegCrop)
-      .Remove(Stage::kFeatures)
-      .Remove(Stage::kPredictions);
+  return StageSet::BeforeFeatures().Remove(Stage::kJpegCrop);
 }
 
 absl::StatusOr<DatasetProfile> ParseOriginalSizes(absl::string_view text,

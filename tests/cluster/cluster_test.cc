@@ -244,6 +244,9 @@ TEST_F(ClusterTest, Uint8TargetGivesPixelsThatNormaliseToTheTensorBatches) {
   EXPECT_FALSE(RunEpoch(PlannerKind::kNoOff, options).ok()) << "RAW is no batch layout";
 }
 
+// The stages a TENSOR job's samples may cross the wire at.
+constexpr int kTensorJobStages = StageIndex(Stage::kTensor) + 1;
+
 // A per-sample plan mixing every stage (what smartoff produces) until
 // switched to TENSOR for everything not yet requested (a re-plan), counting
 // what arrived in each stage.
@@ -255,7 +258,7 @@ class MixedPolicy final : public OffloadPolicy {
   }
   void Plan(int64_t, absl::Span<const uint64_t> ids, absl::Span<SampleAssignment> out) override {
     for (size_t i = 0; i < ids.size(); ++i) {
-      out[i].stage = all_tensor_ ? Stage::kTensor : StageAt((ids[i] * 7 + 3) % kNumStages);
+      out[i].stage = all_tensor_ ? Stage::kTensor : StageAt((ids[i] * 7 + 3) % kTensorJobStages);
     }
   }
   void OnSample(const SampleObservation& obs) override {

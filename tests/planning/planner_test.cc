@@ -49,7 +49,7 @@ DatasetProfile RandomProfile(int n, uint64_t seed) {
 // cheaper than the file's (so remote + local differs between stages).
 DatasetProfile RandomProfileWithJpegCrop(int n, uint64_t seed) {
   DatasetProfile p = RandomProfile(n, seed);
-  p.stages = StageSet::All().Remove(Stage::kFeatures);
+  p.stages = StageSet::BeforeFeatures();
   std::mt19937_64 rng(seed + 1000);
   std::uniform_real_distribution<double> u(0, 1);
   for (SampleProfile& s : p.samples) {
@@ -112,7 +112,7 @@ TEST(PlannerTest, NoPlanGoesPastTheTargetStage) {
     EXPECT_EQ(r.cost.samples_per_stage[StageIndex(Stage::kTensor)], 0) << PlannerKindName(kind);
     DatasetProfile whole = p;
     whole.target = kLastStage;
-    whole.stages = StageSet::All().Remove(Stage::kFeatures);
+    whole.stages = StageSet::BeforeFeatures();
     const PlanResult full = Plan(kind, whole, net);
     if (kind == PlannerKind::kAllOff || kind == PlannerKind::kOptimal) {
       EXPECT_EQ(r.cost.samples_per_stage[StageIndex(Stage::kFlipped)], 300)

@@ -22,7 +22,7 @@ modes=${MODES:-predictionsoff,featuresoff,nooff,smartoff}
 mkdir -p "$out"
 model=$(realpath "$model")
 data=$(realpath "$data")
-echo "| mode | Mbit/s | images | seconds | images/s | KB/image | samples by stage |"
+echo "| mode | Mbit/s | images | seconds | images/s | bytes/image | samples by stage |"
 echo "|---|---:|---:|---:|---:|---:|---|"
 for rate in ${rates//,/ }; do
   first=""
@@ -34,9 +34,9 @@ for rate in ${rates//,/ }; do
       --model="$model" --mode="$mode" --crop-size="$crop" --workers=1 --torch-threads=1 \
       --profile-folder="$out/profile" \
       --progress=false --out="$out/$mode-$rate.csv" >"$log" 2>&1 || { tail -20 "$log" >&2; exit 1; }
-    line=$(grep -o '[0-9]* images in [0-9.]* s: [0-9.]* images/s, [0-9.]* MB received ([0-9.]* KB/image; [^)]*' "$log")
-    read -r images _ _ seconds _ ips _ _ _ _ kb _ <<<"${line//(/ }"
-    echo "| $mode | $rate | $images | $seconds | $ips | $kb | ${line#*KB/image; } |"
+    line=$(grep -o '[0-9]* images in [0-9.]* s: [0-9.]* images/s, [0-9.]* MB received ([0-9]* bytes/image; [^)]*' "$log")
+    read -r images _ _ seconds _ ips _ _ _ _ bytes _ <<<"${line//(/ }"
+    echo "| $mode | $rate | $images | $seconds | $ips | $bytes | ${line#*bytes/image; } |"
     if [[ -z $first ]]; then
       first=$mode
     elif ! cmp -s "$out/$first-$rate.csv" "$out/$mode-$rate.csv"; then

@@ -203,6 +203,8 @@ class StageSet {
  public:
   static StageSet All() { return StageSet((1u << kNumStages) - 1); }
   static StageSet None() { return StageSet(0); }
+  // The stages before FEATURES: those a sample reaches without a model.
+  static StageSet BeforeFeatures() { return StageSet((1u << StageIndex(Stage::kFeatures)) - 1); }
   bool Has(Stage s) const { return (bits_ >> StageIndex(s)) & 1u; }
   StageSet& Add(Stage s) { bits_ |= 1u << StageIndex(s); return *this; }
   StageSet& Remove(Stage s) { bits_ &= ~(1u << StageIndex(s)); return *this; }

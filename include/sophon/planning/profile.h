@@ -51,7 +51,7 @@ struct DatasetProfile {
   // measured (a published SOPHON profile has no JPEG_CROP; FEATURES and
   // PREDICTIONS only when a model was profiled, hence not by default), less
   // any an operator removed (smartoff --stages). Always holds RAW.
-  StageSet stages = StageSet::All().Remove(Stage::kFeatures).Remove(Stage::kPredictions);
+  StageSet stages = StageSet::BeforeFeatures();
   // The job's last stage (LoaderOptions.target): the ops after it run on the
   // training node's device, not on either CPU, and cost the plan nothing.
   // No stage past it is in `stages`. Not stored in files.
