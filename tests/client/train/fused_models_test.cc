@@ -161,6 +161,10 @@ TEST_P(FusedArchTest, StepsWithPerModelHyperparametersEqualSeparateRuns) {
   const int b = GetParam().models;
   for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdam}) {
     SCOPED_TRACE(OptimizerName(kind));
+    // Adam's per-parameter arithmetic is the same for every architecture and
+    // the four others check it; what AlexNet adds is its layers, which SGD
+    // steps through. Its Adam run alone took over a minute of the test suite.
+    if (kind == OptimizerKind::kAdam && GetParam().arch == "alexnet") continue;
     // Fresh models for each optimizer. AlexNet's 57M parameters per model
     // take 10 GB in float64 with Adam's state for the fused and the separate
     // runs: it runs in float32 (5 GB), where it has no batch norm to magnify
