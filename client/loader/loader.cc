@@ -173,16 +173,14 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(ServerSet* servers,
                       ? *f
                       : VectorElements(options.target, options.pipeline);
     for (int i = 0; i < servers->size(); ++i) {
-      if (ServedStage(servers->client(i)->manifest(), options.pipeline.backbone) <
-          options.target) {
+      const ServerManifest& m = servers->client(i)->manifest();
+      const Stage served = ServedStage(m, options.pipeline.backbone);
+      if (served < options.target) {
         spdlog::info("storage server {} has {}: its samples are finished here from stage {}",
                      servers->address(i),
-                     servers->client(i)->manifest().backbone.empty()
-                         ? std::string("no backbone")
-                         : absl::StrCat("another head (", servers->client(i)->manifest().backbone,
-                                        ")"),
-                     StageName(ServedStage(servers->client(i)->manifest(),
-                                           options.pipeline.backbone)));
+                     m.backbone.empty() ? std::string("no backbone")
+                                        : absl::StrCat("another head (", m.backbone, ")"),
+                     StageName(served));
       }
     }
   }

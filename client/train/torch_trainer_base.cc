@@ -32,6 +32,7 @@ CheckpointedState::Identity TorchTrainerBase::identity() const {
   id.optimizer = options_.optimizer;
   id.fused = options_.fused;
   id.num_models = options_.num_models();
+  id.finetune = options_.finetune;
   return id;
 }
 

@@ -191,7 +191,7 @@ class Trainer {
   }
   // Restores what SaveCheckpoint wrote and returns its cursor. NotFound for a
   // missing file; InvalidArgument naming the file and both values when the
-  // arch, classes, optimizer kind or model count differ. Under world_size > 1
+  // arch, classes, optimizer kind, model count or finetune differ. Under world_size > 1
   // every rank loads the same file (it must be readable by every rank); no
   // collective runs.
   virtual absl::StatusOr<TrainingCursor> LoadCheckpoint(const std::string& path) {

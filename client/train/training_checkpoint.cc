@@ -78,6 +78,7 @@ absl::Status WriteTrainingCheckpoint(const std::string& path, const Checkpointed
     archive.write("optimizer_kind", c10::IValue(std::string(OptimizerName(id.optimizer))));
     archive.write("fused", c10::IValue(id.fused));
     archive.write("num_models", c10::IValue(static_cast<int64_t>(id.num_models)));
+    archive.write("finetune", c10::IValue(id.finetune));
 
     OutputArchive model(archive.compilation_unit());
     const auto tensors = NamedTensors(state.module());
@@ -178,6 +179,15 @@ absl::StatusOr<TrainingCursor> ReadTrainingCheckpoint(const std::string& path,
     if (fused.toBool() != id.fused || num_models != id.num_models) {
       return differs("model count", DescribeModels(fused.toBool(), num_models),
                      DescribeModels(id.fused, id.num_models));
+    }
+    // Absent in a checkpoint from before fine-tuning: the whole network trained.
+    c10::IValue finetune;
+    const bool saved_finetune = archive.try_read("finetune", finetune) && finetune.toBool();
+    if (saved_finetune != id.finetune) {
+      const auto describe = [](bool head) {
+        return std::string(head ? "on (the head only)" : "off (the whole network)");
+      };
+      return differs("finetune", describe(saved_finetune), describe(id.finetune));
     }
 
     // Everything is read and checked before anything changes.

@@ -46,6 +46,7 @@ class CheckpointedState {
     OptimizerKind optimizer = OptimizerKind::kSgd;
     bool fused = false;
     int num_models = 1;
+    bool finetune = false;  // only the head trains (TrainerOptions.finetune)
   };
 
   virtual ~CheckpointedState() = default;

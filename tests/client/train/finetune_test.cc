@@ -104,6 +104,47 @@ TEST(FinetuneTest, TrainsTheHeadOnlyAndLearns) {
   EXPECT_GT(frozen, 0);
 }
 
+TEST(FinetuneTest, AFineTuningRunResumesWhereItStopped) {
+  const std::string ckpt = Checkpoint("tinycnn", 4, 1);
+  const TrainerOptions options = FinetuneOptions(ckpt, "tinycnn", 4);
+  absl::StatusOr<std::unique_ptr<Trainer>> first = Trainer::Create(options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  std::mt19937_64 rng(8);
+  std::vector<Batch> batches;
+  for (int i = 0; i < 8; ++i) batches.push_back(FeatureBatch(16, 128, 4, rng));
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE((*first)->Step(batches[i]).ok());
+  const std::string state = testing::MakeTempDir("finetune_resume") + "/state.ckpt";
+  TrainingCursor cursor;
+  cursor.steps = 4;
+  ASSERT_TRUE((*first)->SaveCheckpoint(state, cursor).ok());
+  std::vector<double> expected;
+  for (int i = 4; i < 8; ++i) {
+    absl::StatusOr<StepResult> r = (*first)->Step(batches[i]);
+    ASSERT_TRUE(r.ok()) << r.status();
+    expected.push_back(r->loss);
+  }
+  // A new trainer (as after a restart) picks up the head and its momentum.
+  absl::StatusOr<std::unique_ptr<Trainer>> resumed = Trainer::Create(options);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  absl::StatusOr<TrainingCursor> got = (*resumed)->LoadCheckpoint(state);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->steps, 4);
+  for (int i = 4; i < 8; ++i) {
+    absl::StatusOr<StepResult> r = (*resumed)->Step(batches[i]);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_DOUBLE_EQ(r->loss, expected[i - 4]) << "step " << i;
+  }
+  // A trainer of the whole network refuses it, naming the difference.
+  TrainerOptions whole = options;
+  whole.finetune = false;
+  whole.init_checkpoint.clear();
+  absl::StatusOr<std::unique_ptr<Trainer>> other = Trainer::Create(whole);
+  ASSERT_TRUE(other.ok()) << other.status();
+  const absl::Status refused = (*other)->LoadCheckpoint(state).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_NE(refused.message().find("finetune on (the head only)"), std::string::npos) << refused;
+}
+
 TEST(FinetuneTest, AnotherClassCountGetsANewHead) {
   const std::string ckpt = Checkpoint("tinycnn", 10, 2);
   const TrainerOptions options = FinetuneOptions(ckpt, "tinycnn", 3);
