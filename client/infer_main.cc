@@ -17,7 +17,6 @@
 #include "absl/strings/numbers.h"
 #include "client/offload/cluster_policy.h"
 #include "client/offload/fixed_policy.h"
-#include "client/offload/smartoff_policy.h"
 #include "client/train/backbone.h"
 #include "client/train/inference.h"
 #include "server/storage_server.h"
@@ -193,19 +192,10 @@ int main(int argc, char** argv) {
             absl::StrCat("--net-bw must be a positive number of Mbit/s or auto, got '", bw, "'")));
       }
     }
-    if (absl::Status s = smartoff.Validate(); !s.ok()) return Fail(s);
-    if ((*servers)->size() > 1) {
-      absl::StatusOr<std::unique_ptr<sophon::ClusterSmartoffPolicy>> created =
-          sophon::CreateClusterSmartoffPolicy(servers->get(), loader_options, smartoff,
-                                              /*ingress_mbit=*/-1);
-      if (!created.ok()) return Fail(created.status());
-      policy = *std::move(created);
-    } else {
-      absl::StatusOr<std::unique_ptr<sophon::SmartoffPolicy>> created =
-          sophon::CreateSmartoffPolicy((*servers)->client(0), loader_options, smartoff);
-      if (!created.ok()) return Fail(created.status());
-      policy = *std::move(created);
-    }
+    absl::StatusOr<std::unique_ptr<sophon::OffloadPolicy>> created = sophon::CreateSmartoffFor(
+        servers->get(), loader_options, smartoff, /*ingress_mbit=*/-1);
+    if (!created.ok()) return Fail(created.status());
+    policy = *std::move(created);
   }
   absl::StatusOr<std::unique_ptr<sophon::Loader>> loader =
       sophon::Loader::Create(servers->get(), loader_options, policy.get());

@@ -791,18 +791,10 @@ int main(int argc, char** argv) {
       }
       smartoff_options.measured_gpu_batch_seconds = step->seconds;
     }
-    if ((*servers)->size() > 1) {
-      absl::StatusOr<std::unique_ptr<sophon::ClusterSmartoffPolicy>> created =
-          sophon::CreateClusterSmartoffPolicy(servers->get(), loader_options, smartoff_options,
-                                              ingress_mbit);
-      if (!created.ok()) return Fail(created.status());
-      policy = *std::move(created);
-    } else {
-      absl::StatusOr<std::unique_ptr<sophon::SmartoffPolicy>> created =
-          sophon::CreateSmartoffPolicy(first, loader_options, smartoff_options);
-      if (!created.ok()) return Fail(created.status());
-      policy = *std::move(created);
-    }
+    absl::StatusOr<std::unique_ptr<sophon::OffloadPolicy>> created = sophon::CreateSmartoffFor(
+        servers->get(), loader_options, smartoff_options, ingress_mbit);
+    if (!created.ok()) return Fail(created.status());
+    policy = *std::move(created);
   } else {
     policy = std::make_unique<sophon::FixedPolicy>(sophon::FixedKindStage(*mode),
                                                    sophon::ModeName(*mode));

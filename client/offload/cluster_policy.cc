@@ -252,4 +252,19 @@ absl::StatusOr<std::unique_ptr<ClusterSmartoffPolicy>> CreateClusterSmartoffPoli
                                                  &manifest, options, std::move(wall_scales));
 }
 
+absl::StatusOr<std::unique_ptr<OffloadPolicy>> CreateSmartoffFor(
+    ServerSet* servers, const LoaderOptions& loader_options, const SmartoffOptions& options,
+    double ingress_mbit) {
+  if (servers->size() > 1) {
+    absl::StatusOr<std::unique_ptr<ClusterSmartoffPolicy>> created =
+        CreateClusterSmartoffPolicy(servers, loader_options, options, ingress_mbit);
+    if (!created.ok()) return created.status();
+    return std::unique_ptr<OffloadPolicy>(*std::move(created));
+  }
+  absl::StatusOr<std::unique_ptr<SmartoffPolicy>> created =
+      CreateSmartoffPolicy(servers->client(0), loader_options, options);
+  if (!created.ok()) return created.status();
+  return std::unique_ptr<OffloadPolicy>(*std::move(created));
+}
+
 }  // namespace sophon

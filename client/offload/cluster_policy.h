@@ -68,6 +68,12 @@ absl::StatusOr<std::unique_ptr<ClusterSmartoffPolicy>> CreateClusterSmartoffPoli
     ServerSet* servers, const LoaderOptions& loader_options, const SmartoffOptions& options,
     double ingress_mbit);
 
+// Smartoff for a job's servers: CreateSmartoffPolicy for one server,
+// CreateClusterSmartoffPolicy (with `ingress_mbit`) for several.
+absl::StatusOr<std::unique_ptr<OffloadPolicy>> CreateSmartoffFor(
+    ServerSet* servers, const LoaderOptions& loader_options, const SmartoffOptions& options,
+    double ingress_mbit);
+
 }  // namespace sophon
 
 #endif  // SOPHON_CLIENT_OFFLOAD_CLUSTER_POLICY_H_

@@ -53,6 +53,29 @@ uint64_t TensorsFingerprint(const Classifier& net, const std::string& arch, bool
   return hash;
 }
 
+// Runs `forward` (under the caller's lock, without gradients) and copies its
+// [n, cols] float32 result to `out`. `what()` names the pass in errors (built
+// only for one).
+template <typename Forward, typename What>
+absl::Status RunInto(const Forward& forward, int n, int cols, const What& what, float* out) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor result;
+  try {
+    result = forward().contiguous();
+  } catch (const c10::Error& e) {  // never thrown across the library boundary
+    const std::string text = e.what_without_backtrace();
+    return absl::InternalError(
+        absl::StrCat(what(), " failed: ", text.substr(0, text.find('\n'))));
+  }
+  if (result.dim() != 2 || result.size(0) != n || result.size(1) != cols) {
+    return absl::InternalError(absl::StrCat(what(), " gave shape [",
+                                            absl::StrJoin(result.sizes(), ", "), "], expected [",
+                                            n, ", ", cols, "]"));
+  }
+  std::memcpy(out, result.data_ptr<float>(), sizeof(float) * n * cols);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Backbone>> Backbone::Load(const BackboneOptions& options) {
@@ -85,22 +108,11 @@ absl::Status Backbone::Extract(const float* images, int n, int s, float* out) co
   const torch::Tensor input =
       torch::from_blob(const_cast<float*>(images), {n, 3, s, s}, torch::kFloat32);
   std::lock_guard<std::mutex> lock(mu_);
-  torch::NoGradGuard no_grad;
-  torch::Tensor features;
-  try {
-    features = model_->net->features(input).contiguous();
-  } catch (const c10::Error& e) {  // never thrown across the library boundary
-    const std::string what = e.what_without_backtrace();
-    return absl::InternalError(absl::StrCat(arch_, " forward pass on ", n, " images of ", s,
-                                            " x ", s, " failed: ", what.substr(0, what.find('\n'))));
-  }
-  if (features.dim() != 2 || features.size(0) != n || features.size(1) != feature_size_) {
-    return absl::InternalError(absl::StrCat(arch_, " features have shape [",
-                                            absl::StrJoin(features.sizes(), ", "), "], expected [",
-                                            n, ", ", feature_size_, "]"));
-  }
-  std::memcpy(out, features.data_ptr<float>(), sizeof(float) * n * feature_size_);
-  return absl::OkStatus();
+  return RunInto([&] { return model_->net->features(input); }, n, feature_size_,
+                 [&] {
+                   return absl::StrCat(arch_, " forward pass on ", n, " images of ", s, " x ", s);
+                 },
+                 out);
 }
 
 absl::Status Backbone::Classify(const float* features, int n, float* out) const {
@@ -109,22 +121,8 @@ absl::Status Backbone::Classify(const float* features, int n, float* out) const 
   const torch::Tensor input =
       torch::from_blob(const_cast<float*>(features), {n, feature_size_}, torch::kFloat32);
   std::lock_guard<std::mutex> lock(mu_);
-  torch::NoGradGuard no_grad;
-  torch::Tensor logits;
-  try {
-    logits = model_->net->head(input).contiguous();
-  } catch (const c10::Error& e) {  // never thrown across the library boundary
-    const std::string what = e.what_without_backtrace();
-    return absl::InternalError(absl::StrCat(arch_, " head on ", n, " feature vectors failed: ",
-                                            what.substr(0, what.find('\n'))));
-  }
-  if (logits.dim() != 2 || logits.size(0) != n || logits.size(1) != num_classes_) {
-    return absl::InternalError(absl::StrCat(arch_, " logits have shape [",
-                                            absl::StrJoin(logits.sizes(), ", "), "], expected [",
-                                            n, ", ", num_classes_, "]"));
-  }
-  std::memcpy(out, logits.data_ptr<float>(), sizeof(float) * n * num_classes_);
-  return absl::OkStatus();
+  return RunInto([&] { return model_->net->head(input); }, n, num_classes_,
+                 [&] { return absl::StrCat(arch_, " head on ", n, " feature vectors"); }, out);
 }
 
 }  // namespace sophon

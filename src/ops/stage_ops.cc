@@ -107,7 +107,6 @@ absl::Status FeaturesOp(const SampleKey&, const PipelineOptions& options, StageD
   return absl::OkStatus();
 }
 
-
 absl::Status PredictOp(const SampleKey&, const PipelineOptions& options, StageData* data) {
   const FeatureExtractor* model = options.backbone;
   if (model == nullptr) {

@@ -74,7 +74,8 @@ TEST(TarTest, PythonsTarfileReadsWhatWeWrite) {
   char buffer[512];
   while (fgets(buffer, sizeof(buffer), pipe) != nullptr) listing += buffer;
   ASSERT_EQ(pclose(pipe), 0) << listing;
-  EXPECT_EQ(listing, "000001.jpg 700 True 420\n000001.cls 1 True 420\ndir/000002.jpg 512 True 420\n" +
+  EXPECT_EQ(listing, "000001.jpg 700 True 420\n000001.cls 1 True 420\n"
+                     "dir/000002.jpg 512 True 420\n" +
                          std::string(120, 'p') + "/" + std::string(90, 'n') + ".cls 0 True 420\n");
 }
 

@@ -28,7 +28,9 @@ class FakeExtractor final : public FeatureExtractor {
     for (int i = 0; i < n; ++i) {
       for (int c = 0; c < classes_; ++c) {
         double logit = c / 100.0;
-        for (int f = 0; f < features_; ++f) logit += features[i * features_ + f] * ((f + c) % 3 - 1);
+        for (int f = 0; f < features_; ++f) {
+          logit += features[i * features_ + f] * ((f + c) % 3 - 1);
+        }
         out[i * classes_ + c] = static_cast<float>(logit);
       }
     }

@@ -41,7 +41,9 @@ struct TarMember {
   uint64_t data_offset = 0; // in the file: the header's offset + 512
   uint64_t size = 0;        // data bytes
   // The offset of the next header: data_offset + size padded to a block.
-  uint64_t next_offset() const { return data_offset + (size + kTarBlock - 1) / kTarBlock * kTarBlock; }
+  uint64_t next_offset() const {
+    return data_offset + (size + kTarBlock - 1) / kTarBlock * kTarBlock;
+  }
 };
 
 // Parses the header block `block` (kTarBlock bytes) found at `offset` of a
