@@ -144,6 +144,10 @@ ABSL_FLAG(std::string, save, "",
 ABSL_FLAG(std::string, init_checkpoint, "",
           "Start from this checkpoint (written by --save; same --arch and classes) instead of a "
           "fresh initialisation; with --fused-models every model starts from it. Default none.");
+ABSL_FLAG(int, shuffle_window, 0,
+          "0: a full shuffle of every epoch. K >= 1: the group-aware order for packs: the "
+          "servers' groups shuffled, samples drawn at random from K open groups at a time, so a "
+          "pack's server reads each group once (see docs/packs.md). Default 0.");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the shuffle, every augmentation and the model init. Default 0.");
 ABSL_FLAG(int64_t, model_seed, -1,
           "Seed of the model initialisation (fused model k: this + k); -1 = --seed. Default -1.");
@@ -267,6 +271,7 @@ const sophon::FlagNames kFlagNames = {
     {"LoaderOptions.workers", "--workers"},
     {"LoaderOptions.prefetch_batches", "--prefetch-batches"},
     {"LoaderOptions.feature_cache_bytes", "--feature-cache-bytes"},
+    {"LoaderOptions.shuffle_window", "--shuffle-window"},
     {"TrainerOptions.finetune", "--finetune"},
     {"LoaderOptions.pipeline.augment", "--crop-size/--scale/--ratio"},
     {"SmartoffOptions.net_bw_mbit", "--net-bw"},
@@ -547,6 +552,7 @@ int main(int argc, char** argv) {
   loader_options.workers = absl::GetFlag(FLAGS_workers);
   loader_options.prefetch_batches = absl::GetFlag(FLAGS_prefetch_batches);
   loader_options.seed = absl::GetFlag(FLAGS_seed);
+  loader_options.shuffle_window = absl::GetFlag(FLAGS_shuffle_window);
   loader_options.on_bad_sample = *bad_sample;
   loader_options.pipeline.limits.lenient = absl::GetFlag(FLAGS_lenient_jpeg);
   sophon::AugmentOptions& augment = loader_options.pipeline.augment;
@@ -722,6 +728,7 @@ int main(int argc, char** argv) {
       static_cast<int64_t>(loader_options.batch_size) * loader_options.world;
   loop_options.dataset_fingerprint = manifest.fingerprint();
   loop_options.seed = loader_options.seed;
+  loop_options.shuffle_window = loader_options.shuffle_window;
   if (!checkpoint_dir.empty()) loop_options.checkpoint_path = checkpoint_dir + "/checkpoint.pt";
   loop_options.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   loop_options.max_steps = absl::GetFlag(FLAGS_max_steps);

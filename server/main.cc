@@ -101,6 +101,14 @@ ABSL_FLAG(absl::Duration, stats_interval, absl::Seconds(10),
 ABSL_FLAG(bool, evict_cache, false,
           "Drop the dataset's files from the page cache before serving, so that an experiment "
           "starts cold (posix_fadvise DONTNEED; sophon-cache reports residency). Default false.");
+ABSL_FLAG(int64_t, cache_bytes, 0,
+          "Memory for a cache of raw sample bytes in front of the dataset's files (each entry "
+          "costs its bytes and 256 B more); counted in the memory bound. 0 = no cache. "
+          "Default 0.");
+ABSL_FLAG(std::string, cache_policy, "noevict",
+          "What the cache of --cache-bytes keeps: 'noevict' (the first samples that fit, never "
+          "evicted, so each epoch hits the same ones) or 'lru' (evicts the least recently "
+          "read). Default noevict.");
 ABSL_FLAG(int, metrics_port, -1,
           "Port of the Prometheus endpoint (http://HOST:PORT/metrics); -1 = off, 0 picks a free "
           "one. Default -1.");
@@ -155,6 +163,8 @@ const sophon::FlagNames kFlagNames = {
     {"ServiceOptions.manifest_page_bytes", "--manifest-page-bytes"},
     {"ServiceOptions.max_crop_size", "--max-crop-size"},
     {"ServiceOptions.memory_release.idle_delay", "--memory-release-delay"},
+    {"CacheOptions.bytes", "--cache-bytes"},
+    {"CacheOptions.policy", "--cache-policy"},
     {"StorageServerOptions.host", "--host"},
     {"ServiceOptions.limits.max_pixels", "--max-pixels"},
     {"MetricsOptions.port", "--metrics-port"},
@@ -226,6 +236,13 @@ int main(int argc, char** argv) {
       sophon::ParseFollowSymlinks(absl::GetFlag(FLAGS_follow_symlinks));
   if (!follow.ok()) return sophon::FailProgram("sophon-server", follow.status(), kFlagNames);
   options.source.follow_symlinks = *follow;
+  options.service.cache.bytes = absl::GetFlag(FLAGS_cache_bytes);
+  absl::StatusOr<sophon::CachePolicy> cache_policy =
+      sophon::ParseCachePolicy(absl::GetFlag(FLAGS_cache_policy));
+  if (!cache_policy.ok()) {
+    return sophon::FailProgram("sophon-server", cache_policy.status(), kFlagNames);
+  }
+  options.service.cache.policy = *cache_policy;
   options.stats_interval = absl::GetFlag(FLAGS_stats_interval);
   options.metrics.port = absl::GetFlag(FLAGS_metrics_port);
   options.metrics.host = absl::GetFlag(FLAGS_metrics_host);

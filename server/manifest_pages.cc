@@ -63,6 +63,7 @@ ManifestPages::ManifestPages(const SampleSource& source, const v1::Manifest& set
       v1::Manifest header = settings;
       header.set_dataset_name(source.name());
       header.set_fingerprint(fingerprint_);
+      header.set_group_size(source.group_size());
       header.set_num_samples(static_cast<uint32_t>(num_samples_));
       for (const std::string& c : source.class_names()) header.add_class_names(c);
       *header.mutable_labels() = page.labels();

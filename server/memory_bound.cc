@@ -6,7 +6,7 @@ namespace sophon {
 
 int64_t ServerMemoryBound::total() const {
   if (transport < 0) return -1;
-  const int64_t terms = samples + transport + requests + streams + prep;
+  const int64_t terms = samples + transport + requests + streams + prep + cache + source;
   return base + static_cast<int64_t>(static_cast<double>(terms) * (1 + allocator_overhead));
 }
 
@@ -19,13 +19,15 @@ std::string ServerMemoryBound::ToString() const {
                                        : absl::StrFormat("%.0f MiB", mib(total()));
   return absl::StrFormat(
       "%s = %.0f base + (%.0f samples + %s + %.0f pending requests + %.0f streams + %.0f prep "
-      "workers) x %.2f allocator overhead",
+      "workers%s%s) x %.2f allocator overhead",
       head, mib(base), mib(samples), transport_text, mib(requests), mib(streams), mib(prep),
+      cache > 0 ? absl::StrFormat(" + %.0f sample cache", mib(cache)) : std::string(),
+      source > 0 ? absl::StrFormat(" + %.0f pack group buffers", mib(source)) : std::string(),
       1 + allocator_overhead);
 }
 
 ServerMemoryBound ComputeServerMemoryBound(const ServiceOptions& options, int64_t manifest_bytes,
-                                           int64_t max_file_bytes) {
+                                           int64_t max_file_bytes, int64_t source_buffer_bytes) {
   ServerMemoryBound b;
   b.base = kServerBaseBytes + 2 * manifest_bytes;
   b.samples = options.inflight_budget_bytes + options.max_stream_inflight_bytes;
@@ -38,6 +40,9 @@ ServerMemoryBound ComputeServerMemoryBound(const ServiceOptions& options, int64_
   const int64_t pixels = (2 * crop) * (2 * crop) * 3 + crop * crop * 3 + crop * crop * 12;
   b.prep = int64_t{options.prep_workers} *
            (max_file_bytes + options.limits.max_memory_bytes + pixels);
+  // Every cached entry is charged its bytes and kCacheEntryOverheadBytes.
+  b.cache = options.cache.bytes;
+  b.source = source_buffer_bytes;
   b.allocator_overhead = kAllocatorOverhead;
   return b;
 }

@@ -20,6 +20,8 @@ struct ServerMemoryBound {
   int64_t requests = 0;    // pending request messages: max_streams x max_ids_per_request x 32 B
   int64_t streams = 0;     // each open stream's own state: max_streams x kStreamStateBytes
   int64_t prep = 0;        // each prep worker's file buffer, decoder memory and pixel buffers
+  int64_t cache = 0;       // the cache of raw sample bytes: cache.bytes, entries' overhead in it
+  int64_t source = 0;      // the source's read buffers (a pack's group buffers)
   double allocator_overhead = 0;  // fraction on top of the terms (malloc's arenas and fragmentation)
 
   // The bound in bytes; -1 when the transport is unbounded.
@@ -38,9 +40,10 @@ inline constexpr double kAllocatorOverhead = 0.25;
 // REQUIRES: options validated. `manifest_bytes` is what the manifest holds
 // while serving (the source's table and the encoded pages); building it
 // holds up to as much again at start-up. `max_file_bytes` is the source's
-// cap.
+// cap, `source_buffer_bytes` its SampleSource::buffer_bytes().
 ServerMemoryBound ComputeServerMemoryBound(const ServiceOptions& options, int64_t manifest_bytes,
-                                           int64_t max_file_bytes);
+                                           int64_t max_file_bytes,
+                                           int64_t source_buffer_bytes = 0);
 
 }  // namespace sophon
 

@@ -166,6 +166,23 @@ std::vector<MetricFamily> ServerStatsToMetrics(const v1::ServerStats& stats) {
   out.push_back(Single("sophon_server_stream_inflight_limit_samples",
                        "The server's bound on samples in flight per stream.", MetricType::Gauge,
                        stats.max_inflight_per_stream()));
+  out.push_back(Single("sophon_server_cache_hits_total",
+                       "Sample reads answered from the cache of raw bytes.", MetricType::Counter,
+                       stats.cache_hits()));
+  out.push_back(Single("sophon_server_cache_misses_total",
+                       "Sample reads that went to the files (the cache of raw bytes missed).",
+                       MetricType::Counter, stats.cache_misses()));
+  out.push_back(Single("sophon_server_cache_evictions_total",
+                       "Samples taken out of the cache of raw bytes to make room.",
+                       MetricType::Counter, stats.cache_evictions()));
+  out.push_back(Single("sophon_server_cache_bytes",
+                       "Memory the cache of raw bytes holds, per-entry overhead included.",
+                       MetricType::Gauge, stats.cache_bytes()));
+  out.push_back(Single("sophon_server_cache_entries", "Samples the cache of raw bytes holds.",
+                       MetricType::Gauge, stats.cache_entries()));
+  out.push_back(Single("sophon_server_cache_capacity_bytes",
+                       "The bound on sophon_server_cache_bytes; 0 = no cache.",
+                       MetricType::Gauge, stats.cache_capacity_bytes()));
   out.push_back(Single("sophon_server_uptime_seconds", "Seconds since the server started.",
                        MetricType::Gauge, stats.uptime_seconds()));
   MetricFamily dataset = Family("sophon_server_dataset_info",

@@ -50,6 +50,7 @@ v1::Manifest ServerSettings(const ServiceOptions& options) {
 
 SampleServiceImpl::SampleServiceImpl(const SampleSource* source, const ServiceOptions& options)
     : source_(source),
+      cache_(dynamic_cast<const CachedSource*>(source)),
       options_(options),
       manifest_pages_(*source, ServerSettings(options), options.manifest_page_bytes),
       declined_files_(source->size()),
@@ -80,6 +81,15 @@ absl::Status SampleServiceImpl::GetStats(const v1::GetStatsRequest&, v1::ServerS
   response->set_streams_opened(registry_.streams_opened());
   response->set_peak_inflight_bytes(static_cast<uint64_t>(budget_.peak()));
   response->set_budget_waiters(static_cast<uint32_t>(budget_.waiters()));
+  if (cache_ != nullptr) {
+    const CacheStats cache = cache_->stats();
+    response->set_cache_hits(cache.hits);
+    response->set_cache_misses(cache.misses);
+    response->set_cache_bytes(static_cast<uint64_t>(cache.bytes));
+    response->set_cache_entries(cache.entries);
+    response->set_cache_evictions(cache.evicted);
+    response->set_cache_capacity_bytes(static_cast<uint64_t>(cache.capacity_bytes));
+  }
   return absl::OkStatus();
 }
 
@@ -125,8 +135,10 @@ void SampleServiceImpl::ProcessSample(Stage target, uint64_t id, const SampleKey
   out->set_label(manifest.label(id));
   const double t0 = ThreadCpuSeconds();
   const absl::Time wall0 = absl::Now();
-  absl::StatusOr<std::string> bytes = source_->Read(id);
+  SampleSource::ReadInfo read_info;
+  absl::StatusOr<std::string> bytes = source_->ReadWithInfo(id, &read_info);
   out->set_server_read_seconds(absl::ToDoubleSeconds(absl::Now() - wall0));
+  out->set_cache_hit(read_info.cache_hit);
   absl::Status status = bytes.status();
   if (status.ok()) {
     StageData raw;

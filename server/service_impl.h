@@ -19,6 +19,7 @@
 #include "sophon/base/memory_releaser.h"
 #include "server/once_per_sample.h"
 #include "sophon/base/rate_limiter.h"
+#include "sophon/data/cached_source.h"
 #include "sophon/data/sample_source.h"
 #include "sophon/ops/pipeline.h"
 #include "sophon/v1/sophon.pb.h"
@@ -28,7 +29,8 @@ namespace sophon {
 class SampleServiceImpl {
  public:
   // REQUIRES: options validated. `source` must outlive this object; the
-  // service reads samples only through it.
+  // service reads samples only through it. When `source` is a CachedSource,
+  // GetStats reports its counts (ServerStats.cache_*).
   SampleServiceImpl(const SampleSource* source, const ServiceOptions& options);
 
   // The manifest's header and pages, encoded when the service was made (it
@@ -66,6 +68,7 @@ class SampleServiceImpl {
 
  private:
   const SampleSource* const source_;
+  const CachedSource* const cache_;  // source_ when it is a cache, else null
   const ServiceOptions options_;
   const ManifestPages manifest_pages_;
   ServerStats stats_;

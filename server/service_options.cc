@@ -92,6 +92,7 @@ absl::Status ServiceOptions::Validate() const {
         "ServiceOptions.idle_stream_timeout must be positive, got ",
         absl::FormatDuration(idle_stream_timeout)));
   }
+  if (absl::Status s = cache.Validate(); !s.ok()) return s;
   if (absl::Status s = memory_release.Validate(); !s.ok()) {
     return absl::Status(s.code(), absl::StrReplaceAll(s.message(), {{"MemoryReleaseOptions.",
                                                                      "ServiceOptions.memory_release."}}));

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "sophon/base/memory_releaser.h"
+#include "sophon/data/cached_source.h"
 #include "sophon/image/jpeg_codec.h"
 #include "sophon/ops/feature_extractor.h"
 
@@ -77,6 +78,9 @@ struct ServiceOptions {
   int64_t manifest_page_bytes = 4 << 20;
 
   DecodeLimits limits;
+  // The cache of raw sample bytes in front of the source (cached_source.h):
+  // cache.bytes of memory, counted in the server's memory bound; 0 = off.
+  CacheOptions cache;
   // The frozen network that takes samples to FEATURES (sophon-server
   // --backbone); null = none: a sample asked for at FEATURES fails with
   // FAILED_PRECONDITION. Its forward passes run on the prep workers.

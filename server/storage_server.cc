@@ -12,7 +12,8 @@
 #include "server/grpc_service.h"
 #include "server/memory_bound.h"
 #include "sophon/base/allocator.h"
-#include "sophon/data/image_folder.h"
+#include "sophon/data/cached_source.h"
+#include "sophon/data/open_source.h"
 #include "sophon/net/wire.h"
 #include "spdlog/spdlog.h"
 
@@ -38,10 +39,20 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
   std::unique_ptr<StorageServer> server(new StorageServer());
   server->options_ = options;
   const absl::Time listing = absl::Now();
-  absl::StatusOr<std::unique_ptr<ImageFolderSource>> source =
-      ImageFolderSource::Open(options.data_dir, options.source);
+  absl::StatusOr<std::unique_ptr<SampleSource>> source =
+      OpenSampleSource(options.data_dir, options.source);
   if (!source.ok()) return source.status();
   server->source_ = *std::move(source);
+  // The cache of raw sample bytes: in front of the source, so that the
+  // service and the metrics see it like any source.
+  if (options.service.cache.enabled()) {
+    server->source_ =
+        std::make_unique<CachedSource>(std::move(server->source_), options.service.cache);
+    spdlog::info("sample cache: {} bytes, policy {} ({} B per entry besides its bytes)",
+                 options.service.cache.bytes,
+                 std::string(CachePolicyName(options.service.cache.policy)),
+                 kCacheEntryOverheadBytes);
+  }
   const absl::Time encoding = absl::Now();
   server->impl_ = std::make_unique<SampleServiceImpl>(server->source_.get(), options.service);
   // Building the manifest grew its arrays by doubling: the blocks left
@@ -115,7 +126,7 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
       options.service,
       static_cast<int64_t>(server->source_->manifest().memory_bytes() +
                            server->impl_->manifest_pages().memory_bytes()),
-      options.source.max_file_bytes);
+      options.source.max_file_bytes, static_cast<int64_t>(server->source_->buffer_bytes()));
   spdlog::info("memory bound: {}", bound.ToString());
   if (options.stats_interval > absl::ZeroDuration()) {
     server->stats_thread_ = std::thread([s = server.get()] { s->StatsLoop(); });
@@ -162,14 +173,24 @@ void StorageServer::StatsLoop() {
     const double secs = cur.uptime_seconds() - prev.uptime_seconds();
     const double busy = cur.prep_busy_seconds() - prev.prep_busy_seconds();
     if (samples > 0 || cur.active_streams() > 0) {
+      std::string cache;
+      if (cur.cache_capacity_bytes() > 0) {
+        const uint64_t hits = cur.cache_hits() - prev.cache_hits();
+        const uint64_t reads = hits + cur.cache_misses() - prev.cache_misses();
+        cache = absl::StrFormat(
+            ", cache hits %.0f%% of %d reads (%d evicted), %.0f MB of %.0f MB held in %d samples",
+            reads > 0 ? 100.0 * hits / reads : 0.0, reads,
+            cur.cache_evictions() - prev.cache_evictions(), cur.cache_bytes() / 1e6,
+            cur.cache_capacity_bytes() / 1e6, cur.cache_entries());
+      }
       spdlog::info(absl::StrFormat(
           "served %.0f samples/s (%s), %.1f MB/s, prep busy %.0f%% of %d workers, queue %d, "
-          "in flight %d (%.0f MB of %.0f MB), streams %d, failed %d, refused %d",
+          "in flight %d (%.0f MB of %.0f MB), streams %d, failed %d, refused %d%s",
           samples / secs, by_stage, bytes / secs / 1e6, 100.0 * busy / (secs * cur.prep_workers()),
           cur.prep_workers(), cur.queue_depth(), cur.inflight_samples(),
           cur.inflight_bytes() / 1e6, cur.inflight_budget_bytes() / 1e6, cur.active_streams(),
           cur.samples_failed() - prev.samples_failed(),
-          cur.requests_rejected() - prev.requests_rejected()));
+          cur.requests_rejected() - prev.requests_rejected(), cache));
     }
     prev = cur;
   }

@@ -7,7 +7,7 @@ packages=(
   cmake g++ make pkg-config
   clang  # the thread-safety analysis test (tools/thread_safety.sh)
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libssl-dev openssl
-  libjpeg62-turbo-dev libturbojpeg0-dev libabsl-dev libspdlog-dev libgtest-dev libgmock-dev
+  zlib1g-dev libjpeg62-turbo-dev libturbojpeg0-dev libabsl-dev libspdlog-dev libgtest-dev libgmock-dev
   libtorch-dev libopenblas0-pthread prometheus-cpp-dev
   libgloo-dev  # the headers of LibTorch's c10d Gloo backend (data-parallel ranks)
   python3 python3-pil python3-numpy python3-matplotlib

@@ -101,6 +101,7 @@ absl::StatusOr<GlobalManifest> GlobalManifest::Build(
     shard.dataset_name = m.dataset_name;
     shard.base = g.labels_.size();
     shard.size = m.num_samples();
+    shard.group_size = m.group_size;
     shard.servers = servers;
     replicated = replicated || servers.size() > 1;
     for (int s : servers) g.shard_of_server_[s] = static_cast<int>(g.shards_.size());

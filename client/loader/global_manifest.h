@@ -30,6 +30,7 @@ struct Shard {
   std::string dataset_name;
   uint64_t base = 0;         // global id of its first sample
   uint64_t size = 0;         // samples
+  uint32_t group_size = 1;   // the server reads groups of this many samples (a pack)
   std::vector<int> servers;  // indices of the servers that hold it, ascending
 };
 

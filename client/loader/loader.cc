@@ -39,6 +39,10 @@ absl::Status LoaderOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("LoaderOptions.workers must be in [1, 1024] (got ", workers, ")"));
   }
+  if (shuffle_window < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LoaderOptions.shuffle_window must be >= 0 (got ", shuffle_window, ")"));
+  }
   if (prefetch_batches < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "LoaderOptions.prefetch_batches must be >= 1 (got ", prefetch_batches, ")"));
@@ -238,7 +242,11 @@ absl::Status Loader::StartEpoch(uint64_t epoch, int64_t max_batches, int64_t sta
   const GlobalManifest& manifest = servers_->manifest();
   epoch_ = epoch;
   start_position_ = start_position;
-  order_ = RankSlice(EpochOrder(options_.seed, epoch, manifest.num_samples(), options_.shuffle),
+  order_ = RankSlice(options_.shuffle && options_.shuffle_window > 0
+                         ? GroupedEpochOrder(options_.seed, epoch, ShardGroups(manifest.shards()),
+                                             options_.shuffle_window)
+                         : EpochOrder(options_.seed, epoch, manifest.num_samples(),
+                                      options_.shuffle),
                      options_.rank, options_.world, start_position);
   if (absl::Status s = policy_->BeginEpoch(epoch, order_); !s.ok()) return s;
   position_of_id_.assign(manifest.num_samples(), -1);

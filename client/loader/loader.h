@@ -50,6 +50,10 @@ struct LoaderOptions {
   int prefetch_batches = 3;
   int requests_per_message = 32;  // sample requests per FetchRequest message
   bool shuffle = true;
+  // With shuffle: 0 = a full shuffle (EpochOrder); K >= 1 = the group-aware
+  // order (GroupedEpochOrder) over the servers' groups with K groups open at
+  // a time, so a pack's server reads each group once.
+  int shuffle_window = 0;
   bool drop_last = false;      // drop a final partial batch
   BadSamplePolicy on_bad_sample = BadSamplePolicy::kSkip;
   uint64_t seed = 0;           // drives the shuffle and every augmentation

@@ -62,6 +62,7 @@ absl::StatusOr<ServerManifest> ReadManifest(ManifestRpcs& rpcs, absl::string_vie
   m.backbone_fingerprint = header.backbone_fingerprint();
   m.head_fingerprint = header.head_fingerprint();
   m.head_classes = header.head_classes();
+  m.group_size = std::max<uint32_t>(1, header.group_size());
   if ((m.feature_size == 0) != m.backbone.empty() ||
       m.feature_size > static_cast<uint32_t>(kMaxVectorElements) ||
       m.head_classes > static_cast<uint32_t>(kMaxVectorElements)) {

@@ -1,5 +1,6 @@
 #include "client/loader/sampler.h"
 
+#include <algorithm>
 #include <numeric>
 #include <utility>
 
@@ -24,6 +25,56 @@ std::vector<uint64_t> EpochOrder(uint64_t seed, uint64_t epoch, uint64_t num_sam
   mine.reserve(num_samples / world + 1);
   for (uint64_t i = rank; i < num_samples; i += world) mine.push_back(order[i]);
   return mine;
+}
+
+std::vector<SampleGroup> ShardGroups(const std::vector<Shard>& shards) {
+  std::vector<SampleGroup> groups;
+  for (const Shard& shard : shards) {
+    const uint64_t g = std::max<uint32_t>(1, shard.group_size);
+    for (uint64_t at = 0; at < shard.size; at += g) {
+      groups.push_back(SampleGroup{shard.base + at, std::min(g, shard.size - at)});
+    }
+  }
+  return groups;
+}
+
+std::vector<uint64_t> GroupedEpochOrder(uint64_t seed, uint64_t epoch,
+                                        const std::vector<SampleGroup>& groups, int window) {
+  // Stream 3: independent of the full shuffle's (2) and every augmentation.
+  CounterRng rng(SampleKey{seed, epoch, ~0ULL}, /*stream=*/3);
+  std::vector<uint32_t> group_order(groups.size());
+  std::iota(group_order.begin(), group_order.end(), 0);
+  for (size_t i = group_order.size(); i > 1; --i) {
+    std::swap(group_order[i - 1],
+              group_order[static_cast<size_t>(rng.RandInt(0, static_cast<int64_t>(i)))]);
+  }
+  uint64_t total = 0;
+  for (const SampleGroup& g : groups) total += g.count;
+  std::vector<uint64_t> order;
+  order.reserve(total);
+  // The unvisited samples of the open groups, and how many each group has left.
+  struct Open {
+    uint64_t id;
+    uint32_t group;
+  };
+  std::vector<Open> pool;
+  std::vector<uint64_t> left(groups.size());
+  size_t next = 0;
+  const auto open_next = [&] {
+    const uint32_t k = group_order[next++];
+    for (uint64_t i = 0; i < groups[k].count; ++i) pool.push_back(Open{groups[k].first + i, k});
+    left[k] = groups[k].count;
+  };
+  while (next < group_order.size() && next < static_cast<size_t>(window)) open_next();
+  while (!pool.empty()) {
+    const size_t j = static_cast<size_t>(rng.RandInt(0, static_cast<int64_t>(pool.size())));
+    const Open drawn = pool[j];
+    pool[j] = pool.back();
+    pool.pop_back();
+    order.push_back(drawn.id);
+    if (--left[drawn.group] == 0 && next < group_order.size()) open_next();
+  }
+  return order;
 }
 
 }  // namespace sophon

@@ -5,7 +5,30 @@
 #include <cstdint>
 #include <vector>
 
+#include "client/loader/global_manifest.h"
+
 namespace sophon {
+
+// A run of consecutive global ids that the storage reads together (a group of
+// a pack, sample_source.h's group_size()).
+struct SampleGroup {
+  uint64_t first = 0;
+  uint64_t count = 0;
+};
+
+// The groups of a job's shards: each shard's ids cut in runs of its
+// group_size from its base (the last run of a shard may be shorter).
+std::vector<SampleGroup> ShardGroups(const std::vector<Shard>& shards);
+
+// The group-aware order: the groups shuffled, then every position draws a
+// uniformly random sample among the unvisited samples of a window of `window`
+// open groups; a group whose samples are all drawn is replaced by the next
+// one. A pure function of (seed, epoch, groups, window) like EpochOrder, so
+// ranks (RankSlice) and resumption work the same; every sample appears once.
+// The storage reads about `window` groups at a time, each once.
+// REQUIRES: window >= 1; the groups partition [0, total), none empty.
+std::vector<uint64_t> GroupedEpochOrder(uint64_t seed, uint64_t epoch,
+                                        const std::vector<SampleGroup>& groups, int window);
 
 // A seeded permutation of [0, num_samples) for `epoch` (Fisher-Yates driven by
 // the counter-based generator), the same on every machine. With world > 1,

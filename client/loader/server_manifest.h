@@ -34,6 +34,9 @@ struct ServerManifest {
   uint64_t backbone_fingerprint = 0;
   uint64_t head_fingerprint = 0;
   uint32_t head_classes = 0;
+  // Samples [k * g, (k + 1) * g) are read together by the server (a pack);
+  // 1 = one by one.
+  uint32_t group_size = 1;
   std::vector<uint32_t> labels;          // by sample id
   std::vector<uint32_t> raw_sizes;       // by sample id: encoded bytes, SaturatedSize
 

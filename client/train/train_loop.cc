@@ -119,6 +119,7 @@ absl::Status WriteCheckpoint(Trainer* trainer, const TrainLoopOptions& options, 
   cursor.world_size = trainer->world_size();
   cursor.dataset_fingerprint = options.dataset_fingerprint;
   cursor.seed = options.seed;
+  cursor.shuffle_window = options.shuffle_window;
   const absl::Time start = absl::Now();
   if (absl::Status s = trainer->SaveCheckpoint(options.checkpoint_path, cursor); !s.ok()) {
     return s;
@@ -151,6 +152,12 @@ absl::Status CheckResumable(const TrainingCursor& cursor, const TrainLoopOptions
         absl::StrCat("checkpoint ", path, " was written with --seed=", cursor.seed,
                      ", but this run has --seed=", options.seed,
                      ": the epoch's order would differ"));
+  }
+  if (cursor.shuffle_window != options.shuffle_window) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", path, " was written with --shuffle-window=", cursor.shuffle_window,
+        ", but this run has --shuffle-window=", options.shuffle_window,
+        ": the epoch's order would differ"));
   }
   if (cursor.position < 0 || (options.global_batch > 0 && cursor.position % options.global_batch != 0)) {
     return absl::FailedPreconditionError(absl::StrCat(

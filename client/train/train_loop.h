@@ -52,6 +52,7 @@ struct TrainLoopOptions {
   int64_t global_batch = 0;
   uint64_t dataset_fingerprint = 0;
   uint64_t seed = 0;
+  int shuffle_window = 0;  // the loader's: the order resumed must be the same
 };
 
 // One model's figures of an epoch of a fused array.

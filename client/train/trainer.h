@@ -124,6 +124,7 @@ struct TrainingCursor {
   int world_size = 1;        // ranks that wrote it (information; resume may use another)
   uint64_t dataset_fingerprint = 0;
   uint64_t seed = 0;         // data seed
+  int shuffle_window = 0;    // LoaderOptions.shuffle_window (0 = full shuffle)
 };
 
 // Trains one model, or a fused array of models, with cross-entropy.

@@ -108,6 +108,7 @@ absl::Status WriteTrainingCheckpoint(const std::string& path, const Checkpointed
     saved_cursor.write("dataset_fingerprint",
                        c10::IValue(static_cast<int64_t>(cursor.dataset_fingerprint)));
     saved_cursor.write("seed", c10::IValue(static_cast<int64_t>(cursor.seed)));
+    saved_cursor.write("shuffle_window", c10::IValue(static_cast<int64_t>(cursor.shuffle_window)));
     archive.write("cursor", saved_cursor);
 
     archive.save_to([&](const void* data, size_t size) -> size_t {
@@ -237,6 +238,11 @@ absl::StatusOr<TrainingCursor> ReadTrainingCheckpoint(const std::string& path,
     cursor.world_size = static_cast<int>(ReadInt(saved_cursor, "world_size"));
     cursor.dataset_fingerprint = static_cast<uint64_t>(ReadInt(saved_cursor, "dataset_fingerprint"));
     cursor.seed = static_cast<uint64_t>(ReadInt(saved_cursor, "seed"));
+    // Absent in checkpoints from before the group-aware order: a full shuffle.
+    c10::IValue window;
+    if (saved_cursor.try_read("shuffle_window", window)) {
+      cursor.shuffle_window = static_cast<int>(window.toInt());
+    }
     InputArchive optimizer_state;
     archive.read("optimizer_state", optimizer_state);
 

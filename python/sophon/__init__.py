@@ -89,6 +89,9 @@ class Loader(_Base):
         bytes to copy to a GPU; sophon.normalize finishes them on the device).
     crop_size, seed, workers (local prep threads), prefetch_batches: as
         sophon-train's --crop-size, --seed, --workers, --prefetch-batches.
+    shuffle_window: 0 shuffles each epoch fully; K >= 1 draws samples from K
+        open groups of the servers' packs at a time (as sophon-train's
+        --shuffle-window), so a pack's server reads each group once.
     scale, ratio: RandomResizedCrop's area and aspect ratio ranges, as
         sophon-train's --scale and --ratio.
     lenient_jpeg: accept JPEGs with corrupt-data warnings; must match the
@@ -120,7 +123,7 @@ class Loader(_Base):
                  on_bad_sample="skip", augment="random", eval_resize=0, output="float32", profile_folder="", max_batches=0,
                  planner="optimal", net_bw=0.0, remote_cpus=0.0, gpu_batch_seconds=-1.0,
                  replan_threshold=0.25, stages="all", connect_timeout=30.0, tls_ca="", tls_cert="", tls_key="", tls_server_name="",
-                 auth_token_file=""):
+                 auth_token_file="", shuffle_window=0):
         if isinstance(servers, str):
             servers = [s for s in servers.replace(" ", "").split(",") if s]
         rank, world_size = _default_rank_world(rank, world_size)
@@ -134,13 +137,15 @@ class Loader(_Base):
             profile_folder=profile_folder, planner=planner, net_bw=float(net_bw),
             remote_cpus=float(remote_cpus), gpu_batch_seconds=float(gpu_batch_seconds),
             replan_threshold=float(replan_threshold), stages=stages, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
-            tls_server_name=tls_server_name, auth_token_file=auth_token_file)
+            tls_server_name=tls_server_name, auth_token_file=auth_token_file,
+            shuffle_window=int(shuffle_window))
         self._epoch = 0
         self._start_position = 0  # where the next iteration of self._epoch starts
         self._cursor = 0          # global position after the last batch yielded
         self._started = None      # the epoch whose iteration is under way
         self._closed = False
-        self._options = {"seed": seed, "world_size": world_size, "batch_size": batch_size}
+        self._options = {"seed": seed, "world_size": world_size, "batch_size": batch_size,
+                         "shuffle_window": int(shuffle_window)}
         if max_batches < 0:
             raise ValueError(f"max_batches must be >= 0 (0: every batch), got {max_batches}")
         self._max_batches = int(max_batches)
@@ -173,6 +178,10 @@ class Loader(_Base):
         if state.get("seed", self._options["seed"]) != self._options["seed"]:
             raise ValueError(f"load_state_dict: the state was saved with seed {state['seed']}, "
                              f"this loader has seed {self._options['seed']}")
+        window = state.get("shuffle_window", 0)
+        if window != self._options["shuffle_window"]:
+            raise ValueError(f"load_state_dict: the state was saved with shuffle_window {window}, "
+                             f"this loader has shuffle_window {self._options['shuffle_window']}")
         self._epoch = int(state["epoch"])
         self._start_position = int(state["position"])
         self._cursor = self._start_position

@@ -87,6 +87,7 @@ struct PyLoaderOptions {
   std::string mode = "smartoff";
   int crop_size = 224;
   uint64_t seed = 0;
+  int shuffle_window = 0;
   int workers = 2;
   int prefetch_batches = 3;
   int rank = 0;
@@ -151,6 +152,7 @@ class PyLoader {
     options_.workers = o.workers;
     options_.prefetch_batches = o.prefetch_batches;
     options_.seed = o.seed;
+    options_.shuffle_window = o.shuffle_window;
     options_.rank = o.rank;
     options_.world = o.world_size;
     options_.drop_last = o.drop_last;
@@ -471,13 +473,14 @@ PYBIND11_MODULE(_sophon, m) {
                        double remote_cpus, double gpu_batch_seconds, double replan_threshold,
                        std::string stages, std::string tls_ca, std::string tls_cert,
                        std::string tls_key, std::string tls_server_name,
-                       std::string auth_token_file) {
+                       std::string auth_token_file, int shuffle_window) {
              PyLoaderOptions o;
              o.servers = std::move(servers);
              o.batch_size = batch_size;
              o.mode = std::move(mode);
              o.crop_size = crop_size;
              o.seed = seed;
+             o.shuffle_window = shuffle_window;
              o.workers = workers;
              o.prefetch_batches = prefetch_batches;
              o.rank = rank;
@@ -514,7 +517,7 @@ PYBIND11_MODULE(_sophon, m) {
            py::arg("profile_folder"), py::arg("planner"), py::arg("net_bw"),
            py::arg("remote_cpus"), py::arg("gpu_batch_seconds"), py::arg("replan_threshold"),
            py::arg("stages"), py::arg("tls_ca"), py::arg("tls_cert"), py::arg("tls_key"),
-           py::arg("tls_server_name"), py::arg("auth_token_file"))
+           py::arg("tls_server_name"), py::arg("auth_token_file"), py::arg("shuffle_window"))
       .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("start_position") = 0,
            py::arg("max_batches") = 0)
       .def("next", &PyLoader::Next)

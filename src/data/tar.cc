@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
@@ -122,8 +123,8 @@ absl::Status AppendTarMember(absl::string_view name, absl::string_view data, std
 void AppendTarEnd(std::string* out) { out->append(2 * kTarBlock, '\0'); }
 
 absl::StatusOr<std::optional<TarMember>> ParseTarHeader(absl::string_view block, uint64_t offset,
-                                                        uint64_t file_size,
-                                                        absl::string_view file) {
+                                                        uint64_t file_size, absl::string_view file,
+                                                        bool allow_pax) {
   const auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(
         absl::StrCat(file, ": the tar header at offset ", offset, " ", why));
@@ -138,7 +139,8 @@ absl::StatusOr<std::optional<TarMember>> ParseTarHeader(absl::string_view block,
   if (!sum || *sum != Checksum(block)) return bad("has a bad checksum");
   if (block.substr(kMagic.offset, 5) != "ustar") return bad("is not a ustar header");
   const char type = block[kType.offset];
-  if (type != '0' && type != '\0') {
+  const bool pax = allow_pax && (type == 'x' || type == 'g');
+  if (type != '0' && type != '\0' && !pax) {
     return bad(absl::StrCat("describes a member of type '", absl::CEscape(std::string(1, type)),
                             "'; a pack holds regular files only (no links, directories or pax "
                             "and GNU extension headers)"));
@@ -149,7 +151,8 @@ absl::StatusOr<std::optional<TarMember>> ParseTarHeader(absl::string_view block,
   const absl::string_view prefix = GetString(block, kPrefix);
   m.name = prefix.empty() ? std::string(GetString(block, kName))
                           : absl::StrCat(prefix, "/", GetString(block, kName));
-  if (absl::Status s = CheckName(m.name); !s.ok()) return bad(s.message());
+  m.pax = pax;
+  if (absl::Status s = CheckName(m.name); !s.ok() && !pax) return bad(s.message());
   m.data_offset = offset + kTarBlock;
   m.size = *size;
   if (m.data_offset > file_size || m.size > file_size - m.data_offset) {
@@ -157,6 +160,38 @@ absl::StatusOr<std::optional<TarMember>> ParseTarHeader(absl::string_view block,
                             file_size, "-byte file (truncated?)"));
   }
   return std::optional<TarMember>(std::move(m));
+}
+
+absl::Status ApplyPaxRecords(absl::string_view records, TarMember* next) {
+  while (!records.empty()) {
+    // "LENGTH key=value\n", LENGTH counting the whole record.
+    const size_t space = records.find(' ');
+    uint64_t length = 0;
+    if (space == absl::string_view::npos || space == 0 ||
+        !absl::SimpleAtoi(records.substr(0, space), &length) || length <= space + 1 ||
+        length > records.size() || records[length - 1] != '\n') {
+      return absl::InvalidArgumentError("malformed pax extended header record");
+    }
+    const absl::string_view record = records.substr(space + 1, length - space - 2);
+    records.remove_prefix(length);
+    const size_t eq = record.find('=');
+    if (eq == absl::string_view::npos) {
+      return absl::InvalidArgumentError("pax extended header record without '='");
+    }
+    const absl::string_view key = record.substr(0, eq), value = record.substr(eq + 1);
+    if (key == "path") {
+      if (absl::Status s = CheckName(value); !s.ok()) return s;
+      next->name = std::string(value);
+    } else if (key == "size") {
+      uint64_t size = 0;
+      if (!absl::SimpleAtoi(value, &size) || size > kMaxTarMemberBytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("pax size '", absl::CEscape(value), "' is not a member size"));
+      }
+      next->size = size;
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace sophon

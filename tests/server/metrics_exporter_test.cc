@@ -57,6 +57,12 @@ v1::ServerStats FakeStats() {
   s.set_process_cpu_seconds(33.25);
   s.set_uptime_seconds(99.5);
   s.set_dataset_fingerprint(0xabcdef0123456789ull);
+  s.set_cache_hits(301);
+  s.set_cache_misses(302);
+  s.set_cache_evictions(303);
+  s.set_cache_bytes(304);
+  s.set_cache_entries(305);
+  s.set_cache_capacity_bytes(306);
   return s;
 }
 
@@ -117,6 +123,14 @@ TEST(MetricsExporterTest, ServesEveryStatWithNamesLabelsAndValues) {
   EXPECT_THAT(*body, HasSubstr("sophon_server_stream_inflight_peak_samples 64\n"));
   EXPECT_THAT(*body, HasSubstr("sophon_server_stream_inflight_limit_samples 128\n"));
   EXPECT_THAT(*body, HasSubstr("sophon_server_uptime_seconds 99.5\n"));
+  EXPECT_THAT(*body, HasSubstr("# TYPE sophon_server_cache_hits_total counter\n"));
+  EXPECT_THAT(*body, HasSubstr("sophon_server_cache_hits_total 301\n"));
+  EXPECT_THAT(*body, HasSubstr("sophon_server_cache_misses_total 302\n"));
+  EXPECT_THAT(*body, HasSubstr("sophon_server_cache_evictions_total 303\n"));
+  EXPECT_THAT(*body, HasSubstr("# TYPE sophon_server_cache_bytes gauge\n"));
+  EXPECT_THAT(*body, HasSubstr("sophon_server_cache_bytes 304\n"));
+  EXPECT_THAT(*body, HasSubstr("sophon_server_cache_entries 305\n"));
+  EXPECT_THAT(*body, HasSubstr("sophon_server_cache_capacity_bytes 306\n"));
   EXPECT_THAT(*body,
               HasSubstr("sophon_server_dataset_info{fingerprint=\"abcdef0123456789\"} 1\n"));
   EXPECT_THAT(*body, HasSubstr("# TYPE process_cpu_seconds_total counter\n"));

@@ -12,10 +12,11 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "sophon/cli/cli.h"
-#include "sophon/data/image_folder.h"
+#include "sophon/data/open_source.h"
 #include "sophon/data/page_cache.h"
 
-ABSL_FLAG(std::string, data, "", "ImageFolder dataset root (DIR/CLASS/*.jpg). Required.");
+ABSL_FLAG(std::string, data, "",
+          "Dataset: an ImageFolder root (DIR/CLASS/*.jpg) or a pack folder. Required.");
 ABSL_FLAG(bool, evict, false, "Drop the dataset's files from the page cache. Default false.");
 ABSL_FLAG(bool, warm, false, "Read the dataset's files into the page cache. Default false.");
 ABSL_FLAG(bool, status, false,
@@ -44,8 +45,8 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_data).empty()) {
     return Fail(absl::InvalidArgumentError("--data=DIR is required"));
   }
-  absl::StatusOr<std::unique_ptr<sophon::ImageFolderSource>> dataset =
-      sophon::ImageFolderSource::Open(absl::GetFlag(FLAGS_data));
+  absl::StatusOr<std::unique_ptr<sophon::SampleSource>> dataset =
+      sophon::OpenSampleSource(absl::GetFlag(FLAGS_data));
   if (!dataset.ok()) return Fail(dataset.status());
   const std::vector<std::string> paths = sophon::DatasetFilePaths(**dataset);
 

@@ -1,5 +1,5 @@
-// Where a storage node reads sample bytes from: an ImageFolder tree today
-// (image_folder.h), packed group files or a cache later. The server, the
+// Where a storage node reads sample bytes from: an ImageFolder tree
+// (image_folder.h) or a pack of WebDataset shards (pack_source.h). The server, the
 // profiler and the page-cache tools see only this interface; only the code
 // that opens a source names its kind.
 #ifndef SOPHON_DATA_SAMPLE_SOURCE_H_
@@ -41,6 +41,20 @@ class SampleSource {
   // id and its relative path.
   virtual absl::StatusOr<std::string> Read(uint64_t id) const = 0;
 
+  // What a read learned besides the bytes.
+  struct ReadInfo {
+    // The bytes came from memory (a CachedSource, cached_source.h), not from
+    // the files; the server reports it per sample (Sample.cache_hit).
+    bool cache_hit = false;
+  };
+  // Read, also telling where the bytes came from. The default reads and
+  // reports no cache hit; a source that keeps bytes in memory overrides it.
+  // REQUIRES: info != nullptr.
+  virtual absl::StatusOr<std::string> ReadWithInfo(uint64_t id, ReadInfo* info) const {
+    *info = ReadInfo();
+    return Read(id);
+  }
+
   // The local files that hold the samples' bytes, as paths that can be
   // opened (page-cache control warms or evicts them). A source with one file
   // per sample lists them in manifest order. Empty if nothing is on disk.
@@ -49,6 +63,14 @@ class SampleSource {
   // The most bytes Read can return for one sample (a source's size cap);
   // the server reserves at most this much for a sample before reading it.
   virtual uint64_t max_sample_bytes() const { return UINT64_MAX; }
+
+  // Samples [k * g, (k + 1) * g) of g = group_size() are stored together and
+  // read with one I/O (a pack, pack_source.h): an order that visits a group's
+  // samples close together reads less. 1 = every sample alone.
+  virtual uint32_t group_size() const { return 1; }
+  // The most memory the source holds for reads besides the manifest (a
+  // pack's group buffers); the server's memory bound counts it.
+  virtual uint64_t buffer_bytes() const { return 0; }
 
   size_t size() const { return manifest().size(); }
   // A copy of sample `id`'s entry (for messages and tests; hot paths read

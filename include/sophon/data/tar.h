@@ -40,6 +40,9 @@ struct TarMember {
   std::string name;         // prefix/name, checked as AppendTarMember's names
   uint64_t data_offset = 0; // in the file: the header's offset + 512
   uint64_t size = 0;        // data bytes
+  bool pax = false;
+  // A pax extended header ('x' or 'g', only with allow_pax): its data holds
+  // records for the next member (ApplyPaxRecords), `name` is meaningless.
   // The offset of the next header: data_offset + size padded to a block.
   uint64_t next_offset() const {
     return data_offset + (size + kTarBlock - 1) / kTarBlock * kTarBlock;
@@ -51,10 +54,18 @@ struct TarMember {
 // block (the end of the archive). InvalidArgument naming the file and the
 // offset for a bad checksum, magic or octal field, a member other than a
 // regular file (links, directories, pax and GNU extension headers), a bad
-// name, or data past the end of the file.
+// name, or data past the end of the file. With allow_pax a pax extended
+// header (which Python's tarfile writes before a member with a long name or a
+// fractional mtime) comes back with `pax` set.
 absl::StatusOr<std::optional<TarMember>> ParseTarHeader(absl::string_view block, uint64_t offset,
-                                                        uint64_t file_size,
-                                                        absl::string_view file);
+                                                        uint64_t file_size, absl::string_view file,
+                                                        bool allow_pax = false);
+
+// Applies the records of a pax extended header's data to the member that
+// follows it: `path` replaces its name (checked as AppendTarMember's names),
+// `size` its size; other keys are ignored. InvalidArgument for a malformed
+// record. The caller checks the new size against the file.
+absl::Status ApplyPaxRecords(absl::string_view records, TarMember* next);
 
 }  // namespace sophon
 

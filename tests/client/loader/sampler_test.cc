@@ -1,6 +1,7 @@
 #include "client/loader/sampler.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -90,6 +91,84 @@ TEST(RankSliceTest, ResumingAtACursorWithAnotherWorldSizeSeesTheRestExactlyOnce)
     EXPECT_EQ(std::set<uint64_t>(seen.begin(), seen.end()).size(), 40u) << before << " -> " << after;
   }
   EXPECT_TRUE(RankSlice(order, 0, 2, 40).empty());
+}
+
+std::vector<SampleGroup> Groups(uint64_t n, uint64_t g) {
+  Shard shard;
+  shard.size = n;
+  shard.group_size = static_cast<uint32_t>(g);
+  return ShardGroups({shard});
+}
+
+TEST(ShardGroupsTest, CutsEachShardFromItsBaseKeepingShortLastGroups) {
+  Shard a, b;
+  a.base = 0;
+  a.size = 10;
+  a.group_size = 4;
+  b.base = 10;
+  b.size = 3;
+  b.group_size = 1;
+  const std::vector<SampleGroup> groups = ShardGroups({a, b});
+  ASSERT_EQ(groups.size(), 6u);
+  EXPECT_EQ(groups[2].first, 8u);
+  EXPECT_EQ(groups[2].count, 2u);  // the short last group of shard a
+  EXPECT_EQ(groups[3].first, 10u);
+  EXPECT_EQ(groups[5].count, 1u);
+}
+
+TEST(GroupedEpochOrderTest, EverySampleOnceDeterministicAndPerEpoch) {
+  const std::vector<SampleGroup> groups = Groups(1003, 32);
+  for (int window : {1, 4, 100}) {
+    const std::vector<uint64_t> order = GroupedEpochOrder(7, 0, groups, window);
+    ASSERT_EQ(order.size(), 1003u);
+    EXPECT_EQ(std::set<uint64_t>(order.begin(), order.end()).size(), 1003u) << window;
+    EXPECT_EQ(order, GroupedEpochOrder(7, 0, groups, window));
+    EXPECT_NE(order, GroupedEpochOrder(7, 1, groups, window));
+    EXPECT_NE(order, GroupedEpochOrder(8, 0, groups, window));
+  }
+}
+
+// At any point at most `window` groups have been started and not finished:
+// the storage reads each group once with that many group buffers.
+TEST(GroupedEpochOrderTest, AtMostWindowGroupsAreOpenAtOnce) {
+  const uint64_t g = 16;
+  const std::vector<SampleGroup> groups = Groups(640, g);
+  for (int window : {1, 3, 8}) {
+    const std::vector<uint64_t> order = GroupedEpochOrder(1, 2, groups, window);
+    std::map<uint64_t, uint64_t> seen;  // group -> samples drawn
+    size_t open = 0, most = 0;
+    for (uint64_t id : order) {
+      const uint64_t k = id / g;
+      if (seen[k]++ == 0) ++open;
+      if (seen[k] == g) --open;
+      most = std::max(most, open);
+    }
+    EXPECT_EQ(most, static_cast<size_t>(window));
+  }
+  // A window of 1 visits each group's samples consecutively.
+  const std::vector<uint64_t> order = GroupedEpochOrder(1, 2, groups, 1);
+  for (size_t i = 0; i < order.size(); ++i) EXPECT_EQ(order[i] / g, order[i / g * g] / g) << i;
+}
+
+// Ranks and resumption take slices of the global order as for a full shuffle:
+// each sample once per epoch over the ranks, and once after a resume.
+TEST(GroupedEpochOrderTest, RanksAndResumeSeeEverySampleOnce) {
+  const std::vector<uint64_t> order = GroupedEpochOrder(3, 5, Groups(96, 8), 4);
+  const int64_t global_batch = 12;
+  for (const auto& [before, after] : std::vector<std::pair<int, int>>{{1, 1}, {2, 3}, {4, 1}}) {
+    const int64_t cursor = 3 * global_batch;
+    std::multiset<uint64_t> seen;
+    for (int r = 0; r < before; ++r) {
+      const std::vector<uint64_t> mine = RankSlice(order, r, before, 0);
+      seen.insert(mine.begin(), mine.begin() + cursor / before);
+    }
+    for (int r = 0; r < after; ++r) {
+      const std::vector<uint64_t> mine = RankSlice(order, r, after, cursor);
+      seen.insert(mine.begin(), mine.end());
+    }
+    EXPECT_EQ(seen.size(), 96u) << before << " -> " << after;
+    EXPECT_EQ(std::set<uint64_t>(seen.begin(), seen.end()).size(), 96u);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,24 @@
+// Opening the sample source a path names: a pack folder (one that holds
+// sophon-pack.idx, pack_source.h) or an ImageFolder tree (image_folder.h).
+// The programs and tools that take --data open it here, so each of them
+// serves or reads either kind.
+#ifndef SOPHON_DATA_OPEN_SOURCE_H_
+#define SOPHON_DATA_OPEN_SOURCE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "sophon/data/image_folder.h"
+#include "sophon/data/sample_source.h"
+
+namespace sophon {
+
+// A PackSource when `path` holds a pack index (max_sample_bytes from
+// options.max_file_bytes), else an ImageFolderSource with `options`.
+absl::StatusOr<std::unique_ptr<SampleSource>> OpenSampleSource(
+    const std::string& path, const ImageFolderOptions& options = {});
+
+}  // namespace sophon
+
+#endif  // SOPHON_DATA_OPEN_SOURCE_H_

@@ -1,0 +1,24 @@
+#include "sophon/data/open_source.h"
+
+#include "sophon/data/pack_index.h"
+#include "sophon/data/pack_source.h"
+
+namespace sophon {
+
+absl::StatusOr<std::unique_ptr<SampleSource>> OpenSampleSource(const std::string& path,
+                                                               const ImageFolderOptions& options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  if (IsPackFolder(path)) {
+    PackSourceOptions pack;
+    pack.max_sample_bytes = options.max_file_bytes;
+    absl::StatusOr<std::unique_ptr<PackSource>> source = PackSource::Open(path, pack);
+    if (!source.ok()) return source.status();
+    return std::unique_ptr<SampleSource>(*std::move(source));
+  }
+  absl::StatusOr<std::unique_ptr<ImageFolderSource>> source =
+      ImageFolderSource::Open(path, options);
+  if (!source.ok()) return source.status();
+  return std::unique_ptr<SampleSource>(*std::move(source));
+}
+
+}  // namespace sophon
