@@ -815,6 +815,7 @@ void Loader::WorkerLoop() {
     obs.server_cpu_seconds = item.sample.server_cpu_seconds();
     obs.server_wall_seconds = item.sample.server_wall_seconds();
     obs.server_read_seconds = item.sample.server_read_seconds();
+    obs.cache_hit = item.sample.cache_hit();
     obs.ok = status.ok();
     policy_->OnSample(obs);  // outside the lock: the policy has its own
     absl::MutexLock lock(&mu_);

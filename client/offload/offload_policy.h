@@ -34,6 +34,7 @@ struct SampleObservation {
   double server_cpu_seconds = 0;   // as reported by the server
   double server_wall_seconds = 0;  // the server's prep worker wall time
   double server_read_seconds = 0;  // ... of which reading the file
+  bool cache_hit = false;          // the server read it from its sample cache
   bool ok = true;
 };
 

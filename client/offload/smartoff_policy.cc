@@ -100,7 +100,8 @@ SmartoffPolicy::SmartoffPolicy(DatasetProfile profile, Resources resources,
       measure_gpu_(options.gpu_batch_seconds < 0),
       storage_wall_scale_(storage_wall_scale),
       clock_(std::move(clock)),
-      resources_(resources) {}
+      resources_(resources),
+      cached_(profile_.samples.size(), 0) {}
 
 absl::Status SmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const uint64_t> order) {
   Resources r;
@@ -118,7 +119,13 @@ absl::Status SmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const uint64_
     epoch_server_predicted_s_ = 0;
     r = resources_;
   }
-  absl::StatusOr<PlanResult> plan = MakePlan(options_.planner, profile_, r, order);
+  DatasetProfile scratch;
+  const DatasetProfile& planning = PlanningProfile(&scratch);
+  if (&planning == &scratch) {
+    spdlog::info("smartoff: {} samples came from the storage nodes' sample cache last time: "
+                 "planned without a read", cached_samples());
+  }
+  absl::StatusOr<PlanResult> plan = MakePlan(options_.planner, planning, r, order);
   std::vector<Stage> stages;
   if (plan.ok()) {
     spdlog::info("smartoff {} plan ({}): {}", EpochName(epoch), PlannerKindName(options_.planner),
@@ -160,11 +167,28 @@ void SmartoffPolicy::ResetWindowLocked() {
   window_start_ = absl::InfiniteFuture();
 }
 
+const DatasetProfile& SmartoffPolicy::PlanningProfile(DatasetProfile* scratch) const {
+  absl::MutexLock lock(&mu_);
+  if (cached_count_ == 0) return profile_;
+  *scratch = profile_;
+  for (size_t id = 0; id < cached_.size(); ++id) scratch->samples[id].cached = cached_[id] != 0;
+  return *scratch;
+}
+
+uint64_t SmartoffPolicy::cached_samples() const {
+  absl::MutexLock lock(&mu_);
+  return cached_count_;
+}
+
 void SmartoffPolicy::OnSample(const SampleObservation& obs) {
   if (obs.id >= profile_.samples.size()) return;
   const double predicted = profile_.samples[obs.id].client.Between(kFirstStage, obs.received);
   const absl::Time now = clock_();
   absl::MutexLock lock(&mu_);
+  if (obs.ok && obs.cache_hit != (cached_[obs.id] != 0)) {
+    cached_[obs.id] = obs.cache_hit ? 1 : 0;
+    obs.cache_hit ? ++cached_count_ : --cached_count_;
+  }
   if (window_start_ == absl::InfiniteFuture()) {
     window_start_ = now;  // the rate is measured from the first arrival on
     return;
@@ -253,7 +277,8 @@ bool SmartoffPolicy::MaybeReplan() {
   }
   // Planning runs without the lock: the loader keeps sending meanwhile, and
   // only the positions it has not asked for yet take the new plan.
-  absl::StatusOr<PlanResult> plan = MakePlan(options_.planner, profile_, r, rest);
+  DatasetProfile scratch;
+  absl::StatusOr<PlanResult> plan = MakePlan(options_.planner, PlanningProfile(&scratch), r, rest);
   if (!plan.ok()) {
     spdlog::error("smartoff: re-planning failed: {}", std::string(plan.status().message()));
     return false;

@@ -91,9 +91,15 @@ class SmartoffPolicy final : public OffloadPolicy {
   PlanResult last_plan() const;
   int replans() const;
   std::vector<ReplanEvent> replan_events() const;
+  // Samples whose last read the servers answered from their sample cache.
+  uint64_t cached_samples() const;
 
  private:
   void ResetWindowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // profile_ with the samples the servers last served from their sample
+  // cache marked `cached` (planned without a read), in *scratch; profile_
+  // itself when there are none.
+  const DatasetProfile& PlanningProfile(DatasetProfile* scratch) const;
   // If a measurement drifted beyond the threshold: updates the resources and
   // re-plans the positions not yet requested. true if it re-planned.
   bool MaybeReplan();
@@ -119,6 +125,9 @@ class SmartoffPolicy final : public OffloadPolicy {
   double server_predicted_s_ ABSL_GUARDED_BY(mu_) = 0;  // client-speed seconds of that work
   // The same sums over the whole epoch so far: the next epoch is planned with
   // the storage speed they give, drift threshold or not.
+  // Per sample: the server's sample cache answered its last read.
+  std::vector<uint8_t> cached_ ABSL_GUARDED_BY(mu_);
+  uint64_t cached_count_ ABSL_GUARDED_BY(mu_) = 0;
   double epoch_server_actual_s_ ABSL_GUARDED_BY(mu_) = 0;
   double epoch_server_predicted_s_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t window_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -20,7 +20,7 @@ const char* ResourceName(Resource resource) {
 StageCost SampleStageCost(const SampleProfile& sample, Stage stage, Stage target) {
   StageCost cost;
   cost.bytes = sample.bytes[stage];
-  cost.raw_bytes = sample.bytes[kFirstStage];
+  cost.raw_bytes = sample.cached ? 0 : sample.bytes[kFirstStage];
   // The ops on the way to `stage` run on the storage node, those from it on
   // here (a sample sent RAW is decoded straight from the file, without the
   // lossless crop: NextOp's path).

@@ -110,6 +110,20 @@ TEST(CostModelTest, ChargesReadingSendingAndReceivingPerByte) {
   EXPECT_FALSE(EvaluatePlan(p, r, {0, 1}, {Stage::kRaw, Stage::kRaw}).ok());
 }
 
+// A sample the storage node's cache holds costs no read, at any stage.
+TEST(CostModelTest, ACachedSampleCostsNoRead) {
+  DatasetProfile p = TwoSamples();
+  p.samples[1].cached = true;
+  EXPECT_EQ(SampleStageCost(p.samples[1], Stage::kCropped).raw_bytes, 0u);
+  EXPECT_EQ(SampleStageCost(p.samples[0], Stage::kCropped).raw_bytes, p.samples[0].bytes[kFirstStage]);
+  Resources r = SomeResources();
+  r.remote_seconds_per_raw_byte = 1e-3;
+  r.remote_seconds_per_wire_byte = 0;
+  absl::StatusOr<PlanCost> raw = EvaluatePlan(p, r, {0, 1}, {Stage::kRaw, Stage::kRaw});
+  ASSERT_TRUE(raw.ok());
+  EXPECT_DOUBLE_EQ(raw->remote_cpu_s, p.samples[0].bytes[kFirstStage] * 1e-3);
+}
+
 TEST(CostModelTest, GpuCountsWholeBatches) {
   const DatasetProfile p = TwoSamples();
   Resources r = SomeResources();

@@ -32,7 +32,7 @@ const char* ResourceName(Resource resource);  // "network", "remote_cpu", "local
 // (CpuNanos), before the storage node's speed factor.
 struct StageCost {
   uint64_t bytes = 0;      // on the wire
-  uint64_t raw_bytes = 0;  // read from storage (the same at every stage)
+  uint64_t raw_bytes = 0;  // read from storage (the same at every stage; 0 when cached)
   int64_t remote_ns = 0;
   int64_t local_ns = 0;
 };

@@ -28,6 +28,10 @@ struct SampleProfile {
   // Width * height of the encoded image; 0 when unknown. Only the times model
   // (times_model.h) uses it.
   uint64_t source_pixels = 0;
+  // The storage node served it from its sample cache when it was last read
+  // (sophon-server --cache-bytes): planned without a read. Not stored in
+  // profile files; smartoff sets it from what the servers report.
+  bool cached = false;
 };
 
 // How a profile's op times were obtained.

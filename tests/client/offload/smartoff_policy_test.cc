@@ -82,6 +82,38 @@ class SmartoffPolicyTest : public ::testing::Test {
   std::unique_ptr<SmartoffPolicy> policy_;
 };
 
+// Samples the servers served from their sample cache are planned without a
+// read: the next epoch's predicted storage time drops by their reads.
+TEST_F(SmartoffPolicyTest, CacheHitsArePlannedWithoutARead) {
+  Resources r = TestResources();
+  r.remote_seconds_per_raw_byte = 1e-8;  // 1 ms per 100 KB file
+  Start(0.01, r);
+  for (uint64_t id = 0; id < 500; ++id) {
+    SampleObservation obs;
+    obs.id = id;
+    obs.cache_hit = true;
+    policy_->OnSample(obs);
+  }
+  EXPECT_EQ(policy_->cached_samples(), 500u);
+  ASSERT_TRUE(policy_->BeginEpoch(1, order_).ok());
+  // The plan's prediction is the cost of its stages with those 500 samples
+  // cached: 500 reads fewer than the same stages without the cache.
+  const PlanResult after = policy_->last_plan();
+  DatasetProfile cached = UniformProfile();
+  for (uint64_t id = 0; id < 500; ++id) cached.samples[id].cached = true;
+  absl::StatusOr<PlanCost> with = EvaluatePlan(cached, policy_->resources(), order_, after.stages);
+  absl::StatusOr<PlanCost> without =
+      EvaluatePlan(UniformProfile(), policy_->resources(), order_, after.stages);
+  ASSERT_TRUE(with.ok() && without.ok());
+  EXPECT_NEAR(after.cost.remote_cpu_s, with->remote_cpu_s, 1e-9);
+  EXPECT_NEAR(without->remote_cpu_s - with->remote_cpu_s, 500 * 100000 * 1e-8, 1e-9);
+  // A later miss of a sample makes it cost its read again.
+  SampleObservation miss;
+  miss.id = 3;
+  policy_->OnSample(miss);
+  EXPECT_EQ(policy_->cached_samples(), 499u);
+}
+
 TEST_F(SmartoffPolicyTest, FasterLinkTriggersOneNetworkReplan) {
   Start();
   ArriveRawAt(2 * 12.5e6);  // twice the assumed bandwidth
