@@ -437,3 +437,20 @@ def test_evaluation_transform_is_the_same_every_epoch(server):
     assert first == second  # no random crop, no flip: features could be cached
     with pytest.raises(ValueError, match="augment"):
         sophon.Loader([server.address], batch_size=4, mode="nooff", augment="light")
+
+
+def test_a_pack_in_the_group_order(tmp_path):
+    data = make_dataset(str(tmp_path / "data"), seed=7)
+    pack = str(tmp_path / "pack")
+    subprocess.run([os.path.join(BUILD, "sophon-pack"), f"--data={data}", f"--out={pack}",
+                    "--group-size=3", "--progress=false"], check=True, capture_output=True)
+    with sophon.Server(pack, prep_workers=1) as srv:
+        with sophon.Loader(srv.address, batch_size=4, mode="nooff", crop_size=24,
+                           shuffle_window=2) as loader:
+            ids = np.concatenate([b[2] for b in epoch_arrays(loader, 1)])
+            state = loader.state_dict()
+        assert sorted(ids.tolist()) == list(range(CLASSES * PER_CLASS))
+        assert state["shuffle_window"] == 2
+        with sophon.Loader(srv.address, batch_size=4, mode="nooff") as full:
+            with pytest.raises(ValueError, match="shuffle_window"):
+                full.load_state_dict(state)
