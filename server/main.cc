@@ -89,6 +89,10 @@ ABSL_FLAG(bool, lenient_jpeg, false,
           "Accept JPEGs that libjpeg decodes with corrupt-data warnings (premature end of data "
           "segment, extraneous bytes, bad Huffman code); by default such a sample fails. A "
           "premature end of file fails either way. Default false.");
+ABSL_FLAG(int64_t, pack_buffer_bytes, int64_t{128} << 20,
+          "With a pack (--data=PACKDIR): memory for group buffers, the groups being read and "
+          "those whose samples are not all read yet (counted in the memory bound). Keep it above "
+          "the trainers' --shuffle-window x the group's bytes. Default 128 MiB.");
 ABSL_FLAG(int64_t, max_file_bytes, int64_t{64} << 20,
           "Largest sample file read; a larger one fails its sample before it is read. At most "
           "1 GiB. Default 67108864 (64 MiB).");
@@ -180,6 +184,8 @@ const sophon::FlagNames kFlagNames = {
     {"DecodeLimits.max_scan_samples", "--max-scan-samples"},
     {"DecodeLimits.lenient", "--lenient-jpeg"},
     {"ImageFolderOptions.max_file_bytes", "--max-file-bytes"},
+    {"PackSourceOptions.max_sample_bytes", "--max-file-bytes"},
+    {"PackSourceOptions.group_buffer_bytes", "--pack-buffer-bytes"},
     {"ImageFolderOptions.follow_symlinks", "--follow-symlinks"},
 };
 
@@ -232,6 +238,7 @@ int main(int argc, char** argv) {
   options.service.limits.max_scan_samples = absl::GetFlag(FLAGS_max_scan_samples);
   options.service.limits.lenient = absl::GetFlag(FLAGS_lenient_jpeg);
   options.source.max_file_bytes = absl::GetFlag(FLAGS_max_file_bytes);
+  options.pack.group_buffer_bytes = absl::GetFlag(FLAGS_pack_buffer_bytes);
   absl::StatusOr<sophon::FollowSymlinks> follow =
       sophon::ParseFollowSymlinks(absl::GetFlag(FLAGS_follow_symlinks));
   if (!follow.ok()) return sophon::FailProgram("sophon-server", follow.status(), kFlagNames);

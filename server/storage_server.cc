@@ -29,6 +29,7 @@ absl::Status StorageServerOptions::Validate() const {
   }
   if (absl::Status s = metrics.Validate(); !s.ok()) return s;
   if (absl::Status s = source.Validate(); !s.ok()) return s;
+  if (absl::Status s = pack.Validate(); !s.ok()) return s;
   if (absl::Status s = service.limits.Validate(); !s.ok()) return s;
   return service.Validate();
 }
@@ -40,7 +41,7 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
   server->options_ = options;
   const absl::Time listing = absl::Now();
   absl::StatusOr<std::unique_ptr<SampleSource>> source =
-      OpenSampleSource(options.data_dir, options.source);
+      OpenSampleSource(options.data_dir, options.source, options.pack);
   if (!source.ok()) return source.status();
   server->source_ = *std::move(source);
   // The cache of raw sample bytes: in front of the source, so that the

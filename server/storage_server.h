@@ -12,6 +12,7 @@
 #include "server/metrics_exporter.h"
 #include "server/service_impl.h"
 #include "sophon/data/image_folder.h"
+#include "sophon/data/pack_source.h"
 #include "sophon/net/credentials.h"
 
 namespace grpc {
@@ -25,6 +26,7 @@ class GrpcSampleService;
 struct StorageServerOptions {
   std::string data_dir;               // ImageFolder root
   ImageFolderOptions source;          // how far the dataset's files are trusted
+  PackSourceOptions pack;             // a pack's group buffers (max_sample_bytes: source's)
   std::string host = "127.0.0.1";     // address to listen on; 0.0.0.0 for all interfaces
   int port = 50051;                   // 0 picks a free port
   CredentialsOptions credentials;     // transport security; default insecure

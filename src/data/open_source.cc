@@ -6,12 +6,13 @@
 namespace sophon {
 
 absl::StatusOr<std::unique_ptr<SampleSource>> OpenSampleSource(const std::string& path,
-                                                               const ImageFolderOptions& options) {
+                                                               const ImageFolderOptions& options,
+                                                               const PackSourceOptions& pack) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (IsPackFolder(path)) {
-    PackSourceOptions pack;
-    pack.max_sample_bytes = options.max_file_bytes;
-    absl::StatusOr<std::unique_ptr<PackSource>> source = PackSource::Open(path, pack);
+    PackSourceOptions with_cap = pack;
+    with_cap.max_sample_bytes = options.max_file_bytes;
+    absl::StatusOr<std::unique_ptr<PackSource>> source = PackSource::Open(path, with_cap);
     if (!source.ok()) return source.status();
     return std::unique_ptr<SampleSource>(*std::move(source));
   }

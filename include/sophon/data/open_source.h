@@ -10,14 +10,17 @@
 
 #include "absl/status/statusor.h"
 #include "sophon/data/image_folder.h"
+#include "sophon/data/pack_source.h"
 #include "sophon/data/sample_source.h"
 
 namespace sophon {
 
-// A PackSource when `path` holds a pack index (max_sample_bytes from
-// options.max_file_bytes), else an ImageFolderSource with `options`.
+// A PackSource with `pack` when `path` holds a pack index (its
+// max_sample_bytes replaced by options.max_file_bytes, the one size cap of
+// both kinds), else an ImageFolderSource with `options`.
 absl::StatusOr<std::unique_ptr<SampleSource>> OpenSampleSource(
-    const std::string& path, const ImageFolderOptions& options = {});
+    const std::string& path, const ImageFolderOptions& options = {},
+    const PackSourceOptions& pack = {});
 
 }  // namespace sophon
 
