@@ -73,11 +73,14 @@ TEST(RankSliceTest, StepsCoverTheSameGlobalBatchesWhateverTheWorldSize) {
   }
 }
 
-TEST(RankSliceTest, ResumingAtACursorWithAnotherWorldSizeSeesTheRestExactlyOnce) {
-  const std::vector<uint64_t> order = EpochOrder(2, 1, 40);
-  const int64_t global_batch = 8;
-  for (const auto& [before, after] : std::vector<std::pair<int, int>>{{2, 1}, {1, 2}, {4, 2}}) {
-    const int64_t cursor = 2 * global_batch;  // two steps done
+// Ranks of `before` run `steps` global batches of `order`, then ranks of each
+// `after` take the rest from that cursor: every sample seen exactly once.
+void ExpectResumeSeesEverySampleOnce(const std::vector<uint64_t>& order, int64_t global_batch,
+                                     int64_t steps,
+                                     const std::vector<std::pair<int, int>>& world_sizes) {
+  const size_t n = order.size();
+  for (const auto& [before, after] : world_sizes) {
+    const int64_t cursor = steps * global_batch;
     std::multiset<uint64_t> seen;
     for (int r = 0; r < before; ++r) {
       const std::vector<uint64_t> mine = RankSlice(order, r, before, 0);
@@ -87,9 +90,14 @@ TEST(RankSliceTest, ResumingAtACursorWithAnotherWorldSizeSeesTheRestExactlyOnce)
       const std::vector<uint64_t> mine = RankSlice(order, r, after, cursor);
       seen.insert(mine.begin(), mine.end());
     }
-    EXPECT_EQ(seen.size(), 40u) << before << " -> " << after;
-    EXPECT_EQ(std::set<uint64_t>(seen.begin(), seen.end()).size(), 40u) << before << " -> " << after;
+    EXPECT_EQ(seen.size(), n) << before << " -> " << after;
+    EXPECT_EQ(std::set<uint64_t>(seen.begin(), seen.end()).size(), n) << before << " -> " << after;
   }
+}
+
+TEST(RankSliceTest, ResumingAtACursorWithAnotherWorldSizeSeesTheRestExactlyOnce) {
+  const std::vector<uint64_t> order = EpochOrder(2, 1, 40);
+  ExpectResumeSeesEverySampleOnce(order, 8, 2, {{2, 1}, {1, 2}, {4, 2}});
   EXPECT_TRUE(RankSlice(order, 0, 2, 40).empty());
 }
 
@@ -153,22 +161,8 @@ TEST(GroupedEpochOrderTest, AtMostWindowGroupsAreOpenAtOnce) {
 // Ranks and resumption take slices of the global order as for a full shuffle:
 // each sample once per epoch over the ranks, and once after a resume.
 TEST(GroupedEpochOrderTest, RanksAndResumeSeeEverySampleOnce) {
-  const std::vector<uint64_t> order = GroupedEpochOrder(3, 5, Groups(96, 8), 4);
-  const int64_t global_batch = 12;
-  for (const auto& [before, after] : std::vector<std::pair<int, int>>{{1, 1}, {2, 3}, {4, 1}}) {
-    const int64_t cursor = 3 * global_batch;
-    std::multiset<uint64_t> seen;
-    for (int r = 0; r < before; ++r) {
-      const std::vector<uint64_t> mine = RankSlice(order, r, before, 0);
-      seen.insert(mine.begin(), mine.begin() + cursor / before);
-    }
-    for (int r = 0; r < after; ++r) {
-      const std::vector<uint64_t> mine = RankSlice(order, r, after, cursor);
-      seen.insert(mine.begin(), mine.end());
-    }
-    EXPECT_EQ(seen.size(), 96u) << before << " -> " << after;
-    EXPECT_EQ(std::set<uint64_t>(seen.begin(), seen.end()).size(), 96u);
-  }
+  ExpectResumeSeesEverySampleOnce(GroupedEpochOrder(3, 5, Groups(96, 8), 4), 12, 3,
+                                  {{1, 1}, {2, 3}, {4, 1}});
 }
 
 }  // namespace
