@@ -12,6 +12,7 @@
 #include "absl/flags/parse.h"
 #include "sophon/cli/cli.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -154,6 +155,11 @@ ABSL_FLAG(int64_t, model_seed, -1,
 ABSL_FLAG(std::string, device, "cpu",
           "cpu, cuda, cuda:N, or emulate (no model runs: each step sleeps the profiled copy and "
           "compute time of --arch on --gpu-type, from --gpu-profile). Default cpu.");
+ABSL_FLAG(std::string, transfer, "auto",
+          "What the training device receives: float32 (tensors normalised by this node's CPUs) "
+          "or uint8 (flipped crops, a quarter of the bytes, normalised on the device); auto: "
+          "uint8 on cuda, float32 otherwise. Not with --finetune (features) or "
+          "--device=emulate. Default auto.");
 ABSL_FLAG(std::string, gpu_type, "v100",
           "With --device=emulate: the GPU type to emulate, as named in the GPU profile "
           "(case-insensitive). Default v100.");
@@ -715,6 +721,25 @@ int main(int argc, char** argv) {
     }
   }
 
+  {
+    const std::string transfer = absl::GetFlag(FLAGS_transfer);
+    const std::string device = absl::GetFlag(FLAGS_device);
+    if (transfer != "auto" && transfer != "float32" && transfer != "uint8") {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--transfer must be auto, float32 or uint8, got '", transfer, "'")));
+    }
+    const bool uint8 =
+        transfer == "uint8" || (transfer == "auto" && absl::StartsWith(device, "cuda"));
+    if (uint8 && (absl::GetFlag(FLAGS_finetune) || device == "emulate")) {
+      return Fail(absl::InvalidArgumentError(
+          "--transfer=uint8 needs a model that trains on images (not --finetune) on a real "
+          "device (not --device=emulate)"));
+    }
+    if (uint8) {
+      loader_options.target = sophon::Stage::kFlipped;
+      spdlog::info("transfer: uint8 flipped crops, normalised on {}", device);
+    }
+  }
   const absl::StatusOr<sophon::TrainerOptions> options = TrainerOptionsFromFlags(
       std::max<int>(1, static_cast<int>(manifest.class_names().size())), backbone.get());
   if (!options.ok()) return Fail(options.status());

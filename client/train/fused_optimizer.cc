@@ -219,12 +219,10 @@ absl::StatusOr<std::unique_ptr<FusedOptimizer>> FusedOptimizer::Create(
 }
 
 void FusedOptimizer::ZeroGrad() {
+  // Dropped, not zeroed (zero_grad(set_to_none=True)): backward allocates
+  // them afresh, and Step skips a parameter without one.
   for (const torch::Tensor& p : params_) {
-    // As torch::optim::Optimizer::zero_grad (LibTorch 1.13): zeroed, kept.
-    if (p.grad().defined()) {
-      p.mutable_grad().detach_();
-      p.mutable_grad().zero_();
-    }
+    if (p.grad().defined()) p.mutable_grad().reset();
   }
 }
 

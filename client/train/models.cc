@@ -177,12 +177,28 @@ std::string ShapeString(const torch::Tensor& t) {
 
 }  // namespace
 
+// As torch::nn::Module::save, with CPU copies of tensors on another device:
+// the same archive, and the live module stays where it is.
+void SaveOnCpu(const torch::nn::Module& module, torch::serialize::OutputArchive& archive) {
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) {
+    archive.write(p.key(), p.value().detach().to(torch::kCPU));
+  }
+  for (const auto& b : module.named_buffers(/*recurse=*/false)) {
+    archive.write(b.key(), b.value().detach().to(torch::kCPU), /*is_buffer=*/true);
+  }
+  for (const auto& child : module.named_children()) {
+    torch::serialize::OutputArchive child_archive(archive.compilation_unit());
+    SaveOnCpu(*child.value(), child_archive);
+    archive.write(child.key(), child_archive);
+  }
+}
+
 absl::Status SaveModel(const Classifier& model, const std::string& arch, int num_classes,
                        const std::string& path) {
   const std::string temp = path + ".tmp";
   try {
     torch::serialize::OutputArchive archive;
-    model->save(archive);
+    SaveOnCpu(*model, archive);
     archive.write(kArchKey, c10::IValue(arch));
     archive.write(kClassesKey, c10::IValue(static_cast<int64_t>(num_classes)));
     archive.save_to(temp);

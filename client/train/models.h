@@ -73,7 +73,8 @@ absl::StatusOr<Classifier> MakeModel(const std::string& arch, int num_classes,
 // architecture's name and class count, so that loading into another model
 // fails with a clear error instead of reshaping tensors.
 //
-// Writes `model` to `path` (through a temporary file renamed into place).
+// Writes `model` to `path` (through a temporary file renamed into place):
+// CPU copies of its tensors, the model staying on its device.
 absl::Status SaveModel(const Classifier& model, const std::string& arch, int num_classes,
                        const std::string& path);
 // What a checkpoint says it holds.

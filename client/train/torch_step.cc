@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "client/train/device_ops.h"
 #include "client/train/models.h"
 
 namespace sophon {
@@ -43,10 +44,12 @@ absl::Status ValidateBatch(const Batch& batch, const std::string& arch, int num_
   if (batch.n <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(where, "n must be > 0, got ", batch.n));
   }
-  if (features != (batch.stage == Stage::kFeatures)) {
+  const bool crops = batch.stage == Stage::kFlipped;
+  if (features != (batch.stage == Stage::kFeatures) ||
+      (!features && batch.stage != Stage::kTensor && !crops)) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, features ? "fine-tuning trains on " : "training takes ",
-        StageName(features ? Stage::kFeatures : Stage::kTensor), " batches, got ",
+        features ? StageName(Stage::kFeatures) : "TENSOR or FLIPPED", " batches, got ",
         StageName(batch.stage)));
   }
   if (features) {
@@ -66,18 +69,19 @@ absl::Status ValidateBatch(const Batch& batch, const std::string& arch, int num_
                                                    min_side, "x", min_side, ", got ", batch.h, "x",
                                                    batch.w));
   }
-  // images.size() == n*c*h*w, checked by division so that it cannot overflow
-  // (every factor is positive here).
-  uint64_t rest = batch.images.size();
+  // images.size() (pixels.size() for uint8 crops) == n*c*h*w, checked by
+  // division so that it cannot overflow (every factor is positive here).
+  uint64_t rest = crops ? batch.pixels.size() : batch.images.size();
   bool sizes_match = true;
   for (const int dim : {batch.n, batch.c, batch.h}) {
     sizes_match = sizes_match && rest % dim == 0;
     rest /= dim;
   }
   if (!sizes_match || rest != static_cast<uint64_t>(batch.w)) {
-    return absl::InvalidArgumentError(absl::StrCat(where, "images holds ", batch.images.size(),
-                                                   " floats, expected n*c*h*w = ", batch.n, "*",
-                                                   batch.c, "*", batch.h, "*", batch.w));
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, crops ? "pixels holds " : "images holds ",
+        crops ? batch.pixels.size() : batch.images.size(), crops ? " bytes" : " floats",
+        ", expected n*c*h*w = ", batch.n, "*", batch.c, "*", batch.h, "*", batch.w));
   }
   if (batch.labels.size() != static_cast<size_t>(batch.n)) {
     return absl::InvalidArgumentError(absl::StrCat(where, "labels holds ", batch.labels.size(),
@@ -99,9 +103,18 @@ BatchTensors ToTensors(const Batch& batch, const torch::Device& device) {
   // Views of the batch's buffers, no copy; nothing writes to them (.to()
   // copies when the device is not the CPU and is a no-op otherwise).
   BatchTensors tensors;
-  tensors.images = torch::from_blob(const_cast<float*>(batch.images.data()),
-                                    {batch.n, batch.c, batch.h, batch.w}, torch::kFloat32)
-                       .to(device);
+  if (batch.stage == Stage::kFlipped) {
+    // uint8 crops cross to the device (a quarter of float32's bytes) and are
+    // normalised there.
+    tensors.images = FinishOnDevice(
+        torch::from_blob(const_cast<uint8_t*>(batch.pixels.data()),
+                         {batch.n, batch.h, batch.w, batch.c}, torch::kUInt8)
+            .to(device));
+  } else {
+    tensors.images = torch::from_blob(const_cast<float*>(batch.images.data()),
+                                      {batch.n, batch.c, batch.h, batch.w}, torch::kFloat32)
+                         .to(device);
+  }
   tensors.labels =
       torch::from_blob(const_cast<int64_t*>(batch.labels.data()), {batch.n}, torch::kInt64)
           .to(device);

@@ -2,6 +2,7 @@
 // picks it or the fused array's trainer (fused_trainer.h).
 #include "client/train/trainer.h"
 
+#include <ATen/Context.h>
 #include <torch/nn.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
@@ -72,7 +73,9 @@ class TorchTrainer final : public TorchTrainerBase {
   std::vector<torch::Tensor> TrainedParameters() const override {
     return TrainedParametersOf(options_, model_);
   }
-  void ZeroGrad() override { optimizer_->zero_grad(); }
+  // Gradients dropped, not zeroed: backward allocates them afresh (no memset
+  // kernel per parameter), and the optimizers skip a parameter without one.
+  void ZeroGrad() override { model_->zero_grad(/*set_to_none=*/true); }
   StepResult Forward(const BatchTensors& t, int64_t n, bool train) override;
   void OptimizerStep() override { optimizer_->step(); }
   absl::StatusOr<std::function<void()>> NewTrialOptimizer() override {
@@ -147,11 +150,9 @@ absl::Status TorchTrainer::LoadOptimizer(torch::serialize::InputArchive& archive
 absl::StatusOr<std::vector<std::string>> TorchTrainer::Save(const std::string& path) {
   const std::string file = ModelCheckpointPath(path, 0, 1, /*fused=*/false);
   try {
-    // Checkpoints hold CPU tensors, whatever device trained them.
-    model_->to(torch::kCPU);
-    absl::Status saved = SaveModel(model_, options_.arch, options_.num_classes, file);
-    model_->to(device_);
-    RETURN_IF_ERROR(saved);
+    // Checkpoints hold CPU tensors, whatever device trained them (SaveModel
+    // copies them; the model stays on its device).
+    RETURN_IF_ERROR(SaveModel(model_, options_.arch, options_.num_classes, file));
   } catch (const std::exception& e) {
     return absl::InternalError(
         absl::StrCat("saving the model to '", file, "': ", ExceptionText(e)));
@@ -204,6 +205,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
     ASSIGN_OR_RETURN(const torch::Device device, ResolveDevice(options.device));
     // Process-wide in LibTorch.
     if (options.threads > 0) torch::set_num_threads(options.threads);
+    // cuDNN picks the fastest convolution for each input shape it meets (the
+    // shapes of a training run are few: the batch, and a last partial one).
+    if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);
     // Ranks join before building their models, so that one failing to build
     // leaves the others a dead rank (named at once) rather than a rendezvous
     // timeout.

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sophon/data/batch.h"
+#include "sophon/image/image_ops.h"
 #include "tests/client/train/noise_batch.h"
 
 namespace sophon {
@@ -207,6 +208,55 @@ TEST(TrainerTest, InvalidBatchesAreRejected) {
 
   Batch tiny = NoiseBatch(/*n=*/2, /*side=*/16, kClasses, /*seed=*/1);
   expect_rejected(tiny, "at least 32x32");
+}
+
+// A FLIPPED batch of uint8 crops, normalised on the device, trains exactly
+// as the TENSOR batch the CPU pipeline makes of the same crops.
+TEST(TrainerTest, Uint8CropsNormalisedOnTheDeviceTrainAsCpuTensors) {
+  const int n = 4, side = 32;
+  std::mt19937_64 rng(3);
+  std::uniform_int_distribution<int> byte(0, 255);
+  Batch crops;
+  crops.n = n;
+  crops.h = side;
+  crops.w = side;
+  crops.stage = Stage::kFlipped;
+  crops.pixels.resize(static_cast<size_t>(n) * side * side * 3);
+  for (uint8_t& p : crops.pixels) p = static_cast<uint8_t>(byte(rng));
+  crops.labels = {0, 1, 2, 3};
+  Batch tensors = crops;
+  tensors.stage = Stage::kTensor;
+  tensors.pixels.clear();
+  tensors.images.resize(static_cast<size_t>(n) * 3 * side * side);
+  const size_t per = static_cast<size_t>(side) * side;
+  for (int i = 0; i < n; ++i) {
+    ToTensorNormalize(crops.pixels.data() + i * per * 3, side, side,
+                      tensors.images.data() + i * per * 3);
+  }
+  auto losses = [](const Batch& batch) {
+    auto trainer = Trainer::Create(CpuOptions("tinycnn", 4));
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    std::vector<double> out;
+    for (int step = 0; step < 3; ++step) {
+      auto result = (*trainer)->Step(batch);
+      EXPECT_TRUE(result.ok()) << result.status();
+      out.push_back(result.ok() ? result->loss : -1);
+    }
+    return out;
+  };
+  const std::vector<double> from_crops = losses(crops);
+  const std::vector<double> from_tensors = losses(tensors);
+  for (int step = 0; step < 3; ++step) {
+    EXPECT_NEAR(from_crops[step], from_tensors[step], 1e-6) << "step " << step;
+  }
+  Batch short_pixels = crops;
+  short_pixels.pixels.pop_back();
+  auto trainer = Trainer::Create(CpuOptions("tinycnn", 4));
+  ASSERT_TRUE(trainer.ok());
+  EXPECT_THAT((*trainer)->Step(short_pixels).status().message(), HasSubstr("pixels holds"));
+  Batch cropped = crops;
+  cropped.stage = Stage::kCropped;
+  EXPECT_THAT((*trainer)->Step(cropped).status().message(), HasSubstr("TENSOR or FLIPPED"));
 }
 
 }  // namespace
