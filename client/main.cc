@@ -155,6 +155,10 @@ ABSL_FLAG(int64_t, model_seed, -1,
 ABSL_FLAG(std::string, device, "cpu",
           "cpu, cuda, cuda:N, or emulate (no model runs: each step sleeps the profiled copy and "
           "compute time of --arch on --gpu-type, from --gpu-profile). Default cpu.");
+ABSL_FLAG(std::string, amp, "off",
+          "Mixed precision: off, or bf16 (the forward pass under autocast to bfloat16 on cpu or "
+          "cuda; the loss and the weights stay float32). fp16 is refused: it needs a gradient "
+          "scaler. Default off.");
 ABSL_FLAG(std::string, transfer, "auto",
           "What the training device receives: float32 (tensors normalised by this node's CPUs) "
           "or uint8 (flipped crops, a quarter of the bytes, normalised on the device); auto: "
@@ -293,6 +297,7 @@ const sophon::FlagNames kFlagNames = {
     {"Resources.batch_size", "--batch-size"},
     {"EmulatedTrainerOptions.gpu_count", "--gpu-count"},
     {"TrainerOptions.device", "--device"},
+    {"TrainerOptions.amp", "--amp"},
     {"].lr must", "--lr"},
     {"].momentum must", "--momentum"},
     {"].weight_decay must", "--weight-decay"},
@@ -383,6 +388,7 @@ absl::StatusOr<sophon::TrainerOptions> TrainerOptionsFromFlags(
   options.finetune = absl::GetFlag(FLAGS_finetune);
   options.num_classes = num_classes;
   options.device = absl::GetFlag(FLAGS_device);
+  options.amp = absl::GetFlag(FLAGS_amp);
   const int64_t model_seed = absl::GetFlag(FLAGS_model_seed);
   if (model_seed < -1) {
     return absl::InvalidArgumentError(

@@ -104,10 +104,12 @@ torch::Tensor PerModelLoss(const torch::Tensor& logits, const torch::Tensor& lab
 
 StepResult FusedTrainer::Forward(const BatchTensors& t, int64_t n, bool train) {
   // Fine-tuning: every head reads the same features [n, F] (a view, no copy).
-  const auto run = [&] {
-    if (!options_.finetune) return model_->forward(t.images);
+  // Float32 logits (under --amp the forward pass gives bfloat16 ones).
+  const auto run = [&]() -> torch::Tensor {
+    if (!options_.finetune) return model_->forward(t.images).to(torch::kFloat32);
     const torch::Tensor f = t.images.reshape({n, -1});
-    return model_->head(f.unsqueeze(0).expand({model_->num_models(), n, f.size(1)}));
+    return model_->head(f.unsqueeze(0).expand({model_->num_models(), n, f.size(1)}))
+        .to(torch::kFloat32);
   };
   torch::Tensor logits;
   torch::Tensor losses;

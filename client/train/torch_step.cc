@@ -1,5 +1,6 @@
 #include "client/train/torch_step.h"
 
+#include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 
 #include <cstdint>
@@ -119,6 +120,32 @@ BatchTensors ToTensors(const Batch& batch, const torch::Device& device) {
       torch::from_blob(const_cast<int64_t*>(batch.labels.data()), {batch.n}, torch::kInt64)
           .to(device);
   return tensors;
+}
+
+AutocastScope::AutocastScope(bool on, const torch::Device& device)
+    : on_(on), cuda_(device.is_cuda()) {
+  if (!on_) return;
+  if (cuda_) {
+    previous_ = at::autocast::is_enabled();
+    at::autocast::set_enabled(true);
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+  } else {
+    previous_ = at::autocast::is_cpu_enabled();
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  }
+  at::autocast::increment_nesting();
+}
+
+AutocastScope::~AutocastScope() {
+  if (!on_) return;
+  // The casts of the weights autocast kept for this pass are dropped with it.
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  if (cuda_) {
+    at::autocast::set_enabled(previous_);
+  } else {
+    at::autocast::set_cpu_enabled(previous_);
+  }
 }
 
 std::string ExceptionText(const std::exception& e) {

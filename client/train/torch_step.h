@@ -42,6 +42,22 @@ struct BatchTensors {
 };
 BatchTensors ToTensors(const Batch& batch, const torch::Device& device);
 
+// Autocast to bfloat16 on `device`'s kind (cpu or cuda) while it lives, when
+// `on`; the previous state comes back when it ends. Thread-local, as
+// LibTorch's autocast state is.
+class AutocastScope {
+ public:
+  AutocastScope(bool on, const torch::Device& device);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  const bool on_;
+  const bool cuda_;
+  bool previous_ = false;
+};
+
 // An exception's text: LibTorch's message without its C++ backtrace.
 std::string ExceptionText(const std::exception& e);
 

@@ -106,7 +106,11 @@ class TorchTrainer final : public TorchTrainerBase {
 StepResult TorchTrainer::Forward(const BatchTensors& t, int64_t n, bool train) {
   // Fine-tuning: the batch holds the frozen backbone's features [n, F].
   const auto run = [&] {
-    return options_.finetune ? model_->head(t.images.reshape({n, -1})) : model_->forward(t.images);
+    // Float32 logits (under --amp the forward pass gives bfloat16 ones):
+    // the loss and its gradient in full precision.
+    return (options_.finetune ? model_->head(t.images.reshape({n, -1}))
+                              : model_->forward(t.images))
+        .to(torch::kFloat32);
   };
   torch::Tensor logits;
   torch::Tensor loss;

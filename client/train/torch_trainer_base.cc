@@ -67,6 +67,7 @@ absl::StatusOr<StepResult> TorchTrainerBase::Step(const Batch& batch) {
     if (empty) {
       result = EmptyResult();
     } else {
+      const AutocastScope autocast(options_.amp == "bf16", device_);
       result = Forward(ToTensors(batch, device_), batch.n, /*train=*/true);
     }
     if (data_parallel_ != nullptr) {
@@ -101,6 +102,7 @@ absl::StatusOr<std::vector<double>> TorchTrainerBase::TrialSteps(const Batch& ba
       // and optimizer arithmetic.
       const absl::Time start = absl::Now();
       ZeroGrad();
+      const AutocastScope autocast(options_.amp == "bf16", device_);
       Forward(ToTensors(batch, device_), batch.n, /*train=*/true);
       optimizer_step();
       seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
@@ -122,6 +124,7 @@ absl::StatusOr<StepResult> TorchTrainerBase::Evaluate(const Batch& batch) {
   if (data_parallel_ != nullptr && IsEmptyBatch(batch)) return EmptyResult();
   RETURN_IF_ERROR(ValidateBatch(batch, options_.arch, options_.num_classes, options_.finetune));
   try {
+    const AutocastScope autocast(options_.amp == "bf16", device_);
     return Forward(ToTensors(batch, device_), batch.n, /*train=*/false);
   } catch (const std::exception& e) {
     return StepError(/*train=*/false, batch, e);

@@ -84,6 +84,11 @@ struct TrainerOptions {
   bool finetune = false;
   // AlexNet's dropout probability (tests set 0 to compare runs exactly).
   double dropout = 0.5;
+  // Mixed precision: "off", or "bf16" (the forward pass under autocast to
+  // bfloat16, on cpu or cuda; the loss and the weights stay float32).
+  // "fp16" would need a gradient scaler, which this trainer does not have:
+  // Validate refuses it.
+  std::string amp = "off";
   // Ranks; world_size 1 trains alone.
   DistributedOptions distributed;
 

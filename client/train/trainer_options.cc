@@ -95,6 +95,15 @@ absl::Status TrainerOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("TrainerOptions.num_classes must be > 0, got ", num_classes));
   }
+  if (amp == "fp16") {
+    return absl::InvalidArgumentError(
+        "TrainerOptions.amp fp16 needs a gradient scaler, which this trainer does not have; "
+        "use bf16 (the same exponent range as float32, no scaling needed)");
+  }
+  if (amp != "off" && amp != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TrainerOptions.amp must be off or bf16, got '", amp, "'"));
+  }
   if (threads < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("TrainerOptions.threads must be >= 0, got ", threads));

@@ -259,5 +259,34 @@ TEST(TrainerTest, Uint8CropsNormalisedOnTheDeviceTrainAsCpuTensors) {
   EXPECT_THAT((*trainer)->Step(cropped).status().message(), HasSubstr("TENSOR or FLIPPED"));
 }
 
+// bf16 autocast on the CPU trains (the loss falls as in float32); fp16,
+// which would need a gradient scaler, is refused by name.
+TEST(TrainerTest, Bf16AutocastTrainsAndFp16IsRefused) {
+  TrainerOptions options = CpuOptions("tinycnn", 4);
+  options.models[0].lr = 0.05;
+  options.amp = "bf16";
+  auto trainer = Trainer::Create(options);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  std::mt19937_64 rng(5);
+  std::vector<double> losses;
+  for (int i = 0; i < 20; ++i) {
+    Batch batch = ColourBatch(/*n=*/32, /*side=*/32, rng);
+    batch.index = i;
+    auto step = (*trainer)->Step(batch);
+    ASSERT_TRUE(step.ok()) << step.status();
+    ASSERT_TRUE(std::isfinite(step->loss)) << "step " << i;
+    losses.push_back(step->loss);
+  }
+  double last = 0;
+  for (int i = 15; i < 20; ++i) last += losses[i] / 5;
+  EXPECT_LT(last, 0.5 * losses[0]) << "first " << losses[0] << ", last five " << last;
+  options.amp = "fp16";
+  auto refused = Trainer::Create(options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("TrainerOptions.amp fp16 needs a gradient scaler"));
+  options.amp = "fp8";
+  EXPECT_THAT(Trainer::Create(options).status().message(), HasSubstr("TrainerOptions.amp must be"));
+}
+
 }  // namespace
 }  // namespace sophon
