@@ -198,6 +198,7 @@ absl::StatusOr<std::unique_ptr<TorchTrainerBase>> CreateFusedTrainer(
     }
   }
   fused->to(device);
+  if (options.channels_last) ToChannelsLast(*fused);
   ASSIGN_OR_RETURN(std::unique_ptr<FusedOptimizer> optimizer,
                    FusedOptimizer::Create(options.optimizer,
                                           FusedTrainedParameters(options, fused), options.models));

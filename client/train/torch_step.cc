@@ -100,7 +100,7 @@ absl::Status ValidateBatch(const Batch& batch, const std::string& arch, int num_
   return absl::OkStatus();
 }
 
-BatchTensors ToTensors(const Batch& batch, const torch::Device& device) {
+BatchTensors ToTensors(const Batch& batch, const torch::Device& device, bool channels_last) {
   // Views of the batch's buffers, no copy; nothing writes to them (.to()
   // copies when the device is not the CPU and is a no-op otherwise).
   BatchTensors tensors;
@@ -116,10 +116,23 @@ BatchTensors ToTensors(const Batch& batch, const torch::Device& device) {
                                       {batch.n, batch.c, batch.h, batch.w}, torch::kFloat32)
                          .to(device);
   }
+  if (channels_last && batch.stage != Stage::kFeatures) {
+    tensors.images = tensors.images.contiguous(at::MemoryFormat::ChannelsLast);
+  }
   tensors.labels =
       torch::from_blob(const_cast<int64_t*>(batch.labels.data()), {batch.n}, torch::kInt64)
           .to(device);
   return tensors;
+}
+
+void ToChannelsLast(torch::nn::Module& module) {
+  torch::NoGradGuard no_grad;
+  for (torch::Tensor& p : module.parameters()) {
+    if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
+  }
+  for (torch::Tensor& b : module.buffers()) {
+    if (b.dim() == 4) b.set_data(b.contiguous(at::MemoryFormat::ChannelsLast));
+  }
 }
 
 AutocastScope::AutocastScope(bool on, const torch::Device& device)

@@ -7,6 +7,7 @@
 #ifndef SOPHON_CLIENT_TRAIN_TORCH_STEP_H_
 #define SOPHON_CLIENT_TRAIN_TORCH_STEP_H_
 
+#include <torch/nn/module.h>
 #include <torch/types.h>
 
 #include <exception>
@@ -40,7 +41,13 @@ struct BatchTensors {
   torch::Tensor images;
   torch::Tensor labels;
 };
-BatchTensors ToTensors(const Batch& batch, const torch::Device& device);
+// With `channels_last` the images come in channels-last memory order.
+BatchTensors ToTensors(const Batch& batch, const torch::Device& device,
+                       bool channels_last = false);
+
+// Puts `module`'s 4-D parameters and buffers (convolution weights) in
+// channels-last memory order, in place (the values do not change).
+void ToChannelsLast(torch::nn::Module& module);
 
 // Autocast to bfloat16 on `device`'s kind (cpu or cuda) while it lives, when
 // `on`; the previous state comes back when it ends. Thread-local, as

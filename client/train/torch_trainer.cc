@@ -184,6 +184,7 @@ absl::StatusOr<std::unique_ptr<TorchTrainerBase>> CreateTorchTrainer(
     }
   }
   model->to(device);
+  if (options.channels_last) ToChannelsLast(*model);
   int64_t num_params = 0;
   for (const torch::Tensor& p : TrainedParametersOf(options, model)) num_params += p.numel();
   spdlog::info(

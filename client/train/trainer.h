@@ -89,6 +89,10 @@ struct TrainerOptions {
   // "fp16" would need a gradient scaler, which this trainer does not have:
   // Validate refuses it.
   std::string amp = "off";
+  // Convolution weights and image batches in channels-last (NHWC) memory
+  // order, which cuDNN's and oneDNN's fastest convolutions take. Not with
+  // finetune (its batches are feature vectors).
+  bool channels_last = false;
   // Ranks; world_size 1 trains alone.
   DistributedOptions distributed;
 

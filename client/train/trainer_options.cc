@@ -95,6 +95,10 @@ absl::Status TrainerOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("TrainerOptions.num_classes must be > 0, got ", num_classes));
   }
+  if (channels_last && finetune) {
+    return absl::InvalidArgumentError(
+        "TrainerOptions.channels_last is for images; TrainerOptions.finetune trains on features");
+  }
   if (amp == "fp16") {
     return absl::InvalidArgumentError(
         "TrainerOptions.amp fp16 needs a gradient scaler, which this trainer does not have; "

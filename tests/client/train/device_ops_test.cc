@@ -5,7 +5,6 @@
 #include <cstring>
 #include <vector>
 
-#include "client/train/torch_step.h"
 #include "gtest/gtest.h"
 #include "sophon/image/image_ops.h"
 #include "tests/test_util.h"
@@ -61,21 +60,6 @@ TEST(DeviceOpsTest, RefusesWhatIsNotUint8Crops) {
   EXPECT_THROW(FinishOnDevice(torch::zeros({2, 4, 4, 3}, torch::kUInt8),
                               torch::zeros({3}, torch::kBool)),
                c10::Error);
-}
-
-// AutocastScope (torch_step.h) runs matrix products in bfloat16 while it
-// lives and puts the previous state back.
-TEST(AutocastScopeTest, Bf16InsideFloat32After) {
-  const torch::Tensor a = torch::randn({8, 8});
-  {
-    const AutocastScope autocast(true, torch::Device(torch::kCPU));
-    EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kBFloat16);
-    {
-      const AutocastScope off(false, torch::Device(torch::kCPU));
-      EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kBFloat16);  // off changes nothing
-    }
-  }
-  EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kFloat32);
 }
 
 }  // namespace

@@ -288,5 +288,26 @@ TEST(TrainerTest, Bf16AutocastTrainsAndFp16IsRefused) {
   EXPECT_THAT(Trainer::Create(options).status().message(), HasSubstr("TrainerOptions.amp must be"));
 }
 
+// Channels-last weights and batches give the losses of the NCHW layout.
+TEST(TrainerTest, ChannelsLastTrainsAsNchw) {
+  const Batch batch = NoiseBatch(/*n=*/8, /*side=*/32, /*num_classes=*/4, /*seed=*/2);
+  auto losses = [&batch](bool channels_last) {
+    TrainerOptions options = CpuOptions("tinycnn", 4);
+    options.channels_last = channels_last;
+    auto trainer = Trainer::Create(options);
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    std::vector<double> out;
+    for (int step = 0; step < 3; ++step) {
+      auto result = (*trainer)->Step(batch);
+      EXPECT_TRUE(result.ok()) << result.status();
+      out.push_back(result.ok() ? result->loss : -1);
+    }
+    return out;
+  };
+  const std::vector<double> nchw = losses(false);
+  const std::vector<double> nhwc = losses(true);
+  for (int step = 0; step < 3; ++step) EXPECT_NEAR(nhwc[step], nchw[step], 1e-4) << step;
+}
+
 }  // namespace
 }  // namespace sophon
