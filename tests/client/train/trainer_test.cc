@@ -210,6 +210,20 @@ TEST(TrainerTest, InvalidBatchesAreRejected) {
   expect_rejected(tiny, "at least 32x32");
 }
 
+// The losses of `steps` training steps on `batch` by a new trainer.
+std::vector<double> StepLosses(const TrainerOptions& options, const Batch& batch, int steps) {
+  auto trainer = Trainer::Create(options);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  std::vector<double> out;
+  for (int step = 0; trainer.ok() && step < steps; ++step) {
+    auto result = (*trainer)->Step(batch);
+    EXPECT_TRUE(result.ok()) << result.status();
+    out.push_back(result.ok() ? result->loss : -1);
+  }
+  out.resize(steps, -1);
+  return out;
+}
+
 // A FLIPPED batch of uint8 crops, normalised on the device, trains exactly
 // as the TENSOR batch the CPU pipeline makes of the same crops.
 TEST(TrainerTest, Uint8CropsNormalisedOnTheDeviceTrainAsCpuTensors) {
@@ -233,19 +247,9 @@ TEST(TrainerTest, Uint8CropsNormalisedOnTheDeviceTrainAsCpuTensors) {
     ToTensorNormalize(crops.pixels.data() + i * per * 3, side, side,
                       tensors.images.data() + i * per * 3);
   }
-  auto losses = [](const Batch& batch) {
-    auto trainer = Trainer::Create(CpuOptions("tinycnn", 4));
-    EXPECT_TRUE(trainer.ok()) << trainer.status();
-    std::vector<double> out;
-    for (int step = 0; step < 3; ++step) {
-      auto result = (*trainer)->Step(batch);
-      EXPECT_TRUE(result.ok()) << result.status();
-      out.push_back(result.ok() ? result->loss : -1);
-    }
-    return out;
-  };
-  const std::vector<double> from_crops = losses(crops);
-  const std::vector<double> from_tensors = losses(tensors);
+  const TrainerOptions options = CpuOptions("tinycnn", 4);
+  const std::vector<double> from_crops = StepLosses(options, crops, 3);
+  const std::vector<double> from_tensors = StepLosses(options, tensors, 3);
   for (int step = 0; step < 3; ++step) {
     EXPECT_NEAR(from_crops[step], from_tensors[step], 1e-6) << "step " << step;
   }
@@ -291,21 +295,10 @@ TEST(TrainerTest, Bf16AutocastTrainsAndFp16IsRefused) {
 // Channels-last weights and batches give the losses of the NCHW layout.
 TEST(TrainerTest, ChannelsLastTrainsAsNchw) {
   const Batch batch = NoiseBatch(/*n=*/8, /*side=*/32, /*num_classes=*/4, /*seed=*/2);
-  auto losses = [&batch](bool channels_last) {
-    TrainerOptions options = CpuOptions("tinycnn", 4);
-    options.channels_last = channels_last;
-    auto trainer = Trainer::Create(options);
-    EXPECT_TRUE(trainer.ok()) << trainer.status();
-    std::vector<double> out;
-    for (int step = 0; step < 3; ++step) {
-      auto result = (*trainer)->Step(batch);
-      EXPECT_TRUE(result.ok()) << result.status();
-      out.push_back(result.ok() ? result->loss : -1);
-    }
-    return out;
-  };
-  const std::vector<double> nchw = losses(false);
-  const std::vector<double> nhwc = losses(true);
+  TrainerOptions options = CpuOptions("tinycnn", 4);
+  const std::vector<double> nchw = StepLosses(options, batch, 3);
+  options.channels_last = true;
+  const std::vector<double> nhwc = StepLosses(options, batch, 3);
   for (int step = 0; step < 3; ++step) EXPECT_NEAR(nhwc[step], nchw[step], 1e-4) << step;
 }
 
