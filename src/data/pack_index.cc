@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "sophon/base/atomic_file.h"
 #include "sophon/base/escape.h"
+#include "src/data/pread_exact.h"
 
 namespace sophon {
 namespace {
@@ -253,15 +254,8 @@ absl::StatusOr<PackIndex> ReadPackIndex(const std::string& dir, int64_t max_byte
                                                        " has ", st.st_size,
                                                        " bytes, over the limit of ", max_bytes));
   } else {
-    bytes.resize(static_cast<size_t>(st.st_size));
-    size_t got = 0;
-    while (got < bytes.size()) {
-      const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      got += static_cast<size_t>(n);
-    }
-    bytes.resize(got);  // a shorter read fails the checksum
+    const PreadResult r = PreadExact(fd, 0, static_cast<uint64_t>(st.st_size), &bytes);
+    bytes.resize(r.bytes);  // a shorter read fails the checksum
   }
   ::close(fd);
   if (!status.ok()) return status;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "sophon/base/escape.h"
+#include "src/data/pread_exact.h"
 
 namespace sophon {
 namespace {
@@ -129,22 +130,15 @@ void PackSource::GroupRun(uint64_t id, uint64_t* first, uint64_t* end) const {
 
 absl::Status PackSource::ReadRange(uint32_t shard, uint64_t offset, uint64_t size,
                                    std::string* out) const {
-  out->resize(size);
-  uint64_t got = 0;
-  while (got < size) {
-    const ssize_t n = ::pread(fds_[shard], out->data() + got, size - got,
-                              static_cast<off_t>(offset + got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      return absl::DataLossError(absl::StrCat("reading ", EscapeName(shards_[shard]), " at offset ",
-                                              offset + got, ": ", std::strerror(errno)));
-    }
-    if (n == 0) {
-      return absl::DataLossError(absl::StrCat(EscapeName(shards_[shard]), " ends at byte ",
-                                              offset + got, ", before the ", offset + size,
-                                              " its index names (truncated shard?)"));
-    }
-    got += static_cast<uint64_t>(n);
+  const PreadResult r = PreadExact(fds_[shard], offset, size, out);
+  if (r.error != 0) {
+    return absl::DataLossError(absl::StrCat("reading ", EscapeName(shards_[shard]), " at offset ",
+                                            offset + r.bytes, ": ", std::strerror(r.error)));
+  }
+  if (r.bytes < size) {
+    return absl::DataLossError(absl::StrCat(EscapeName(shards_[shard]), " ends at byte ",
+                                            offset + r.bytes, ", before the ", offset + size,
+                                            " its index names (truncated shard?)"));
   }
   return absl::OkStatus();
 }

@@ -23,6 +23,7 @@
 #include "sophon/base/escape.h"
 #include "sophon/data/pack_source.h"
 #include "sophon/data/tar.h"
+#include "src/data/pread_exact.h"
 
 namespace sophon {
 namespace {
@@ -95,17 +96,11 @@ absl::Status WriteWhole(const std::string& path, absl::string_view bytes) {
 // pread of exactly `size` bytes; DataLoss naming `file` otherwise.
 absl::Status ReadAt(int fd, uint64_t offset, uint64_t size, absl::string_view file,
                     std::string* out) {
-  out->resize(size);
-  uint64_t got = 0;
-  while (got < size) {
-    const ssize_t n = ::pread(fd, out->data() + got, size - got, static_cast<off_t>(offset + got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return absl::DataLossError(absl::StrCat(file, ": cannot read ", size, " bytes at offset ",
-                                              offset, n < 0 ? absl::StrCat(": ", std::strerror(errno))
-                                                            : " (truncated)"));
-    }
-    got += static_cast<uint64_t>(n);
+  const PreadResult r = PreadExact(fd, offset, size, out);
+  if (!r.complete(size)) {
+    return absl::DataLossError(absl::StrCat(
+        file, ": cannot read ", size, " bytes at offset ", offset,
+        r.error != 0 ? absl::StrCat(": ", std::strerror(r.error)) : std::string(" (truncated)")));
   }
   return absl::OkStatus();
 }
