@@ -485,6 +485,27 @@ absl::StatusOr<std::unique_ptr<sophon::Trainer>> CreateTrainer(
   return std::unique_ptr<sophon::Trainer>(*std::move(trainer));
 }
 
+// --transfer: the stage the training device receives, TENSOR (float32) or
+// FLIPPED (uint8, normalised on the device).
+absl::StatusOr<sophon::Stage> TransferStage() {
+  const std::string transfer = absl::GetFlag(FLAGS_transfer);
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (transfer != "auto" && transfer != "float32" && transfer != "uint8") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transfer must be auto, float32 or uint8, got '", transfer, "'"));
+  }
+  const bool uint8 =
+      transfer == "uint8" || (transfer == "auto" && absl::StartsWith(device, "cuda"));
+  if (!uint8) return sophon::Stage::kTensor;
+  if (absl::GetFlag(FLAGS_finetune) || device == "emulate") {
+    return absl::InvalidArgumentError(
+        "--transfer=uint8 needs a model that trains on images (not --finetune) on a real "
+        "device (not --device=emulate)");
+  }
+  spdlog::info("transfer: uint8 flipped crops, normalised on {}", device);
+  return sophon::Stage::kFlipped;
+}
+
 // --synthetic-data: the training step alone, no server.
 int RunSynthetic(const sophon::LoaderOptions& loader_options, int epochs) {
   const absl::StatusOr<sophon::TrainerOptions> options =
@@ -501,6 +522,9 @@ int RunSynthetic(const sophon::LoaderOptions& loader_options, int epochs) {
   synthetic.samples = absl::GetFlag(FLAGS_synthetic_samples);
   if (synthetic.samples == 0) synthetic.samples = 20 * static_cast<int64_t>(synthetic.batch_size);
   synthetic.seed = absl::GetFlag(FLAGS_seed);  // the data's seed, not --model-seed
+  const absl::StatusOr<sophon::Stage> stage = TransferStage();
+  if (!stage.ok()) return Fail(stage.status());
+  synthetic.stage = *stage;
   sophon::TrainLoopOptions loop;
   loop.epochs = epochs;
   loop.max_batches = absl::GetFlag(FLAGS_max_batches);
@@ -733,23 +757,9 @@ int main(int argc, char** argv) {
   }
 
   {
-    const std::string transfer = absl::GetFlag(FLAGS_transfer);
-    const std::string device = absl::GetFlag(FLAGS_device);
-    if (transfer != "auto" && transfer != "float32" && transfer != "uint8") {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--transfer must be auto, float32 or uint8, got '", transfer, "'")));
-    }
-    const bool uint8 =
-        transfer == "uint8" || (transfer == "auto" && absl::StartsWith(device, "cuda"));
-    if (uint8 && (absl::GetFlag(FLAGS_finetune) || device == "emulate")) {
-      return Fail(absl::InvalidArgumentError(
-          "--transfer=uint8 needs a model that trains on images (not --finetune) on a real "
-          "device (not --device=emulate)"));
-    }
-    if (uint8) {
-      loader_options.target = sophon::Stage::kFlipped;
-      spdlog::info("transfer: uint8 flipped crops, normalised on {}", device);
-    }
+    const absl::StatusOr<sophon::Stage> target = TransferStage();
+    if (!target.ok()) return Fail(target.status());
+    if (*target == sophon::Stage::kFlipped) loader_options.target = *target;
   }
   const absl::StatusOr<sophon::TrainerOptions> options = TrainerOptionsFromFlags(
       std::max<int>(1, static_cast<int>(manifest.class_names().size())), backbone.get());

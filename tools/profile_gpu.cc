@@ -5,7 +5,8 @@
 //
 // Per (model, batch size): W warm-up steps, then N timed steps of
 // Trainer::Step (copy + forward + backward + optimizer step; it ends with a
-// device sync when it reads the loss). On cuda the host-to-device copy of the
+// device sync when it reads the loss). With --transfer=uint8 the batch is
+// uint8 crops and the step includes their normalisation on the device. On cuda the host-to-device copy of the
 // batch (pageable memory, as the trainer copies it) is timed on its own, N
 // times, and compute = median step - median copy. On cpu copy = 0.
 #include <torch/cuda.h>
@@ -46,7 +47,12 @@ ABSL_FLAG(sophon::CommaList, fused_models, sophon::CommaList(),
           "Also measure each model as fused arrays of these sizes B (sophon-train "
           "--fused-models=B), written as model '<model>x<B>' (the row sophon-train "
           "--device=emulate --fused-models=B looks for). Default none.");
-ABSL_FLAG(int, crop_size, 224, "Image side S (batches are 3 x S x S float32). Default 224.");
+ABSL_FLAG(int, crop_size, 224, "Image side S (batches are 3 x S x S). Default 224.");
+ABSL_FLAG(std::string, transfer, "auto",
+          "What a batch crosses to the device as, as sophon-train --transfer: float32 (the "
+          "normalised tensors) or uint8 (the flipped crops; the step then includes their "
+          "normalisation on the device, so a profile measured with it is the GPU cost of a "
+          "--transfer=uint8 run). auto: uint8 on cuda, float32 on cpu. Default auto.");
 ABSL_FLAG(int, num_classes, 1000, "Classes of the model's last layer. Default 1000.");
 ABSL_FLAG(int, warmup, 3, "Untimed steps before measuring. Default 3.");
 ABSL_FLAG(int, steps, 10, "Timed steps; the median is written. Default 10.");
@@ -77,11 +83,16 @@ std::string TodayUtc() {
   return buf;
 }
 
-// Median seconds of a pageable host-to-device copy of the batch's images.
+// Median seconds of a pageable host-to-device copy of the batch's images
+// (float32) or crops (uint8).
 double MeasureCopySeconds(const sophon::Batch& batch, const torch::Device& device, int warmup,
                           int steps) {
-  torch::Tensor host = torch::from_blob(const_cast<float*>(batch.images.data()),
-                                        {batch.n, batch.c, batch.h, batch.w}, torch::kFloat32);
+  torch::Tensor host =
+      batch.stage == sophon::Stage::kFlipped
+          ? torch::from_blob(const_cast<uint8_t*>(batch.pixels.data()),
+                             {batch.n, batch.h, batch.w, batch.c}, torch::kUInt8)
+          : torch::from_blob(const_cast<float*>(batch.images.data()),
+                             {batch.n, batch.c, batch.h, batch.w}, torch::kFloat32);
   std::vector<double> times;
   for (int i = 0; i < warmup + steps; ++i) {
     torch::cuda::synchronize(device.index());
@@ -101,15 +112,15 @@ struct Measurement {
 
 // `fused` = 0: one ordinary model; B >= 1: a fused array of B.
 absl::StatusOr<Measurement> Measure(const std::string& model, int fused, int batch_size,
-                                    const sophon::TrainerOptions& base) {
+                                    const sophon::TrainerOptions& base, sophon::Stage input) {
   sophon::TrainerOptions options = base;
   options.arch = model;
   options.fused = fused > 0;
   options.models.assign(static_cast<size_t>(std::max(1, fused)), sophon::Hyperparameters{});
   absl::StatusOr<std::unique_ptr<sophon::Trainer>> trainer = sophon::Trainer::Create(options);
   if (!trainer.ok()) return trainer.status();
-  const sophon::Batch batch = sophon::MakeSyntheticBatch(batch_size, absl::GetFlag(FLAGS_crop_size),
-                                                         options.num_classes, /*seed=*/1);
+  const sophon::Batch batch = sophon::MakeSyntheticBatch(
+      batch_size, absl::GetFlag(FLAGS_crop_size), options.num_classes, /*seed=*/1, input);
   const int warmup = absl::GetFlag(FLAGS_warmup);
   const int steps = absl::GetFlag(FLAGS_steps);
   std::vector<double> times;
@@ -171,6 +182,19 @@ int main(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError("need --warmup >= 0, --steps >= 1, --crop-size >= 1"));
   }
 
+  const std::string transfer = absl::GetFlag(FLAGS_transfer);
+  if (transfer != "auto" && transfer != "float32" && transfer != "uint8") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--transfer must be auto, float32 or uint8, got '", transfer, "'")));
+  }
+  const sophon::Stage input =
+      transfer == "uint8" || (transfer == "auto" && absl::StartsWith(base.device, "cuda"))
+          ? sophon::Stage::kFlipped
+          : sophon::Stage::kTensor;
+  const std::string input_text = input == sophon::Stage::kFlipped
+                                     ? absl::StrCat("uint8 ", crop, "x", crop, "x3 normalised on the device")
+                                     : absl::StrCat("float32 3x", crop, "x", crop);
+
   std::vector<int> fused_sizes = {0};  // 0: the ordinary model
   if (!absl::GetFlag(FLAGS_fused_models).items.empty()) {
     absl::StatusOr<std::vector<int>> sizes =
@@ -184,7 +208,7 @@ int main(int argc, char** argv) {
     for (int fused : fused_sizes) {
       const std::string model = fused > 0 ? absl::StrCat(arch, "x", fused) : arch;
       for (int batch_size : *batch_sizes) {
-        absl::StatusOr<Measurement> m = Measure(arch, fused, batch_size, base);
+        absl::StatusOr<Measurement> m = Measure(arch, fused, batch_size, base, input);
         if (!m.ok()) return Fail(m.status());
         sophon::GpuProfileRow row;
         row.gpu_type = gpu_type;
@@ -193,9 +217,9 @@ int main(int argc, char** argv) {
         row.copy_seconds = m->copy_seconds;
         row.compute_seconds = std::max(0.0, m->step_seconds - m->copy_seconds);
         row.source = absl::StrFormat(
-            "measured by sophon-profile-gpu on %s (LibTorch %d.%d.%d, fp32, input 3x%dx%d, %d "
+            "measured by sophon-profile-gpu on %s (LibTorch %d.%d.%d, fp32, input %s, %d "
             "classes, median of %d steps after %d warm-up%s), %s",
-            base.device, TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH, crop, crop,
+            base.device, TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH, input_text,
             base.num_classes, steps, warmup,
             base.device == "cpu" ? absl::StrCat(", ", torch::get_num_threads(), " threads") : "",
             TodayUtc());

@@ -1,10 +1,17 @@
 #include "client/train/fused_optimizer.h"
 
+#include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_foreach_addcdiv.h>
+#include <ATen/ops/_foreach_addcmul.h>
+#include <ATen/ops/_foreach_div.h>
+#include <ATen/ops/_foreach_mul.h>
+#include <ATen/ops/_foreach_sqrt.h>
 #include <torch/serialize/archive.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -62,8 +69,8 @@ void CopyInto(const std::vector<torch::Tensor>& from, std::vector<torch::Tensor>
 // momentum 0 there are no buffers, as in LibTorch.)
 class FusedSgd final : public FusedOptimizer {
  public:
-  FusedSgd(std::vector<torch::Tensor> params, std::vector<Hyperparameters> models)
-      : FusedOptimizer(std::move(params), std::move(models)),
+  FusedSgd(std::vector<torch::Tensor> params, std::vector<Hyperparameters> models, bool foreach)
+      : FusedOptimizer(std::move(params), std::move(models), foreach),
         decay_(AnyNonZero(&Hyperparameters::weight_decay)),
         momentum_(AnyNonZero(&Hyperparameters::momentum)),
         wd_(PerModel(Field(&Hyperparameters::weight_decay))),
@@ -73,8 +80,7 @@ class FusedSgd final : public FusedOptimizer {
     }
   }
 
-  void Step() override {
-    torch::NoGradGuard no_grad;
+  void StepPerParameter() override {
     const torch::Tensor neg_lr_flat = -lr_.flat;
     const PerModelValues neg_lr = Views(neg_lr_flat);
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -88,6 +94,28 @@ class FusedSgd final : public FusedOptimizer {
       }
       p.addcmul_(d, neg_lr.For(p));
     }
+  }
+
+  void StepForeach() override {
+    const std::vector<size_t> active = WithGradients();
+    if (active.empty()) return;
+    const std::vector<torch::Tensor> p = Slices(params_, active);
+    std::vector<torch::Tensor> d = GradientSlices(active);
+    if (decay_) {
+      std::vector<torch::Tensor> decayed =
+          at::_foreach_mul(p, PerSlice(Field(&Hyperparameters::weight_decay), active));
+      at::_foreach_add_(decayed, d);
+      d = std::move(decayed);
+    }
+    if (momentum_) {
+      const std::vector<torch::Tensor> buffers = Slices(buffers_, active);
+      at::_foreach_mul_(buffers, PerSlice(Field(&Hyperparameters::momentum), active));
+      at::_foreach_add_(buffers, d);
+      d = buffers;
+    }
+    std::vector<double> neg_lr = Field(&Hyperparameters::lr);
+    for (double& lr : neg_lr) lr = -lr;
+    at::_foreach_add_(p, at::_foreach_mul(d, PerSlice(neg_lr, active)));
   }
 
   void Save(OutputArchive& archive) const override {
@@ -116,11 +144,11 @@ class FusedSgd final : public FusedOptimizer {
 // Adam, per model k (t = steps taken, the same for every model):
 //   g = g + wd_k * p;  m = b1_k m + (1 - b1_k) g;  v = b2_k v + (1 - b2_k) g^2;
 //   p -= lr_k / (1 - b1_k^t) * m / (sqrt(v) / sqrt(1 - b2_k^t) + eps_k).
-// The bias corrections are computed on the device from the per-model betas.
 class FusedAdam final : public FusedOptimizer {
  public:
-  FusedAdam(std::vector<torch::Tensor> params, std::vector<Hyperparameters> models)
-      : FusedOptimizer(std::move(params), std::move(models)),
+  FusedAdam(std::vector<torch::Tensor> params, std::vector<Hyperparameters> models,
+            bool foreach)
+      : FusedOptimizer(std::move(params), std::move(models), foreach),
         decay_(AnyNonZero(&Hyperparameters::weight_decay)),
         wd_(PerModel(Field(&Hyperparameters::weight_decay))),
         b1_(PerModel(Field(&Hyperparameters::beta1))),
@@ -134,8 +162,9 @@ class FusedAdam final : public FusedOptimizer {
     }
   }
 
-  void Step() override {
-    torch::NoGradGuard no_grad;
+  // The bias corrections on the device (in the parameters' dtype) from the
+  // per-model betas.
+  void StepPerParameter() override {
     ++step_;
     const double t = static_cast<double>(step_);
     const torch::Tensor neg_step_flat = -lr_.flat / (1 - b1_.flat.pow(t));
@@ -155,6 +184,40 @@ class FusedAdam final : public FusedOptimizer {
       torch::div_out(denom, exp_avg_[i], denom);
       p.addcmul_(denom, neg_step.For(p));
     }
+  }
+
+  // The bias corrections in double on the host, as torch::optim::Adam
+  // computes them.
+  void StepForeach() override {
+    const std::vector<size_t> active = WithGradients();
+    if (active.empty()) return;
+    ++step_;
+    const double t = static_cast<double>(step_);
+    std::vector<double> one_minus_b1, one_minus_b2, neg_step, sqrt_bc2;
+    for (const Hyperparameters& h : models_) {
+      one_minus_b1.push_back(1 - h.beta1);
+      one_minus_b2.push_back(1 - h.beta2);
+      neg_step.push_back(-h.lr / (1 - std::pow(h.beta1, t)));
+      sqrt_bc2.push_back(std::sqrt(1 - std::pow(h.beta2, t)));
+    }
+    const std::vector<torch::Tensor> p = Slices(params_, active);
+    std::vector<torch::Tensor> g = GradientSlices(active);
+    if (decay_) {
+      std::vector<torch::Tensor> decayed =
+          at::_foreach_mul(p, PerSlice(Field(&Hyperparameters::weight_decay), active));
+      at::_foreach_add_(decayed, g);
+      g = std::move(decayed);
+    }
+    const std::vector<torch::Tensor> m = Slices(exp_avg_, active);
+    const std::vector<torch::Tensor> v = Slices(exp_avg_sq_, active);
+    at::_foreach_mul_(m, PerSlice(Field(&Hyperparameters::beta1), active));
+    at::_foreach_add_(m, at::_foreach_mul(g, PerSlice(one_minus_b1, active)));
+    at::_foreach_mul_(v, PerSlice(Field(&Hyperparameters::beta2), active));
+    at::_foreach_addcmul_(v, at::_foreach_mul(g, PerSlice(one_minus_b2, active)), g);
+    const std::vector<torch::Tensor> denom = at::_foreach_sqrt(v);
+    at::_foreach_div_(denom, PerSlice(sqrt_bc2, active));
+    at::_foreach_add_(denom, PerSlice(Field(&Hyperparameters::eps), active));
+    at::_foreach_addcdiv_(p, m, denom, PerSlice(neg_step, active));
   }
 
   void Save(OutputArchive& archive) const override {
@@ -194,14 +257,14 @@ class FusedAdam final : public FusedOptimizer {
 }  // namespace
 
 FusedOptimizer::FusedOptimizer(std::vector<torch::Tensor> params,
-                               std::vector<Hyperparameters> models)
-    : params_(std::move(params)), models_(std::move(models)) {
+                               std::vector<Hyperparameters> models, bool foreach)
+    : params_(std::move(params)), models_(std::move(models)), foreach_(foreach) {
   lr_ = PerModel(Field(&Hyperparameters::lr));
 }
 
 absl::StatusOr<std::unique_ptr<FusedOptimizer>> FusedOptimizer::Create(
     OptimizerKind kind, std::vector<torch::Tensor> params,
-    const std::vector<Hyperparameters>& models) {
+    const std::vector<Hyperparameters>& models, FusedStepOps ops) {
   const int64_t b = static_cast<int64_t>(models.size());
   if (b < 1) return absl::InvalidArgumentError("a fused optimizer needs at least 1 model");
   if (params.empty()) return absl::InvalidArgumentError("a fused optimizer needs parameters");
@@ -212,10 +275,12 @@ absl::StatusOr<std::unique_ptr<FusedOptimizer>> FusedOptimizer::Create(
           " models in its first dimension, the optimizer has ", b));
     }
   }
+  const bool foreach = ops == FusedStepOps::kForeach ||
+                       (ops == FusedStepOps::kAuto && params.front().is_cuda());
   if (kind == OptimizerKind::kAdam) {
-    return std::unique_ptr<FusedOptimizer>(new FusedAdam(std::move(params), models));
+    return std::unique_ptr<FusedOptimizer>(new FusedAdam(std::move(params), models, foreach));
   }
-  return std::unique_ptr<FusedOptimizer>(new FusedSgd(std::move(params), models));
+  return std::unique_ptr<FusedOptimizer>(new FusedSgd(std::move(params), models, foreach));
 }
 
 void FusedOptimizer::ZeroGrad() {
@@ -236,6 +301,15 @@ absl::Status FusedOptimizer::SetLearningRates(const std::vector<double>& lrs) {
   return absl::OkStatus();
 }
 
+void FusedOptimizer::Step() {
+  torch::NoGradGuard no_grad;
+  if (foreach_) {
+    StepForeach();
+  } else {
+    StepPerParameter();
+  }
+}
+
 FusedOptimizer::PerModelValues FusedOptimizer::PerModel(const std::vector<double>& values) const {
   return Views(torch::tensor(values, torch::TensorOptions().dtype(torch::kDouble))
                    .to(params_.front().options()));
@@ -253,6 +327,50 @@ FusedOptimizer::PerModelValues FusedOptimizer::Views(const torch::Tensor& flat) 
     result.by_dim[dim] = flat.view(shape);
   }
   return result;
+}
+
+std::vector<size_t> FusedOptimizer::WithGradients() const {
+  std::vector<size_t> active;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].grad().defined()) active.push_back(i);
+  }
+  return active;
+}
+
+std::vector<torch::Tensor> FusedOptimizer::Slices(const std::vector<torch::Tensor>& tensors,
+                                                  const std::vector<size_t>& active) const {
+  std::vector<torch::Tensor> slices;
+  slices.reserve(active.size() * models_.size());
+  for (size_t i : active) {
+    for (int64_t k = 0; k < static_cast<int64_t>(models_.size()); ++k) {
+      slices.push_back(tensors[i].select(0, k));
+    }
+  }
+  return slices;
+}
+
+std::vector<torch::Tensor> FusedOptimizer::GradientSlices(const std::vector<size_t>& active) const {
+  std::vector<torch::Tensor> grads;
+  grads.reserve(active.size());
+  for (size_t i : active) grads.push_back(params_[i].grad());
+  std::vector<torch::Tensor> slices;
+  slices.reserve(active.size() * models_.size());
+  for (const torch::Tensor& g : grads) {
+    for (int64_t k = 0; k < static_cast<int64_t>(models_.size()); ++k) {
+      slices.push_back(g.select(0, k));
+    }
+  }
+  return slices;
+}
+
+std::vector<c10::Scalar> FusedOptimizer::PerSlice(const std::vector<double>& per_model,
+                                                  const std::vector<size_t>& active) const {
+  std::vector<c10::Scalar> scalars;
+  scalars.reserve(active.size() * per_model.size());
+  for (size_t n = 0; n < active.size(); ++n) {
+    for (double value : per_model) scalars.emplace_back(value);
+  }
+  return scalars;
 }
 
 std::vector<double> FusedOptimizer::Field(double Hyperparameters::*field) const {

@@ -30,6 +30,10 @@ absl::Status SyntheticRunOptions::Validate() const {
         "synthetic data needs batch size, crop size, classes and samples >= 1 (got ", batch_size,
         ", ", crop_size, ", ", num_classes, ", ", samples, ") and warm-up steps >= 0"));
   }
+  if (stage != Stage::kTensor && stage != Stage::kFlipped) {
+    return absl::InvalidArgumentError(absl::StrCat("synthetic data comes at the TENSOR or the "
+                                                   "FLIPPED stage, not ", StageName(stage)));
+  }
   return absl::OkStatus();
 }
 
@@ -38,10 +42,11 @@ absl::StatusOr<std::vector<EpochReport>> RunSyntheticTraining(Trainer* trainer,
                                                               const TrainLoopOptions& loop) {
   if (absl::Status s = synthetic.Validate(); !s.ok()) return s;
   Batch full = MakeSyntheticBatch(synthetic.batch_size, synthetic.crop_size, synthetic.num_classes,
-                                  synthetic.seed);
+                                  synthetic.seed, synthetic.stage);
   Batch last;  // the short last batch, if the epoch size asks for one
   if (const int rest = static_cast<int>(synthetic.samples % synthetic.batch_size); rest != 0) {
-    last = MakeSyntheticBatch(rest, synthetic.crop_size, synthetic.num_classes, synthetic.seed);
+    last = MakeSyntheticBatch(rest, synthetic.crop_size, synthetic.num_classes, synthetic.seed,
+                              synthetic.stage);
   }
   for (int i = 0; i < synthetic.warmup_steps; ++i) {
     absl::StatusOr<StepResult> step = trainer->Step(full);

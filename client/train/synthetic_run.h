@@ -11,12 +11,15 @@
 #include "absl/status/statusor.h"
 #include "client/train/train_loop.h"
 #include "client/train/trainer.h"
+#include "sophon/ops/stage.h"
 
 namespace sophon {
 
 struct SyntheticRunOptions {
   int batch_size = 256;
-  int crop_size = 224;     // images are 3 x crop x crop float32
+  int crop_size = 224;     // images are 3 x crop x crop
+  // kTensor: float32 images; kFlipped: uint8 crops the device normalises.
+  Stage stage = Stage::kTensor;
   int num_classes = 1000;  // labels cycle through [0, num_classes)
   int64_t samples = 0;     // per epoch; the last batch may be short
   int warmup_steps = 1;    // untimed steps before the first epoch (allocation, autotuning)

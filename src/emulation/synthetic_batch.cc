@@ -4,16 +4,24 @@
 
 namespace sophon {
 
-Batch MakeSyntheticBatch(int n, int side, int num_classes, uint64_t seed) {
+Batch MakeSyntheticBatch(int n, int side, int num_classes, uint64_t seed, Stage stage) {
   Batch b;
   b.n = n;
   b.c = 3;
   b.h = side;
   b.w = side;
-  b.images.resize(static_cast<size_t>(n) * 3 * side * side);
+  b.stage = stage;
+  const size_t values = static_cast<size_t>(n) * 3 * side * side;
   std::mt19937_64 rng(seed);
-  std::normal_distribution<float> pixel(0.0f, 1.0f);
-  for (float& v : b.images) v = pixel(rng);
+  if (stage == Stage::kFlipped) {
+    b.pixels.resize(values);
+    std::uniform_int_distribution<int> pixel(0, 255);
+    for (uint8_t& v : b.pixels) v = static_cast<uint8_t>(pixel(rng));
+  } else {
+    b.images.resize(values);
+    std::normal_distribution<float> pixel(0.0f, 1.0f);
+    for (float& v : b.images) v = pixel(rng);
+  }
   b.labels.reserve(n);
   b.ids.reserve(n);
   for (int i = 0; i < n; ++i) {

@@ -7,13 +7,17 @@
 #include <cstdint>
 
 #include "sophon/data/batch.h"
+#include "sophon/ops/stage.h"
 
 namespace sophon {
 
-// n images of 3 x side x side float32 drawn from N(0, 1) (the range of
-// normalized pixels) with `seed`, labels i % num_classes, ids 0..n-1.
-// REQUIRES: n, side, num_classes >= 1.
-Batch MakeSyntheticBatch(int n, int side, int num_classes, uint64_t seed);
+// n images of 3 x side x side with `seed`, labels i % num_classes, ids
+// 0..n-1. `stage` kTensor: float32 NCHW drawn from N(0, 1) (the range of
+// normalized pixels); kFlipped: uint8 NHWC drawn uniformly from 0..255 (what
+// a device that normalises receives, sophon-train --transfer=uint8).
+// REQUIRES: n, side, num_classes >= 1; stage kTensor or kFlipped.
+Batch MakeSyntheticBatch(int n, int side, int num_classes, uint64_t seed,
+                         Stage stage = Stage::kTensor);
 
 }  // namespace sophon
 

@@ -280,34 +280,5 @@ TEST(FusedModelsTest, BadArraysAreRejected) {
   EXPECT_EQ(UnpackModel(*fused, 0, *other_arch).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(FusedOptimizerTest, ParametersMustHoldEveryModel) {
-  std::vector<torch::Tensor> params = {torch::zeros({3, 4}, torch::requires_grad())};
-  auto optimizer = FusedOptimizer::Create(OptimizerKind::kSgd, params, {Hyperparameters{}});
-  EXPECT_EQ(optimizer.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(optimizer.status().message(), HasSubstr("3 models"));
-}
-
-// ZeroGrad drops the gradients (zero_grad(set_to_none=True)); a step then
-// leaves a parameter without one unchanged.
-TEST(FusedOptimizerTest, ZeroGradDropsGradientsAndStepSkipsThem) {
-  std::vector<torch::Tensor> params = {torch::ones({2, 4}, torch::requires_grad()),
-                                       torch::ones({2, 3}, torch::requires_grad())};
-  Hyperparameters h;
-  h.lr = 0.5;
-  h.momentum = 0.9;
-  h.weight_decay = 0.1;
-  auto optimizer = FusedOptimizer::Create(OptimizerKind::kSgd, params, {h, h});
-  ASSERT_TRUE(optimizer.ok()) << optimizer.status();
-  (params[0] * params[0]).sum().backward();
-  ASSERT_TRUE(params[0].grad().defined());
-  ASSERT_FALSE(params[1].grad().defined());
-  (*optimizer)->Step();
-  EXPECT_FALSE(torch::equal(params[0].detach(), torch::ones({2, 4})));
-  EXPECT_TRUE(torch::equal(params[1].detach(), torch::ones({2, 3})));
-  (*optimizer)->ZeroGrad();
-  EXPECT_FALSE(params[0].grad().defined());
-  EXPECT_FALSE(params[1].grad().defined());
-}
-
 }  // namespace
 }  // namespace sophon
