@@ -162,6 +162,11 @@ ABSL_FLAG(std::string, amp, "off",
 ABSL_FLAG(bool, channels_last, false,
           "Convolution weights and image batches in channels-last (NHWC) memory order, which "
           "cuDNN's and oneDNN's fastest convolutions take. Not with --finetune. Default false.");
+ABSL_FLAG(int, staging_buffers, 2,
+          "On a cuda device: pinned host buffers that batches are staged in, copied to the device "
+          "on a side stream that the step waits for on the device, not on the host; a buffer is "
+          "reused only once its copy has completed. 0: copy from pageable memory on the compute "
+          "stream. Ignored on cpu. Default 2.");
 ABSL_FLAG(std::string, transfer, "auto",
           "What the training device receives: float32 (tensors normalised by this node's CPUs) "
           "or uint8 (flipped crops, a quarter of the bytes, normalised on the device); auto: "
@@ -302,6 +307,7 @@ const sophon::FlagNames kFlagNames = {
     {"TrainerOptions.device", "--device"},
     {"TrainerOptions.amp", "--amp"},
     {"TrainerOptions.channels_last", "--channels-last"},
+    {"TrainerOptions.staging_buffers", "--staging-buffers"},
     {"].lr must", "--lr"},
     {"].momentum must", "--momentum"},
     {"].weight_decay must", "--weight-decay"},
@@ -394,6 +400,7 @@ absl::StatusOr<sophon::TrainerOptions> TrainerOptionsFromFlags(
   options.device = absl::GetFlag(FLAGS_device);
   options.amp = absl::GetFlag(FLAGS_amp);
   options.channels_last = absl::GetFlag(FLAGS_channels_last);
+  options.staging_buffers = absl::GetFlag(FLAGS_staging_buffers);
   const int64_t model_seed = absl::GetFlag(FLAGS_model_seed);
   if (model_seed < -1) {
     return absl::InvalidArgumentError(

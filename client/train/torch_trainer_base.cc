@@ -23,7 +23,10 @@ bool IsEmptyBatch(const Batch& batch) {
 
 TorchTrainerBase::TorchTrainerBase(const TrainerOptions& options, torch::Device device,
                                    std::unique_ptr<DataParallel> data_parallel)
-    : options_(options), device_(device), data_parallel_(std::move(data_parallel)) {}
+    : options_(options),
+      device_(device),
+      data_parallel_(std::move(data_parallel)),
+      uploader_(device, options.staging_buffers) {}
 
 CheckpointedState::Identity TorchTrainerBase::identity() const {
   Identity id;
@@ -68,7 +71,7 @@ absl::StatusOr<StepResult> TorchTrainerBase::Step(const Batch& batch) {
       result = EmptyResult();
     } else {
       const AutocastScope autocast(options_.amp == "bf16", device_);
-      result = Forward(ToTensors(batch, device_, options_.channels_last), batch.n, /*train=*/true);
+      result = Forward(uploader_.Upload(batch, options_.channels_last), batch.n, /*train=*/true);
     }
     if (data_parallel_ != nullptr) {
       RETURN_IF_ERROR(
@@ -103,7 +106,7 @@ absl::StatusOr<std::vector<double>> TorchTrainerBase::TrialSteps(const Batch& ba
       const absl::Time start = absl::Now();
       ZeroGrad();
       const AutocastScope autocast(options_.amp == "bf16", device_);
-      Forward(ToTensors(batch, device_, options_.channels_last), batch.n, /*train=*/true);
+      Forward(uploader_.Upload(batch, options_.channels_last), batch.n, /*train=*/true);
       optimizer_step();
       seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
     }
@@ -125,7 +128,7 @@ absl::StatusOr<StepResult> TorchTrainerBase::Evaluate(const Batch& batch) {
   RETURN_IF_ERROR(ValidateBatch(batch, options_.arch, options_.num_classes, options_.finetune));
   try {
     const AutocastScope autocast(options_.amp == "bf16", device_);
-    return Forward(ToTensors(batch, device_, options_.channels_last), batch.n, /*train=*/false);
+    return Forward(uploader_.Upload(batch, options_.channels_last), batch.n, /*train=*/false);
   } catch (const std::exception& e) {
     return StepError(/*train=*/false, batch, e);
   }

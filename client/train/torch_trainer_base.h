@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "client/train/process_group.h"
 #include "client/train/torch_step.h"
+#include "client/train/batch_upload.h"
 #include "client/train/trainer.h"
 #include "client/train/training_checkpoint.h"
 #include "sophon/data/batch.h"
@@ -85,6 +86,8 @@ class TorchTrainerBase : public Trainer, protected CheckpointedState {
   static absl::Status InStep(const Batch& batch, const absl::Status& status);
 
   const std::unique_ptr<DataParallel> data_parallel_;
+  // Moves each batch to device_ (pinned buffers and a side stream on CUDA).
+  BatchUploader uploader_;
 };
 
 }  // namespace sophon

@@ -93,6 +93,10 @@ struct TrainerOptions {
   // order, which cuDNN's and oneDNN's fastest convolutions take. Not with
   // finetune (its batches are feature vectors).
   bool channels_last = false;
+  // On a CUDA device: batches are staged in this many pinned host buffers and
+  // copied on a side stream the compute stream waits for (0: copied from
+  // pageable memory on the compute stream). Ignored on other devices.
+  int staging_buffers = 2;
   // Ranks; world_size 1 trains alone.
   DistributedOptions distributed;
 

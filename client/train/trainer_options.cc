@@ -99,6 +99,10 @@ absl::Status TrainerOptions::Validate() const {
     return absl::InvalidArgumentError(
         "TrainerOptions.channels_last is for images; TrainerOptions.finetune trains on features");
   }
+  if (staging_buffers < 0 || staging_buffers > 16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TrainerOptions.staging_buffers must be in [0, 16], got ", staging_buffers));
+  }
   if (amp == "fp16") {
     return absl::InvalidArgumentError(
         "TrainerOptions.amp fp16 needs a gradient scaler, which this trainer does not have; "

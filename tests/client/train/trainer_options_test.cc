@@ -26,6 +26,12 @@ TEST(TrainerOptionsTest, ErrorsNameTheField) {
   EXPECT_THAT(message(o), HasSubstr("TrainerOptions.num_classes must be > 0, got 0"));
 
   o = TrainerOptions();
+  o.staging_buffers = -1;
+  EXPECT_THAT(message(o), HasSubstr("TrainerOptions.staging_buffers must be in [0, 16], got -1"));
+  o.staging_buffers = 0;
+  EXPECT_TRUE(o.Validate().ok());
+
+  o = TrainerOptions();
   o.models.clear();
   EXPECT_THAT(message(o), HasSubstr("TrainerOptions.models must hold at least 1 model"));
 

@@ -1,0 +1,119 @@
+#include "client/train/batch_upload.h"
+
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/types.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <utility>
+
+#include "client/train/device_ops.h"
+
+namespace sophon {
+namespace {
+
+// The end of one batch's copy: an event recorded on the copy stream after it.
+class StreamCopyEvent final : public CopyEvent {
+ public:
+  explicit StreamCopyEvent(c10::Event event) : event_(std::move(event)) {}
+  void Wait() override {
+    // LibTorch 1.13's generic event has no blocking wait; a copy of a batch
+    // takes milliseconds, so a short poll costs nothing that matters.
+    while (!event_.query()) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+
+ private:
+  c10::Event event_;
+};
+
+// Where the labels start in a staging buffer: after the images, on a
+// boundary that suits any element type.
+size_t LabelsOffset(size_t image_bytes) { return (image_bytes + 255) / 256 * 256; }
+
+}  // namespace
+
+BatchUploader::BatchUploader(const torch::Device& device, int staging_slots) : device_(device) {
+  if (!device_.is_cuda() || staging_slots < 1) return;
+  const c10::impl::VirtualGuardImpl guard(device_.type());
+  copy_stream_ = guard.getStreamFromGlobalPool(device_);
+  ring_ = std::make_unique<StagingRing>(
+      staging_slots,
+      [this](size_t bytes) {
+        torch::Tensor buffer =
+            torch::empty({static_cast<int64_t>(bytes)},
+                         torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
+        void* data = buffer.data_ptr();
+        pinned_.emplace(data, std::move(buffer));
+        return data;
+      },
+      [this](void* data, size_t) { pinned_.erase(data); });
+}
+
+BatchUploader::~BatchUploader() {
+  ring_.reset();  // waits for the copies in flight, then frees the buffers
+}
+
+BatchTensors BatchUploader::Upload(const Batch& batch, bool channels_last) {
+  if (ring_ == nullptr) return ToTensors(batch, device_, channels_last);
+  return UploadStaged(batch, channels_last);
+}
+
+BatchTensors BatchUploader::UploadStaged(const Batch& batch, bool channels_last) {
+  const bool crops = batch.stage == Stage::kFlipped;
+  const size_t image_bytes =
+      crops ? batch.pixels.size() : batch.images.size() * sizeof(float);
+  const size_t labels_offset = LabelsOffset(image_bytes);
+  const size_t label_bytes = batch.labels.size() * sizeof(int64_t);
+  // Waits, if need be, for the copy that last read this buffer.
+  const StagingRing::Slot slot = ring_->Acquire(labels_offset + label_bytes);
+  auto* bytes = static_cast<uint8_t*>(slot.data);
+  std::memcpy(bytes, crops ? static_cast<const void*>(batch.pixels.data())
+                           : static_cast<const void*>(batch.images.data()),
+              image_bytes);
+  std::memcpy(bytes + labels_offset, batch.labels.data(), label_bytes);
+
+  // Views of the pinned buffer, so that LibTorch's copy knows it is pinned.
+  const torch::Tensor& buffer = pinned_.at(slot.data);
+  const torch::Tensor host_images =
+      crops ? buffer.narrow(0, 0, static_cast<int64_t>(image_bytes))
+                  .view({batch.n, batch.h, batch.w, batch.c})
+            : buffer.narrow(0, 0, static_cast<int64_t>(image_bytes))
+                  .view(torch::kFloat32)
+                  .view({batch.n, batch.c, batch.h, batch.w});
+  const torch::Tensor host_labels =
+      buffer.narrow(0, static_cast<int64_t>(labels_offset), static_cast<int64_t>(label_bytes))
+          .view(torch::kInt64);
+
+  const c10::impl::VirtualGuardImpl guard(device_.type());
+  const c10::Stream compute = guard.getStream(device_);
+  BatchTensors tensors;
+  {
+    // The device memory comes from the copy stream's pool.
+    const c10::StreamGuard on_copy_stream(*copy_stream_);
+    tensors.images = host_images.to(host_images.options().device(device_), /*non_blocking=*/true);
+    tensors.labels = host_labels.to(host_labels.options().device(device_), /*non_blocking=*/true);
+  }
+  // The compute stream's next work waits for the copy; the host does not.
+  c10::Event copied(device_.type());
+  copied.record(*copy_stream_);
+  copied.block(compute);
+  // The tensors are used (and freed) on the compute stream: the allocator
+  // must not hand their memory to the copy stream again before that work
+  // has run.
+  guard.recordDataPtrOnStream(tensors.images.storage().data_ptr(), compute);
+  guard.recordDataPtrOnStream(tensors.labels.storage().data_ptr(), compute);
+  c10::Event read(device_.type());
+  read.record(*copy_stream_);
+  ring_->Release(std::make_unique<StreamCopyEvent>(std::move(read)));
+
+  if (crops) tensors.images = FinishOnDevice(tensors.images);
+  if (channels_last && batch.stage != Stage::kFeatures) {
+    tensors.images = tensors.images.contiguous(at::MemoryFormat::ChannelsLast);
+  }
+  return tensors;
+}
+
+}  // namespace sophon
