@@ -57,7 +57,7 @@ class FusedTrainer final : public TorchTrainerBase {
     return FusedTrainedParameters(options_, model_);
   }
   void ZeroGrad() override { optimizer_->ZeroGrad(); }
-  StepResult Forward(const BatchTensors& t, int64_t n, bool train) override;
+  torch::Tensor Forward(const BatchTensors& t, int64_t n, bool train) override;
   void OptimizerStep() override { optimizer_->Step(); }
   absl::StatusOr<std::function<void()>> NewTrialOptimizer() override {
     ASSIGN_OR_RETURN(std::shared_ptr<FusedOptimizer> optimizer,
@@ -102,7 +102,7 @@ torch::Tensor PerModelLoss(const torch::Tensor& logits, const torch::Tensor& lab
       .mean(1);
 }
 
-StepResult FusedTrainer::Forward(const BatchTensors& t, int64_t n, bool train) {
+torch::Tensor FusedTrainer::Forward(const BatchTensors& t, int64_t n, bool train) {
   // Fine-tuning: every head reads the same features [n, F] (a view, no copy).
   // Float32 logits (under --amp the forward pass gives bfloat16 ones).
   const auto run = [&]() -> torch::Tensor {
@@ -124,19 +124,8 @@ StepResult FusedTrainer::Forward(const BatchTensors& t, int64_t n, bool train) {
     logits = run();
     losses = PerModelLoss(logits, t.labels);
   }
-  const torch::Tensor loss_cpu = losses.detach().to(torch::kCPU, torch::kDouble);
-  const torch::Tensor correct_cpu =
-      logits.detach().argmax(2).eq(t.labels.unsqueeze(0)).sum(1).to(torch::kCPU, torch::kLong);
-  StepResult result;
-  result.count = n;
-  for (int64_t k = 0; k < model_->num_models(); ++k) {
-    ModelStepResult model;
-    model.loss = loss_cpu[k].item<double>();
-    model.correct = correct_cpu[k].item<int64_t>();
-    result.loss += model.loss / static_cast<double>(model_->num_models());
-    result.models.push_back(model);
-  }
-  return result;
+  const torch::Tensor correct = logits.detach().argmax(2).eq(t.labels.unsqueeze(0)).sum(1);
+  return torch::stack({losses.detach().to(torch::kDouble), correct.to(torch::kDouble)});
 }
 
 absl::StatusOr<std::vector<std::string>> FusedTrainer::Save(const std::string& path) {

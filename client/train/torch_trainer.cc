@@ -76,7 +76,7 @@ class TorchTrainer final : public TorchTrainerBase {
   // Gradients dropped, not zeroed: backward allocates them afresh (no memset
   // kernel per parameter), and the optimizers skip a parameter without one.
   void ZeroGrad() override { model_->zero_grad(/*set_to_none=*/true); }
-  StepResult Forward(const BatchTensors& t, int64_t n, bool train) override;
+  torch::Tensor Forward(const BatchTensors& t, int64_t n, bool train) override;
   void OptimizerStep() override { optimizer_->step(); }
   absl::StatusOr<std::function<void()>> NewTrialOptimizer() override {
     std::shared_ptr<torch::optim::Optimizer> optimizer = MakeOptimizer(options_, model_);
@@ -103,7 +103,7 @@ class TorchTrainer final : public TorchTrainerBase {
   const std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
 
-StepResult TorchTrainer::Forward(const BatchTensors& t, int64_t n, bool train) {
+torch::Tensor TorchTrainer::Forward(const BatchTensors& t, int64_t n, bool train) {
   // Fine-tuning: the batch holds the frozen backbone's features [n, F].
   const auto run = [&] {
     // Float32 logits (under --amp the forward pass gives bfloat16 ones):
@@ -125,11 +125,8 @@ StepResult TorchTrainer::Forward(const BatchTensors& t, int64_t n, bool train) {
     logits = run();
     loss = torch::nn::functional::cross_entropy(logits, t.labels);
   }
-  StepResult result;
-  result.loss = loss.item<double>();
-  result.correct = logits.argmax(1).eq(t.labels).sum().item<int64_t>();
-  result.count = n;
-  return result;
+  const torch::Tensor correct = logits.detach().argmax(1).eq(t.labels).sum();
+  return torch::stack({loss.detach().to(torch::kDouble), correct.to(torch::kDouble)}).view({2, 1});
 }
 
 absl::Status TorchTrainer::LoadOptimizer(torch::serialize::InputArchive& archive) {

@@ -66,19 +66,17 @@ absl::StatusOr<StepResult> TorchTrainerBase::Step(const Batch& batch) {
       RETURN_IF_ERROR(InStep(batch, data_parallel_->Broadcast(module().buffers(), "buffers")));
     }
     ZeroGrad();
-    StepResult result;
-    if (empty) {
-      result = EmptyResult();
-    } else {
+    torch::Tensor summary;
+    if (!empty) {
       const AutocastScope autocast(options_.amp == "bf16", device_);
-      result = Forward(uploader_.Upload(batch, options_.channels_last), batch.n, /*train=*/true);
+      summary = Forward(uploader_.Upload(batch, options_.channels_last), batch.n, /*train=*/true);
     }
     if (data_parallel_ != nullptr) {
       RETURN_IF_ERROR(
           InStep(batch, data_parallel_->AllReduceGradients(TrainedParameters())));
     }
     OptimizerStep();
-    return result;
+    return empty ? EmptyResult() : ReadResult(summary, batch.n);
   } catch (const std::exception& e) {  // c10::Error derives from std::exception.
     return StepError(/*train=*/true, batch, e);
   }
@@ -106,8 +104,11 @@ absl::StatusOr<std::vector<double>> TorchTrainerBase::TrialSteps(const Batch& ba
       const absl::Time start = absl::Now();
       ZeroGrad();
       const AutocastScope autocast(options_.amp == "bf16", device_);
-      Forward(uploader_.Upload(batch, options_.channels_last), batch.n, /*train=*/true);
+      const torch::Tensor summary =
+          Forward(uploader_.Upload(batch, options_.channels_last), batch.n, /*train=*/true);
       optimizer_step();
+      // Read back as Step does: the time includes the device's work.
+      ReadResult(summary, batch.n);
       seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
     }
   } catch (const std::exception& e) {
@@ -128,10 +129,33 @@ absl::StatusOr<StepResult> TorchTrainerBase::Evaluate(const Batch& batch) {
   RETURN_IF_ERROR(ValidateBatch(batch, options_.arch, options_.num_classes, options_.finetune));
   try {
     const AutocastScope autocast(options_.amp == "bf16", device_);
-    return Forward(uploader_.Upload(batch, options_.channels_last), batch.n, /*train=*/false);
+    return ReadResult(
+        Forward(uploader_.Upload(batch, options_.channels_last), batch.n, /*train=*/false),
+        batch.n);
   } catch (const std::exception& e) {
     return StepError(/*train=*/false, batch, e);
   }
+}
+
+StepResult TorchTrainerBase::ReadResult(const torch::Tensor& summary, int64_t n) const {
+  const torch::Tensor host = summary.to(torch::kCPU).contiguous();
+  const auto values = host.accessor<double, 2>();
+  const int64_t models = host.size(1);
+  StepResult result;
+  result.count = n;
+  if (!options_.fused) {
+    result.loss = values[0][0];
+    result.correct = static_cast<int64_t>(values[1][0]);
+    return result;
+  }
+  for (int64_t k = 0; k < models; ++k) {
+    ModelStepResult model;
+    model.loss = values[0][k];
+    model.correct = static_cast<int64_t>(values[1][k]);
+    result.loss += model.loss / static_cast<double>(models);
+    result.models.push_back(model);
+  }
+  return result;
 }
 
 absl::Status TorchTrainerBase::SaveCheckpoint(const std::string& path,

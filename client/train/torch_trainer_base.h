@@ -64,7 +64,11 @@ class TorchTrainerBase : public Trainer, protected CheckpointedState {
   virtual void ZeroGrad() = 0;
   // Forward on the batch, and with `train` backward of the loss: the
   // module's train/eval mode and the gradient mode are set here. May throw.
-  virtual StepResult Forward(const BatchTensors& batch, int64_t n, bool train) = 0;
+  // Returns what the host reads of the step, left on the device so that
+  // the step waits for the device once, after its optimizer step: per model
+  // (one, or a fused array's B) its mean loss and its correct count, as a
+  // [2, models] float64 tensor (ReadResult turns it into a StepResult).
+  virtual torch::Tensor Forward(const BatchTensors& batch, int64_t n, bool train) = 0;
   // One optimizer step from the gradients. May throw.
   virtual void OptimizerStep() = 0;
   // A new optimizer of the trainer's kind and hyperparameters over the same
@@ -82,6 +86,11 @@ class TorchTrainerBase : public Trainer, protected CheckpointedState {
   const torch::Device device_;
 
  private:
+  // `summary` (from Forward) copied to the host in one copy, which waits
+  // for the work queued before it: a fused array's models one by one (with
+  // their mean as the loss), or the one model's loss and count.
+  StepResult ReadResult(const torch::Tensor& summary, int64_t n) const;
+
   // The collectives' errors name the batch.
   static absl::Status InStep(const Batch& batch, const absl::Status& status);
 
