@@ -169,7 +169,8 @@ ABSL_FLAG(int, staging_buffers, 2,
           "stream. Ignored on cpu. Default 2.");
 ABSL_FLAG(std::string, transfer, "auto",
           "What the training device receives: float32 (tensors normalised by this node's CPUs) "
-          "or uint8 (flipped crops, a quarter of the bytes, normalised on the device); auto: "
+          "or uint8 (the crops, a quarter of the bytes, flipped and normalised on the device); "
+          "auto: "
           "uint8 on cuda, float32 otherwise. Not with --finetune (features) or "
           "--device=emulate. Default auto.");
 ABSL_FLAG(std::string, gpu_type, "v100",
@@ -493,7 +494,7 @@ absl::StatusOr<std::unique_ptr<sophon::Trainer>> CreateTrainer(
 }
 
 // --transfer: the stage the training device receives, TENSOR (float32) or
-// FLIPPED (uint8, normalised on the device).
+// CROPPED (uint8, flipped and normalised on the device).
 absl::StatusOr<sophon::Stage> TransferStage() {
   const std::string transfer = absl::GetFlag(FLAGS_transfer);
   const std::string device = absl::GetFlag(FLAGS_device);
@@ -509,8 +510,8 @@ absl::StatusOr<sophon::Stage> TransferStage() {
         "--transfer=uint8 needs a model that trains on images (not --finetune) on a real "
         "device (not --device=emulate)");
   }
-  spdlog::info("transfer: uint8 flipped crops, normalised on {}", device);
-  return sophon::Stage::kFlipped;
+  spdlog::info("transfer: uint8 crops, flipped and normalised on {}", device);
+  return sophon::Stage::kCropped;
 }
 
 // --synthetic-data: the training step alone, no server.
@@ -766,7 +767,7 @@ int main(int argc, char** argv) {
   {
     const absl::StatusOr<sophon::Stage> target = TransferStage();
     if (!target.ok()) return Fail(target.status());
-    if (*target == sophon::Stage::kFlipped) loader_options.target = *target;
+    if (*target == sophon::Stage::kCropped) loader_options.target = *target;
   }
   const absl::StatusOr<sophon::TrainerOptions> options = TrainerOptionsFromFlags(
       std::max<int>(1, static_cast<int>(manifest.class_names().size())), backbone.get());
@@ -841,6 +842,8 @@ int main(int argc, char** argv) {
       measure.crop_size = loader_options.pipeline.augment.crop_size;
       measure.num_classes = trainer_options.num_classes;
       measure.feature_size = backbone != nullptr ? backbone->feature_size() : 0;
+      measure.stage = loader_options.target == sophon::Stage::kCropped ? sophon::Stage::kCropped
+                                                                       : sophon::Stage::kTensor;
       measure.seed = loader_options.seed;
       absl::StatusOr<sophon::StepMeasurement> step =
           sophon::MeasureTrainingStep(trainer->get(), measure, loader_options.world);

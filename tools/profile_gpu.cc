@@ -6,7 +6,8 @@
 // Per (model, batch size): W warm-up steps, then N timed steps of
 // Trainer::Step (copy + forward + backward + optimizer step; it ends with a
 // device sync when it reads the loss). With --transfer=uint8 the batch is
-// uint8 crops and the step includes their normalisation on the device. On cuda the host-to-device copy of the
+// uint8 crops and the step includes their flip and normalisation on the
+// device. On cuda the host-to-device copy of the
 // batch (pageable memory, as the trainer copies it) is timed on its own, N
 // times, and compute = median step - median copy. On cpu copy = 0.
 #include <torch/cuda.h>
@@ -50,7 +51,7 @@ ABSL_FLAG(sophon::CommaList, fused_models, sophon::CommaList(),
 ABSL_FLAG(int, crop_size, 224, "Image side S (batches are 3 x S x S). Default 224.");
 ABSL_FLAG(std::string, transfer, "auto",
           "What a batch crosses to the device as, as sophon-train --transfer: float32 (the "
-          "normalised tensors) or uint8 (the flipped crops; the step then includes their "
+          "normalised tensors) or uint8 (the crops; the step then includes their flip and "
           "normalisation on the device, so a profile measured with it is the GPU cost of a "
           "--transfer=uint8 run). auto: uint8 on cuda, float32 on cpu. Default auto.");
 ABSL_FLAG(int, num_classes, 1000, "Classes of the model's last layer. Default 1000.");
@@ -88,7 +89,7 @@ std::string TodayUtc() {
 double MeasureCopySeconds(const sophon::Batch& batch, const torch::Device& device, int warmup,
                           int steps) {
   torch::Tensor host =
-      batch.stage == sophon::Stage::kFlipped
+      batch.stage == sophon::Stage::kCropped
           ? torch::from_blob(const_cast<uint8_t*>(batch.pixels.data()),
                              {batch.n, batch.h, batch.w, batch.c}, torch::kUInt8)
           : torch::from_blob(const_cast<float*>(batch.images.data()),
@@ -189,10 +190,11 @@ int main(int argc, char** argv) {
   }
   const sophon::Stage input =
       transfer == "uint8" || (transfer == "auto" && absl::StartsWith(base.device, "cuda"))
-          ? sophon::Stage::kFlipped
+          ? sophon::Stage::kCropped
           : sophon::Stage::kTensor;
-  const std::string input_text = input == sophon::Stage::kFlipped
-                                     ? absl::StrCat("uint8 ", crop, "x", crop, "x3 normalised on the device")
+  const std::string input_text = input == sophon::Stage::kCropped
+                                     ? absl::StrCat("uint8 ", crop, "x", crop,
+                                                    "x3 flipped and normalised on the device")
                                      : absl::StrCat("float32 3x", crop, "x", crop);
 
   std::vector<int> fused_sizes = {0};  // 0: the ordinary model

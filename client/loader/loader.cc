@@ -960,6 +960,14 @@ absl::StatusOr<bool> Loader::Next(Batch* out) {
     out->pixels = std::move(batch->pixels);
     out->labels = std::move(batch->labels);
     out->ids = std::move(batch->ids);
+    out->flips.clear();
+    if (options_.target == Stage::kCropped) {
+      // The flip the FLIP op would have applied, for the device to apply.
+      for (uint64_t id : out->ids) {
+        out->flips.push_back(
+            FlipFor(SampleKey{options_.seed, epoch_, id}, options_.pipeline.augment) ? 1 : 0);
+      }
+    }
     out->cursor = std::min(
         start_position_ + (batch->first_position + batch->n) * options_.world,
         PaddedEpochLength(servers_->manifest().num_samples(), options_.world));

@@ -19,6 +19,7 @@ namespace {
 class StreamCopyEvent final : public CopyEvent {
  public:
   explicit StreamCopyEvent(c10::Event event) : event_(std::move(event)) {}
+  bool Done() override { return event_.query(); }
   void Wait() override {
     // LibTorch 1.13's generic event has no blocking wait; a copy of a batch
     // takes milliseconds, so a short poll costs nothing that matters.
@@ -29,9 +30,10 @@ class StreamCopyEvent final : public CopyEvent {
   c10::Event event_;
 };
 
-// Where the labels start in a staging buffer: after the images, on a
-// boundary that suits any element type.
-size_t LabelsOffset(size_t image_bytes) { return (image_bytes + 255) / 256 * 256; }
+// `bytes` rounded up to a boundary that suits any element type: where the
+// labels start in a staging buffer, after the images (the flip flags follow
+// the labels).
+size_t AlignedOffset(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 }  // namespace
 
@@ -62,18 +64,22 @@ BatchTensors BatchUploader::Upload(const Batch& batch, bool channels_last) {
 }
 
 BatchTensors BatchUploader::UploadStaged(const Batch& batch, bool channels_last) {
-  const bool crops = batch.stage == Stage::kFlipped;
+  const bool crops = batch.stage == Stage::kFlipped || batch.stage == Stage::kCropped;
+  const bool flips = batch.stage == Stage::kCropped;
   const size_t image_bytes =
       crops ? batch.pixels.size() : batch.images.size() * sizeof(float);
-  const size_t labels_offset = LabelsOffset(image_bytes);
+  const size_t labels_offset = AlignedOffset(image_bytes);
   const size_t label_bytes = batch.labels.size() * sizeof(int64_t);
+  const size_t flips_offset = labels_offset + label_bytes;
+  const size_t flip_bytes = flips ? batch.flips.size() : 0;
   // Waits, if need be, for the copy that last read this buffer.
-  const StagingRing::Slot slot = ring_->Acquire(labels_offset + label_bytes);
+  const StagingRing::Slot slot = ring_->Acquire(flips_offset + flip_bytes);
   auto* bytes = static_cast<uint8_t*>(slot.data);
   std::memcpy(bytes, crops ? static_cast<const void*>(batch.pixels.data())
                            : static_cast<const void*>(batch.images.data()),
               image_bytes);
   std::memcpy(bytes + labels_offset, batch.labels.data(), label_bytes);
+  if (flips) std::memcpy(bytes + flips_offset, batch.flips.data(), flip_bytes);
 
   // Views of the pinned buffer, so that LibTorch's copy knows it is pinned.
   const torch::Tensor& buffer = pinned_.at(slot.data);
@@ -86,15 +92,22 @@ BatchTensors BatchUploader::UploadStaged(const Batch& batch, bool channels_last)
   const torch::Tensor host_labels =
       buffer.narrow(0, static_cast<int64_t>(labels_offset), static_cast<int64_t>(label_bytes))
           .view(torch::kInt64);
+  const torch::Tensor host_flips =
+      flips ? buffer.narrow(0, static_cast<int64_t>(flips_offset), static_cast<int64_t>(flip_bytes))
+            : torch::Tensor();
 
   const c10::impl::VirtualGuardImpl guard(device_.type());
   const c10::Stream compute = guard.getStream(device_);
   BatchTensors tensors;
+  torch::Tensor device_flips;
   {
     // The device memory comes from the copy stream's pool.
     const c10::StreamGuard on_copy_stream(*copy_stream_);
     tensors.images = host_images.to(host_images.options().device(device_), /*non_blocking=*/true);
     tensors.labels = host_labels.to(host_labels.options().device(device_), /*non_blocking=*/true);
+    if (flips) {
+      device_flips = host_flips.to(host_flips.options().device(device_), /*non_blocking=*/true);
+    }
   }
   // The compute stream's next work waits for the copy; the host does not.
   c10::Event copied(device_.type());
@@ -105,11 +118,15 @@ BatchTensors BatchUploader::UploadStaged(const Batch& batch, bool channels_last)
   // has run.
   guard.recordDataPtrOnStream(tensors.images.storage().data_ptr(), compute);
   guard.recordDataPtrOnStream(tensors.labels.storage().data_ptr(), compute);
+  if (flips) guard.recordDataPtrOnStream(device_flips.storage().data_ptr(), compute);
   c10::Event read(device_.type());
   read.record(*copy_stream_);
   ring_->Release(std::make_unique<StreamCopyEvent>(std::move(read)));
 
-  if (crops) tensors.images = FinishOnDevice(tensors.images);
+  if (crops) {
+    tensors.images =
+        FinishOnDevice(tensors.images, flips ? device_flips.to(torch::kBool) : torch::Tensor());
+  }
   if (channels_last && batch.stage != Stage::kFeatures) {
     tensors.images = tensors.images.contiguous(at::MemoryFormat::ChannelsLast);
   }

@@ -41,8 +41,9 @@ class BatchUploader {
   BatchUploader(const BatchUploader&) = delete;
   BatchUploader& operator=(const BatchUploader&) = delete;
 
-  // As ToTensors (torch_step.h): images [n, c, h, w] float32 (FLIPPED uint8
-  // crops normalised on the device) and labels [n] int64, on the device.
+  // As ToTensors (torch_step.h): images [n, c, h, w] float32 (uint8 crops
+  // flipped where a CROPPED batch says and normalised on the device) and
+  // labels [n] int64, on the device.
   // The batch's buffers are free for reuse when this returns.
   BatchTensors Upload(const Batch& batch, bool channels_last);
 

@@ -18,18 +18,15 @@ torch::Tensor FinishOnDevice(const torch::Tensor& pixels, const torch::Tensor& f
     // Mirror along w where the mask is set: [n, 1, 1, 1] broadcasts.
     x = torch::where(flip.view({-1, 1, 1, 1}), x.flip({2}), x);
   }
-  float a[3], b[3];
-  for (int c = 0; c < 3; ++c) {
-    a[c] = 1.0f / (255.0f * kImageNetStd[c]);
-    b[c] = -kImageNetMean[c] / kImageNetStd[c];
-  }
-  const auto options = torch::TensorOptions().dtype(torch::kFloat32);
-  const torch::Tensor scale = torch::from_blob(a, {1, 3, 1, 1}, options).to(pixels.device());
-  const torch::Tensor shift = torch::from_blob(b, {1, 3, 1, 1}, options).to(pixels.device());
-  // NHWC -> NCHW, contiguous, then the multiply and the add as two kernels.
+  // NHWC -> NCHW, contiguous, then per channel the multiply and the add
+  // with float scalars (kernel arguments: no copy from the host, which on a
+  // GPU would make the host wait for the device).
   torch::Tensor out = x.permute({0, 3, 1, 2}).to(torch::kFloat32).contiguous();
-  out.mul_(scale);
-  out.add_(shift);
+  for (int c = 0; c < 3; ++c) {
+    const float a = 1.0f / (255.0f * kImageNetStd[c]);
+    const float b = -kImageNetMean[c] / kImageNetStd[c];
+    out.select(1, c).mul_(a).add_(b);
+  }
   return out;
 }
 

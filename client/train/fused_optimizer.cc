@@ -189,9 +189,9 @@ class FusedAdam final : public FusedOptimizer {
   // The bias corrections in double on the host, as torch::optim::Adam
   // computes them.
   void StepForeach() override {
+    ++step_;  // as StepPerParameter: every step counts, with gradients or not
     const std::vector<size_t> active = WithGradients();
     if (active.empty()) return;
-    ++step_;
     const double t = static_cast<double>(step_);
     std::vector<double> one_minus_b1, one_minus_b2, neg_step, sqrt_bc2;
     for (const Hyperparameters& h : models_) {
@@ -352,7 +352,24 @@ std::vector<torch::Tensor> FusedOptimizer::Slices(const std::vector<torch::Tenso
 std::vector<torch::Tensor> FusedOptimizer::GradientSlices(const std::vector<size_t>& active) const {
   std::vector<torch::Tensor> grads;
   grads.reserve(active.size());
-  for (size_t i : active) grads.push_back(params_[i].grad());
+  for (size_t i : active) {
+    const torch::Tensor& p = params_[i];
+    torch::Tensor g = p.grad();
+    if (!g.strides().equals(p.strides())) {
+      // The `_foreach_` fast path needs every list's tensors laid out alike.
+      // A gradient may differ from its parameter only in the strides of
+      // size-1 dimensions (LibTorch's gradient layout contract ignores
+      // them; a channels-last 1x1 convolution's weight): the same memory,
+      // viewed with the parameter's strides. Otherwise it is copied.
+      bool same_memory = g.sizes().equals(p.sizes()) && g.is_non_overlapping_and_dense();
+      for (int64_t d = 0; same_memory && d < p.dim(); ++d) {
+        same_memory = p.size(d) == 1 || g.stride(d) == p.stride(d);
+      }
+      g = same_memory ? g.as_strided(p.sizes(), p.strides(), g.storage_offset())
+                      : torch::empty_like(p).copy_(g);
+    }
+    grads.push_back(std::move(g));
+  }
   std::vector<torch::Tensor> slices;
   slices.reserve(active.size() * models_.size());
   for (const torch::Tensor& g : grads) {

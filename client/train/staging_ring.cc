@@ -21,9 +21,11 @@ StagingRing::Slot StagingRing::Acquire(size_t bytes) {
   next_ = (next_ + 1) % static_cast<int>(slots_.size());
   Buffer& b = slots_[index];
   if (b.in_flight != nullptr) {
-    b.in_flight->Wait();
+    if (!b.in_flight->Done()) {
+      b.in_flight->Wait();
+      ++waits_;
+    }
     b.in_flight.reset();
-    ++waits_;
   }
   if (b.bytes < bytes) {
     if (b.data != nullptr) free_(b.data, b.bytes);

@@ -19,6 +19,8 @@ namespace sophon {
 class CopyEvent {
  public:
   virtual ~CopyEvent() = default;
+  // Whether the copy has completed, without waiting.
+  virtual bool Done() = 0;
   // Blocks until the copy has completed.
   virtual void Wait() = 0;
 };
@@ -49,7 +51,8 @@ class StagingRing {
   // completes when it has run. REQUIRES: a buffer acquired and not released.
   void Release(std::unique_ptr<CopyEvent> done);
 
-  int64_t waits() const { return waits_; }  // copies waited for in Acquire
+  // Copies Acquire found still in flight and waited for.
+  int64_t waits() const { return waits_; }
   int slots() const { return static_cast<int>(slots_.size()); }
 
  private:

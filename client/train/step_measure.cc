@@ -26,6 +26,10 @@ absl::Status StepMeasureOptions::Validate() const {
                          at_least("feature_size", feature_size, 0)}) {
     if (!s.ok()) return s;
   }
+  if (stage != Stage::kTensor && stage != Stage::kCropped && stage != Stage::kFlipped) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "StepMeasureOptions.stage must be TENSOR, CROPPED or FLIPPED, got ", StageName(stage)));
+  }
   return absl::OkStatus();
 }
 
@@ -35,7 +39,8 @@ absl::StatusOr<StepMeasurement> MeasureTrainingStep(Trainer* trainer,
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   const absl::Time start = absl::Now();
   Batch batch = MakeSyntheticBatch(options.batch_size, options.crop_size, options.num_classes,
-                                   options.seed);
+                                   options.seed,
+                                   options.feature_size > 0 ? Stage::kTensor : options.stage);
   if (options.feature_size > 0) {
     // A fine-tuned head's batch: F features per sample, non-negative as
     // pooled ReLU activations are.

@@ -20,12 +20,18 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/train/trainer.h"
+#include "sophon/ops/stage.h"
 
 namespace sophon {
 
 struct StepMeasureOptions {
   int batch_size = 256;   // samples per step of this rank; >= 1
-  int crop_size = 224;    // images are 3 x crop_size x crop_size float32; >= 1
+  int crop_size = 224;    // images are 3 x crop_size x crop_size; >= 1
+  // What the device receives (LoaderOptions.target): kTensor, float32
+  // images, or kCropped (kFlipped), uint8 crops the step flips and
+  // normalises (normalises) on the device, so that the time measured
+  // includes that work.
+  Stage stage = Stage::kTensor;
   int num_classes = 1000; // labels cycle through [0, num_classes); >= 1
   // Untimed first steps; >= 0. On the CPU the first step of a model takes
   // ~4x the steady one and the second still ~1.5x (first-touch memory,

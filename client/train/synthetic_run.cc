@@ -30,9 +30,9 @@ absl::Status SyntheticRunOptions::Validate() const {
         "synthetic data needs batch size, crop size, classes and samples >= 1 (got ", batch_size,
         ", ", crop_size, ", ", num_classes, ", ", samples, ") and warm-up steps >= 0"));
   }
-  if (stage != Stage::kTensor && stage != Stage::kFlipped) {
-    return absl::InvalidArgumentError(absl::StrCat("synthetic data comes at the TENSOR or the "
-                                                   "FLIPPED stage, not ", StageName(stage)));
+  if (stage != Stage::kTensor && stage != Stage::kCropped && stage != Stage::kFlipped) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "synthetic data comes at the TENSOR, CROPPED or FLIPPED stage, not ", StageName(stage)));
   }
   return absl::OkStatus();
 }

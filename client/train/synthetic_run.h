@@ -18,7 +18,8 @@ namespace sophon {
 struct SyntheticRunOptions {
   int batch_size = 256;
   int crop_size = 224;     // images are 3 x crop x crop
-  // kTensor: float32 images; kFlipped: uint8 crops the device normalises.
+  // kTensor: float32 images; kCropped (with flip flags) or kFlipped: uint8
+  // crops the device flips and normalises.
   Stage stage = Stage::kTensor;
   int num_classes = 1000;  // labels cycle through [0, num_classes)
   int64_t samples = 0;     // per epoch; the last batch may be short

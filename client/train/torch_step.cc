@@ -45,13 +45,18 @@ absl::Status ValidateBatch(const Batch& batch, const std::string& arch, int num_
   if (batch.n <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(where, "n must be > 0, got ", batch.n));
   }
-  const bool crops = batch.stage == Stage::kFlipped;
+  const bool crops = batch.stage == Stage::kFlipped || batch.stage == Stage::kCropped;
   if (features != (batch.stage == Stage::kFeatures) ||
       (!features && batch.stage != Stage::kTensor && !crops)) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, features ? "fine-tuning trains on " : "training takes ",
-        features ? StageName(Stage::kFeatures) : "TENSOR or FLIPPED", " batches, got ",
+        features ? StageName(Stage::kFeatures) : "TENSOR, CROPPED or FLIPPED", " batches, got ",
         StageName(batch.stage)));
+  }
+  if (batch.stage == Stage::kCropped && batch.flips.size() != static_cast<size_t>(batch.n)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "a CROPPED batch needs a flip flag per "
+                                                   "sample: flips holds ",
+                                                   batch.flips.size(), ", expected n = ", batch.n));
   }
   if (features) {
     if (batch.c != ModelFeatureSize(arch) || batch.h != 1 || batch.w != 1) {
@@ -104,13 +109,20 @@ BatchTensors ToTensors(const Batch& batch, const torch::Device& device, bool cha
   // Views of the batch's buffers, no copy; nothing writes to them (.to()
   // copies when the device is not the CPU and is a no-op otherwise).
   BatchTensors tensors;
-  if (batch.stage == Stage::kFlipped) {
+  if (batch.stage == Stage::kFlipped || batch.stage == Stage::kCropped) {
     // uint8 crops cross to the device (a quarter of float32's bytes) and are
-    // normalised there.
+    // flipped (CROPPED) and normalised there.
+    torch::Tensor flips;
+    if (batch.stage == Stage::kCropped) {
+      flips = torch::from_blob(const_cast<uint8_t*>(batch.flips.data()), {batch.n}, torch::kUInt8)
+                  .to(device)
+                  .to(torch::kBool);
+    }
     tensors.images = FinishOnDevice(
         torch::from_blob(const_cast<uint8_t*>(batch.pixels.data()),
                          {batch.n, batch.h, batch.w, batch.c}, torch::kUInt8)
-            .to(device));
+            .to(device),
+        flips);
   } else {
     tensors.images = torch::from_blob(const_cast<float*>(batch.images.data()),
                                       {batch.n, batch.c, batch.h, batch.w}, torch::kFloat32)

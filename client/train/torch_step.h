@@ -29,14 +29,16 @@ absl::StatusOr<torch::Device> ResolveDevice(const std::string& name);
 // from_blob never reads past a buffer and cross_entropy never sees a bad label.
 // With `features` the batch must hold the architecture's features
 // (FEATURES: c = ModelFeatureSize(arch), h = w = 1), otherwise images
-// (TENSOR, float32) or uint8 crops (FLIPPED, normalised on the device).
+// (TENSOR, float32) or uint8 crops (FLIPPED, normalised on the device; or
+// CROPPED with a flip flag per sample, flipped and normalised there).
 absl::Status ValidateBatch(const Batch& batch, const std::string& arch, int num_classes,
                            bool features = false);
 
 // The batch's images [n, c, h, w] float32 and labels [n] int64 on `device`
 // (views of the batch's buffers on the CPU, copies elsewhere). A FLIPPED
 // batch's uint8 NHWC pixels are copied as they are and normalised on the
-// device (FinishOnDevice), to the floats the TENSOR op would have made.
+// device (FinishOnDevice), to the floats the TENSOR op would have made; a
+// CROPPED batch's are also flipped there where its `flips` say.
 struct BatchTensors {
   torch::Tensor images;
   torch::Tensor labels;

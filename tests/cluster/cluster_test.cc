@@ -197,9 +197,11 @@ TEST_F(ClusterTest, EveryModeDeliversEverySampleOnceAndIdenticalBatches) {
   EXPECT_NE((*epoch1)[0].ids, ref[0].ids);
 }
 
-// A uint8 target: the loader stops at FLIPPED (the device normalises). Every
-// mode gives the same pixels, no sample crosses the wire past FLIPPED, and
-// normalising the pixels gives the float32 batches bit for bit.
+// A uint8 target: the loader stops at FLIPPED (the device normalises) or at
+// CROPPED with each sample's flip flag (the device flips and normalises).
+// Every mode gives the same pixels, no sample crosses the wire past the
+// target, and normalising the pixels (mirrored where flagged) gives the
+// float32 batches bit for bit.
 TEST_F(ClusterTest, Uint8TargetGivesPixelsThatNormaliseToTheTensorBatches) {
   testing::TestDatasetOptions dopts;
   dopts.classes = 3;
@@ -209,36 +211,48 @@ TEST_F(ClusterTest, Uint8TargetGivesPixelsThatNormaliseToTheTensorBatches) {
   absl::StatusOr<std::vector<Batch>> reference = RunEpoch(PlannerKind::kNoOff, float_options, 2);
   ASSERT_TRUE(reference.ok()) << reference.status();
   LoaderOptions options = SmallLoaderOptions();
-  options.target = Stage::kFlipped;
   const int s = options.pipeline.augment.crop_size;
-  for (PlannerKind mode : {PlannerKind::kNoOff, PlannerKind::kResizeOff, PlannerKind::kAllOff}) {
-    LoaderEpochStats stats;
-    absl::StatusOr<std::vector<Batch>> batches = RunEpoch(mode, options, 2, &stats);
-    ASSERT_TRUE(batches.ok()) << ModeName(mode) << ": " << batches.status();
-    ASSERT_EQ(batches->size(), reference->size());
-    // alloff stops at the target.
-    EXPECT_EQ(stats.samples_by_stage[StageIndex(Stage::kTensor)], 0u) << ModeName(mode);
-    if (mode == PlannerKind::kAllOff) {
-      EXPECT_EQ(stats.samples_by_stage[StageIndex(Stage::kFlipped)], 12u);
-    }
-    for (size_t k = 0; k < batches->size(); ++k) {
-      const Batch& b = (*batches)[k];
-      const Batch& ref = (*reference)[k];
-      ASSERT_EQ(b.ids, ref.ids) << ModeName(mode) << " batch " << k;
-      EXPECT_EQ(b.stage, Stage::kFlipped);
-      EXPECT_TRUE(b.images.empty());
-      ASSERT_EQ(b.pixels.size(), static_cast<size_t>(b.n) * s * s * 3);
-      std::vector<float> normalised(b.pixels.size());
-      for (int i = 0; i < b.n; ++i) {
-        ToTensorNormalize(b.pixels.data() + static_cast<size_t>(i) * s * s * 3, s, s,
-                          normalised.data() + static_cast<size_t>(i) * 3 * s * s,
-                          /*mirror=*/false);
+  for (Stage target : {Stage::kFlipped, Stage::kCropped}) {
+    options.target = target;
+    int flipped = 0;
+    for (PlannerKind mode :
+         {PlannerKind::kNoOff, PlannerKind::kResizeOff, PlannerKind::kAllOff}) {
+      SCOPED_TRACE(absl::StrCat(StageName(target), " ", ModeName(mode)));
+      LoaderEpochStats stats;
+      absl::StatusOr<std::vector<Batch>> batches = RunEpoch(mode, options, 2, &stats);
+      ASSERT_TRUE(batches.ok()) << batches.status();
+      ASSERT_EQ(batches->size(), reference->size());
+      // alloff stops at the target.
+      for (Stage past = static_cast<Stage>(static_cast<int>(target) + 1);
+           past <= Stage::kTensor; past = static_cast<Stage>(static_cast<int>(past) + 1)) {
+        EXPECT_EQ(stats.samples_by_stage[StageIndex(past)], 0u) << StageName(past);
       }
-      ASSERT_EQ(normalised.size(), ref.images.size());
-      EXPECT_EQ(0, std::memcmp(normalised.data(), ref.images.data(),
-                               normalised.size() * sizeof(float)))
-          << ModeName(mode) << " batch " << k;
+      if (mode == PlannerKind::kAllOff) {
+        EXPECT_EQ(stats.samples_by_stage[StageIndex(target)], 12u);
+      }
+      for (size_t k = 0; k < batches->size(); ++k) {
+        const Batch& b = (*batches)[k];
+        const Batch& ref = (*reference)[k];
+        ASSERT_EQ(b.ids, ref.ids) << "batch " << k;
+        EXPECT_EQ(b.stage, target);
+        EXPECT_TRUE(b.images.empty());
+        ASSERT_EQ(b.pixels.size(), static_cast<size_t>(b.n) * s * s * 3);
+        ASSERT_EQ(b.flips.size(), target == Stage::kCropped ? static_cast<size_t>(b.n) : 0u);
+        std::vector<float> normalised(b.pixels.size());
+        for (int i = 0; i < b.n; ++i) {
+          const bool mirror = target == Stage::kCropped && b.flips[i] != 0;
+          flipped += mirror ? 1 : 0;
+          ToTensorNormalize(b.pixels.data() + static_cast<size_t>(i) * s * s * 3, s, s,
+                            normalised.data() + static_cast<size_t>(i) * 3 * s * s, mirror);
+        }
+        ASSERT_EQ(normalised.size(), ref.images.size());
+        EXPECT_EQ(0, std::memcmp(normalised.data(), ref.images.data(),
+                                 normalised.size() * sizeof(float)))
+            << "batch " << k;
+      }
     }
+    // Some of the 12 samples are flagged, in each of the 3 modes (p = 0.5).
+    if (target == Stage::kCropped) EXPECT_GT(flipped, 0);
   }
   options.target = Stage::kRaw;
   EXPECT_FALSE(RunEpoch(PlannerKind::kNoOff, options).ok()) << "RAW is no batch layout";

@@ -32,6 +32,14 @@ TEST(SyntheticBatchTest, FlippedBatchHoldsUint8CropsOfTheSameShape) {
   EXPECT_GT(values.size(), 100u);
   // The same seed, the same pixels.
   EXPECT_EQ(MakeSyntheticBatch(5, 4, 3, 1, Stage::kFlipped).pixels, b.pixels);
+  EXPECT_TRUE(b.flips.empty());
+}
+
+TEST(SyntheticBatchTest, CroppedBatchFlagsEveryOtherSampleForTheDeviceToFlip) {
+  const Batch b = MakeSyntheticBatch(5, 4, 3, 1, Stage::kCropped);
+  EXPECT_EQ(b.stage, Stage::kCropped);
+  EXPECT_EQ(b.pixels, MakeSyntheticBatch(5, 4, 3, 1, Stage::kFlipped).pixels);
+  EXPECT_EQ(b.flips, (std::vector<uint8_t>{0, 1, 0, 1, 0}));
 }
 
 }  // namespace

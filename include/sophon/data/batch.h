@@ -25,6 +25,9 @@ struct Batch {
   Stage stage = Stage::kTensor;
   std::vector<float> images;    // n * c * h * w, or empty
   std::vector<uint8_t> pixels;  // n * h * w * c, or empty
+  // CROPPED: n flags, 1 where the device is to mirror sample i (the flip a
+  // FLIPPED batch's pixels already have); empty at other stages.
+  std::vector<uint8_t> flips;
   std::vector<int64_t> labels; // n
   std::vector<uint64_t> ids;   // sample ids, in batch order
   // The data cursor after this batch: samples of the epoch's global order

@@ -36,6 +36,14 @@ TEST(BatchUploaderTest, CropsAreNormalisedAndChannelsLastIsHonoured) {
   EXPECT_TRUE(torch::equal(t.images, FinishOnDevice(crops)));
   EXPECT_TRUE(t.images.is_contiguous(at::MemoryFormat::ChannelsLast));
   EXPECT_EQ(t.labels.sizes(), (std::vector<int64_t>{3}));
+
+  // CROPPED: flipped by the batch's flags (every other sample) first.
+  const Batch cropped = MakeSyntheticBatch(3, 6, 3, 2, Stage::kCropped);
+  ASSERT_EQ(cropped.flips, (std::vector<uint8_t>{0, 1, 0}));
+  const torch::Tensor flips = torch::tensor({false, true, false});
+  EXPECT_TRUE(torch::equal(uploader.Upload(cropped, /*channels_last=*/false).images,
+                           FinishOnDevice(crops, flips)));
+  EXPECT_FALSE(torch::equal(FinishOnDevice(crops, flips), FinishOnDevice(crops)));
 }
 
 }  // namespace

@@ -209,6 +209,13 @@ TEST(FusedOptimizerTest, ForeachEqualsPerParameter) {
     for (int step = 0; step < 3 * kSteps; ++step) {
       (*foreach)->ZeroGrad();
       (*per_parameter)->ZeroGrad();
+      if (step == 5) {
+        // A step without any gradient still counts as a step (Adam's bias
+        // corrections) in both ways.
+        (*foreach)->Step();
+        (*per_parameter)->Step();
+        continue;
+      }
       for (size_t i = 0; i < a.size(); ++i) {
         a[i].mutable_grad() = torch::randn(a[i].sizes());
         b[i].mutable_grad() = a[i].grad().clone();
@@ -220,6 +227,39 @@ TEST(FusedOptimizerTest, ForeachEqualsPerParameter) {
         EXPECT_LE(diff, kTolerance) << "step " << step << ", parameter " << i;
       }
     }
+  }
+}
+
+// Gradients laid out unlike their parameters (a channels-last 1x1
+// convolution's weight gradient differs in the strides of its size-1
+// dimensions; any other layout is possible too): the `_foreach_` step lines
+// them up and gives the per-parameter step's result.
+TEST(FusedOptimizerTest, ForeachTakesGradientsOfAnyLayout) {
+  torch::manual_seed(10);
+  const torch::Tensor start = torch::randn({kModels, 4, 3, 1, 1});
+  const torch::Tensor grad = torch::randn({kModels, 4, 3, 1, 1});
+  std::vector<torch::Tensor> grads = {
+      // Strides of the size-1 dimensions changed: the same memory.
+      grad.clone().as_strided(grad.sizes(), {12, 3, 1, 3, 3}),
+      // Another order of the dimensions altogether.
+      grad.permute({0, 2, 1, 3, 4}).contiguous().permute({0, 2, 1, 3, 4})};
+  ASSERT_FALSE(grads[0].strides().equals(start.strides()));
+  ASSERT_FALSE(grads[1].strides().equals(start.strides()));
+  const std::vector<Hyperparameters> h = PerModelHyperparameters(OptimizerKind::kAdam);
+  torch::Tensor reference = start.clone().requires_grad_();
+  auto per_parameter =
+      FusedOptimizer::Create(OptimizerKind::kAdam, {reference}, h, FusedStepOps::kPerParameter);
+  ASSERT_TRUE(per_parameter.ok());
+  reference.mutable_grad() = grad.clone();
+  (*per_parameter)->Step();
+  for (const torch::Tensor& g : grads) {
+    torch::Tensor p = start.clone().requires_grad_();
+    auto foreach = FusedOptimizer::Create(OptimizerKind::kAdam, {p}, h, FusedStepOps::kForeach);
+    ASSERT_TRUE(foreach.ok());
+    p.mutable_grad() = g;
+    (*foreach)->Step();
+    EXPECT_LE((p.detach() - reference.detach()).abs().max().item<double>(), kTolerance)
+        << "gradient strides " << g.strides();
   }
 }
 

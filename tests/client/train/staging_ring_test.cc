@@ -20,6 +20,7 @@ struct FakeCopies {
 class FakeEvent final : public CopyEvent {
  public:
   FakeEvent(FakeCopies* copies, int id) : copies_(copies), id_(id) {}
+  bool Done() override { return copies_->done[id_]; }
   void Wait() override { copies_->done[id_] = true; }
 
  private:
@@ -52,6 +53,11 @@ TEST(StagingRingTest, ABufferIsNeverHandedOutWhileItsCopyIsInFlight) {
       if (batch >= 2) EXPECT_FALSE(copies.done[id - 1]) << "batch " << batch;
     }
     EXPECT_EQ(ring.waits(), 17);  // every acquire after the first three
+    // A copy that has completed on its own is not waited for.
+    copies.done[copies.next - 3] = true;
+    ring.Acquire(10);
+    EXPECT_EQ(ring.waits(), 17);
+    ring.Release(nullptr);
   }
   // Destruction waits for the last copies, then frees every buffer.
   for (const auto& [id, done] : copies.done) EXPECT_TRUE(done) << "copy " << id;

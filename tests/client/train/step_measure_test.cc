@@ -103,6 +103,23 @@ StepMeasureOptions Small() {
   return options;
 }
 
+// With uint8 transfer the trial batch is uint8 crops, so the step measured
+// includes their normalisation on the device.
+TEST(MeasureTrainingStepTest, TheTrialBatchIsWhatTheDeviceReceives) {
+  ScriptedTrainer trainer({1, 1, 1, 1, 1});
+  StepMeasureOptions options = Small();
+  options.stage = Stage::kCropped;
+  ASSERT_TRUE(MeasureTrainingStep(&trainer, options).ok());
+  EXPECT_EQ(trainer.batch_.stage, Stage::kCropped);
+  EXPECT_EQ(trainer.batch_.pixels.size(), 2u * 4 * 4 * 3);
+  EXPECT_EQ(trainer.batch_.flips.size(), 2u);
+  EXPECT_TRUE(trainer.batch_.images.empty());
+
+  options.stage = Stage::kRaw;
+  EXPECT_THAT(options.Validate().message(),
+              HasSubstr("StepMeasureOptions.stage must be TENSOR, CROPPED or FLIPPED"));
+}
+
 TEST(MeasureTrainingStepTest, ErrorsSayWhatWasMeasured) {
   PlainTrainer plain;
   absl::StatusOr<StepMeasurement> m = MeasureTrainingStep(&plain, Small());
