@@ -101,12 +101,7 @@ class FusedSgd final : public FusedOptimizer {
     if (active.empty()) return;
     const std::vector<torch::Tensor> p = Slices(params_, active);
     std::vector<torch::Tensor> d = GradientSlices(active);
-    if (decay_) {
-      std::vector<torch::Tensor> decayed =
-          at::_foreach_mul(p, PerSlice(Field(&Hyperparameters::weight_decay), active));
-      at::_foreach_add_(decayed, d);
-      d = std::move(decayed);
-    }
+    if (decay_) d = WithWeightDecay(p, d, active);
     if (momentum_) {
       const std::vector<torch::Tensor> buffers = Slices(buffers_, active);
       at::_foreach_mul_(buffers, PerSlice(Field(&Hyperparameters::momentum), active));
@@ -202,12 +197,7 @@ class FusedAdam final : public FusedOptimizer {
     }
     const std::vector<torch::Tensor> p = Slices(params_, active);
     std::vector<torch::Tensor> g = GradientSlices(active);
-    if (decay_) {
-      std::vector<torch::Tensor> decayed =
-          at::_foreach_mul(p, PerSlice(Field(&Hyperparameters::weight_decay), active));
-      at::_foreach_add_(decayed, g);
-      g = std::move(decayed);
-    }
+    if (decay_) g = WithWeightDecay(p, g, active);
     const std::vector<torch::Tensor> m = Slices(exp_avg_, active);
     const std::vector<torch::Tensor> v = Slices(exp_avg_sq_, active);
     at::_foreach_mul_(m, PerSlice(Field(&Hyperparameters::beta1), active));
@@ -378,6 +368,15 @@ std::vector<torch::Tensor> FusedOptimizer::GradientSlices(const std::vector<size
     }
   }
   return slices;
+}
+
+std::vector<torch::Tensor> FusedOptimizer::WithWeightDecay(const std::vector<torch::Tensor>& p,
+                                                          const std::vector<torch::Tensor>& g,
+                                                          const std::vector<size_t>& active) const {
+  std::vector<torch::Tensor> decayed =
+      at::_foreach_mul(p, PerSlice(Field(&Hyperparameters::weight_decay), active));
+  at::_foreach_add_(decayed, g);
+  return decayed;
 }
 
 std::vector<c10::Scalar> FusedOptimizer::PerSlice(const std::vector<double>& per_model,

@@ -94,6 +94,11 @@ class FusedOptimizer {
                                     const std::vector<size_t>& active) const;
   // The same slices of the parameters' gradients.
   std::vector<torch::Tensor> GradientSlices(const std::vector<size_t>& active) const;
+  // g + weight_decay_k * p for every slice, in new tensors (the gradients
+  // are not changed).
+  std::vector<torch::Tensor> WithWeightDecay(const std::vector<torch::Tensor>& p,
+                                             const std::vector<torch::Tensor>& g,
+                                             const std::vector<size_t>& active) const;
   // per_model[k] for slice (i, k).
   std::vector<c10::Scalar> PerSlice(const std::vector<double>& per_model,
                                     const std::vector<size_t>& active) const;

@@ -224,29 +224,45 @@ std::vector<double> StepLosses(const TrainerOptions& options, const Batch& batch
   return out;
 }
 
-// A FLIPPED batch of uint8 crops, normalised on the device, trains exactly
-// as the TENSOR batch the CPU pipeline makes of the same crops.
-TEST(TrainerTest, Uint8CropsNormalisedOnTheDeviceTrainAsCpuTensors) {
+// Four random 32 x 32 uint8 crops at `stage` (FLIPPED, or CROPPED with
+// `flips`), labels 0..3.
+Batch RandomCrops(Stage stage, uint64_t seed, std::vector<uint8_t> flips = {}) {
   const int n = 4, side = 32;
-  std::mt19937_64 rng(3);
+  std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> byte(0, 255);
   Batch crops;
   crops.n = n;
   crops.h = side;
   crops.w = side;
-  crops.stage = Stage::kFlipped;
+  crops.stage = stage;
   crops.pixels.resize(static_cast<size_t>(n) * side * side * 3);
   for (uint8_t& p : crops.pixels) p = static_cast<uint8_t>(byte(rng));
+  crops.flips = std::move(flips);
   crops.labels = {0, 1, 2, 3};
+  return crops;
+}
+
+// The TENSOR batch the CPU pipeline makes of `crops`, each sample mirrored
+// where `mirror` says.
+Batch CpuTensors(const Batch& crops, const std::vector<bool>& mirror) {
   Batch tensors = crops;
   tensors.stage = Stage::kTensor;
   tensors.pixels.clear();
-  tensors.images.resize(static_cast<size_t>(n) * 3 * side * side);
-  const size_t per = static_cast<size_t>(side) * side;
-  for (int i = 0; i < n; ++i) {
-    ToTensorNormalize(crops.pixels.data() + i * per * 3, side, side,
-                      tensors.images.data() + i * per * 3);
+  tensors.flips.clear();
+  tensors.images.resize(static_cast<size_t>(crops.n) * 3 * crops.h * crops.w);
+  const size_t per = static_cast<size_t>(crops.h) * crops.w;
+  for (int i = 0; i < crops.n; ++i) {
+    ToTensorNormalize(crops.pixels.data() + i * per * 3, crops.h, crops.w,
+                      tensors.images.data() + i * per * 3, mirror[i]);
   }
+  return tensors;
+}
+
+// A FLIPPED batch of uint8 crops, normalised on the device, trains exactly
+// as the TENSOR batch the CPU pipeline makes of the same crops.
+TEST(TrainerTest, Uint8CropsNormalisedOnTheDeviceTrainAsCpuTensors) {
+  const Batch crops = RandomCrops(Stage::kFlipped, 3);
+  const Batch tensors = CpuTensors(crops, {false, false, false, false});
   const TrainerOptions options = CpuOptions("tinycnn", 4);
   const std::vector<double> from_crops = StepLosses(options, crops, 3);
   const std::vector<double> from_tensors = StepLosses(options, tensors, 3);
@@ -272,37 +288,13 @@ TEST(TrainerTest, Uint8CropsNormalisedOnTheDeviceTrainAsCpuTensors) {
 // normalised: it trains exactly as the TENSOR batch of the same crops
 // mirrored on the CPU.
 TEST(TrainerTest, CropsFlippedOnTheDeviceTrainAsCpuTensors) {
-  const int n = 4, side = 32;
-  std::mt19937_64 rng(4);
-  std::uniform_int_distribution<int> byte(0, 255);
-  Batch crops;
-  crops.n = n;
-  crops.h = side;
-  crops.w = side;
-  crops.stage = Stage::kCropped;
-  crops.pixels.resize(static_cast<size_t>(n) * side * side * 3);
-  for (uint8_t& p : crops.pixels) p = static_cast<uint8_t>(byte(rng));
-  crops.flips = {1, 0, 0, 1};
-  crops.labels = {0, 1, 2, 3};
-  Batch tensors = crops;
-  tensors.stage = Stage::kTensor;
-  tensors.pixels.clear();
-  tensors.flips.clear();
-  tensors.images.resize(static_cast<size_t>(n) * 3 * side * side);
-  const size_t per = static_cast<size_t>(side) * side;
-  for (int i = 0; i < n; ++i) {
-    ToTensorNormalize(crops.pixels.data() + i * per * 3, side, side,
-                      tensors.images.data() + i * per * 3, /*mirror=*/crops.flips[i] != 0);
-  }
+  const Batch crops = RandomCrops(Stage::kCropped, 4, {1, 0, 0, 1});
+  const Batch tensors = CpuTensors(crops, {true, false, false, true});
   const TrainerOptions options = CpuOptions("tinycnn", 4);
   const std::vector<double> from_crops = StepLosses(options, crops, 3);
   const std::vector<double> from_tensors = StepLosses(options, tensors, 3);
   // Without the flips the losses differ: the test sees them.
-  Batch unflipped = tensors;
-  for (int i = 0; i < n; ++i) {
-    ToTensorNormalize(crops.pixels.data() + i * per * 3, side, side,
-                      unflipped.images.data() + i * per * 3, /*mirror=*/false);
-  }
+  const Batch unflipped = CpuTensors(crops, {false, false, false, false});
   const std::vector<double> from_unflipped = StepLosses(options, unflipped, 3);
   for (int step = 0; step < 3; ++step) {
     EXPECT_NEAR(from_crops[step], from_tensors[step], 1e-6) << "step " << step;
