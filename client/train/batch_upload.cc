@@ -110,6 +110,7 @@ BatchTensors BatchUploader::UploadStaged(const Batch& batch, bool channels_last)
     }
   }
   // The compute stream's next work waits for the copy; the host does not.
+  // The same event tells the ring when the pinned buffer is free again.
   c10::Event copied(device_.type());
   copied.record(*copy_stream_);
   copied.block(compute);
@@ -119,9 +120,7 @@ BatchTensors BatchUploader::UploadStaged(const Batch& batch, bool channels_last)
   guard.recordDataPtrOnStream(tensors.images.storage().data_ptr(), compute);
   guard.recordDataPtrOnStream(tensors.labels.storage().data_ptr(), compute);
   if (flips) guard.recordDataPtrOnStream(device_flips.storage().data_ptr(), compute);
-  c10::Event read(device_.type());
-  read.record(*copy_stream_);
-  ring_->Release(std::make_unique<StreamCopyEvent>(std::move(read)));
+  ring_->Release(std::make_unique<StreamCopyEvent>(std::move(copied)));
 
   if (crops) {
     tensors.images =
