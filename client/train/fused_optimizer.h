@@ -25,9 +25,9 @@ namespace sophon {
 // How a step runs its arithmetic (the same update either way):
 //   kForeach: a short sequence of LibTorch's multi-tensor `_foreach_` ops
 //     over every model's slice of every parameter, each model's
-//     hyperparameters a list of scalars: on a GPU a few kernel launches per
-//     step whatever the number of parameters and models (6 for SGD with
-//     momentum and weight decay, 12 for Adam).
+//     hyperparameters a list of scalars: 6 ops for SGD with momentum and
+//     weight decay, 12 for Adam, whatever the number of parameters and
+//     models; on a GPU each launches one kernel per few dozen tensors.
 //   kPerParameter: a few ops per fused parameter, each model's
 //     hyperparameters a [B, 1, ..., 1] tensor that broadcasts over its
 //     slice. Fewer passes over memory: faster on a CPU, where a `_foreach_`
