@@ -12,7 +12,6 @@
 #include "absl/flags/parse.h"
 #include "sophon/cli/cli.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -496,15 +495,11 @@ absl::StatusOr<std::unique_ptr<sophon::Trainer>> CreateTrainer(
 // --transfer: the stage the training device receives, TENSOR (float32) or
 // CROPPED (uint8, flipped and normalised on the device).
 absl::StatusOr<sophon::Stage> TransferStage() {
-  const std::string transfer = absl::GetFlag(FLAGS_transfer);
   const std::string device = absl::GetFlag(FLAGS_device);
-  if (transfer != "auto" && transfer != "float32" && transfer != "uint8") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--transfer must be auto, float32 or uint8, got '", transfer, "'"));
-  }
-  const bool uint8 =
-      transfer == "uint8" || (transfer == "auto" && absl::StartsWith(device, "cuda"));
-  if (!uint8) return sophon::Stage::kTensor;
+  const absl::StatusOr<sophon::Stage> stage =
+      sophon::TransferStage(absl::GetFlag(FLAGS_transfer), device);
+  if (!stage.ok()) return absl::InvalidArgumentError(absl::StrCat("--", stage.status().message()));
+  if (*stage == sophon::Stage::kTensor) return *stage;
   if (absl::GetFlag(FLAGS_finetune) || device == "emulate") {
     return absl::InvalidArgumentError(
         "--transfer=uint8 needs a model that trains on images (not --finetune) on a real "

@@ -183,15 +183,12 @@ int main(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError("need --warmup >= 0, --steps >= 1, --crop-size >= 1"));
   }
 
-  const std::string transfer = absl::GetFlag(FLAGS_transfer);
-  if (transfer != "auto" && transfer != "float32" && transfer != "uint8") {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--transfer must be auto, float32 or uint8, got '", transfer, "'")));
+  const absl::StatusOr<sophon::Stage> stage =
+      sophon::TransferStage(absl::GetFlag(FLAGS_transfer), base.device);
+  if (!stage.ok()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--", stage.status().message())));
   }
-  const sophon::Stage input =
-      transfer == "uint8" || (transfer == "auto" && absl::StartsWith(base.device, "cuda"))
-          ? sophon::Stage::kCropped
-          : sophon::Stage::kTensor;
+  const sophon::Stage input = *stage;
   const std::string input_text = input == sophon::Stage::kCropped
                                      ? absl::StrCat("uint8 ", crop, "x", crop,
                                                     "x3 flipped and normalised on the device")

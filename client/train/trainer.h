@@ -21,6 +21,12 @@ enum class OptimizerKind { kSgd, kAdam };
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(const std::string& name);
 const char* OptimizerName(OptimizerKind kind);
 
+// The stage a training device receives, from a transfer name: "float32" ->
+// TENSOR (normalised by the CPUs), "uint8" -> CROPPED (flipped and
+// normalised on the device), "auto" -> CROPPED on a device named "cuda..."
+// and TENSOR elsewhere. InvalidArgument for another name.
+absl::StatusOr<Stage> TransferStage(const std::string& transfer, const std::string& device);
+
 // One model's optimizer settings, with PyTorch's meaning (torch.optim.SGD
 // without dampening or Nesterov, torch.optim.Adam without amsgrad).
 struct Hyperparameters {

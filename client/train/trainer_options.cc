@@ -16,6 +16,15 @@ absl::Status FieldError(int k, const char* field, const char* rule, double value
 
 }  // namespace
 
+absl::StatusOr<Stage> TransferStage(const std::string& transfer, const std::string& device) {
+  if (transfer != "auto" && transfer != "float32" && transfer != "uint8") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transfer must be auto, float32 or uint8, got '", transfer, "'"));
+  }
+  const bool uint8 = transfer == "uint8" || (transfer == "auto" && device.rfind("cuda", 0) == 0);
+  return uint8 ? Stage::kCropped : Stage::kTensor;
+}
+
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(const std::string& name) {
   if (name == "sgd") return OptimizerKind::kSgd;
   if (name == "adam") return OptimizerKind::kAdam;

@@ -75,6 +75,15 @@ TEST(TrainerOptionsTest, OptimizerNames) {
   EXPECT_STREQ(OptimizerName(OptimizerKind::kAdam), "adam");
 }
 
+TEST(TrainerOptionsTest, TransferStages) {
+  EXPECT_EQ(*TransferStage("float32", "cuda"), Stage::kTensor);
+  EXPECT_EQ(*TransferStage("uint8", "cpu"), Stage::kCropped);
+  EXPECT_EQ(*TransferStage("auto", "cuda:1"), Stage::kCropped);
+  EXPECT_EQ(*TransferStage("auto", "cpu"), Stage::kTensor);
+  EXPECT_THAT(TransferStage("fp16", "cpu").status().message(),
+              HasSubstr("transfer must be auto, float32 or uint8, got 'fp16'"));
+}
+
 TEST(TrainerOptionsTest, HyperparameterLabels) {
   Hyperparameters h;
   h.lr = 0.05;
