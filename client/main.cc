@@ -155,9 +155,10 @@ ABSL_FLAG(std::string, device, "cpu",
           "cpu, cuda, cuda:N, or emulate (no model runs: each step sleeps the profiled copy and "
           "compute time of --arch on --gpu-type, from --gpu-profile). Default cpu.");
 ABSL_FLAG(std::string, amp, "off",
-          "Mixed precision: off, or bf16 (the forward pass under autocast to bfloat16 on cpu or "
-          "cuda; the loss and the weights stay float32). fp16 is refused: it needs a gradient "
-          "scaler. Default off.");
+          "Mixed precision: off; bf16 (the forward pass under autocast to bfloat16, on cpu or "
+          "cuda; the loss and the weights stay float32); or fp16 (autocast to float16, cuda "
+          "only, with dynamic loss scaling: a step whose gradients overflow is skipped and the "
+          "scale halves; each fp16 step reads one flag back from the device). Default off.");
 ABSL_FLAG(bool, channels_last, false,
           "Convolution weights and image batches in channels-last (NHWC) memory order, which "
           "cuDNN's and oneDNN's fastest convolutions take. Not with --finetune. Default false.");
@@ -166,6 +167,11 @@ ABSL_FLAG(int, staging_buffers, 2,
           "on a side stream that the step waits for on the device, not on the host; a buffer is "
           "reused only once its copy has completed. 0: copy from pageable memory on the compute "
           "stream. Ignored on cpu. Default 2.");
+ABSL_FLAG(int, steps_in_flight, 2,
+          "On a cuda device: training steps left queued on the device while the host fetches and "
+          "queues the next batch (its copy then overlaps the step before it); the host waits for "
+          "the oldest step only beyond this many, and reads each step's losses once it has "
+          "completed. 0: the host waits for every step. Ignored on cpu. Default 2.");
 ABSL_FLAG(std::string, transfer, "auto",
           "What the training device receives: float32 (tensors normalised by this node's CPUs) "
           "or uint8 (the crops, a quarter of the bytes, flipped and normalised on the device); "
@@ -308,6 +314,7 @@ const sophon::FlagNames kFlagNames = {
     {"TrainerOptions.amp", "--amp"},
     {"TrainerOptions.channels_last", "--channels-last"},
     {"TrainerOptions.staging_buffers", "--staging-buffers"},
+    {"TrainerOptions.steps_in_flight", "--steps-in-flight"},
     {"].lr must", "--lr"},
     {"].momentum must", "--momentum"},
     {"].weight_decay must", "--weight-decay"},
@@ -401,6 +408,7 @@ absl::StatusOr<sophon::TrainerOptions> TrainerOptionsFromFlags(
   options.amp = absl::GetFlag(FLAGS_amp);
   options.channels_last = absl::GetFlag(FLAGS_channels_last);
   options.staging_buffers = absl::GetFlag(FLAGS_staging_buffers);
+  options.steps_in_flight = absl::GetFlag(FLAGS_steps_in_flight);
   const int64_t model_seed = absl::GetFlag(FLAGS_model_seed);
   if (model_seed < -1) {
     return absl::InvalidArgumentError(

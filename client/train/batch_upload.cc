@@ -5,30 +5,14 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/types.h>
 
-#include <chrono>
 #include <cstring>
-#include <thread>
 #include <utility>
 
 #include "client/train/device_ops.h"
+#include "client/train/stream_event.h"
 
 namespace sophon {
 namespace {
-
-// The end of one batch's copy: an event recorded on the copy stream after it.
-class StreamCopyEvent final : public CopyEvent {
- public:
-  explicit StreamCopyEvent(c10::Event event) : event_(std::move(event)) {}
-  bool Done() override { return event_.query(); }
-  void Wait() override {
-    // LibTorch 1.13's generic event has no blocking wait; a copy of a batch
-    // takes milliseconds, so a short poll costs nothing that matters.
-    while (!event_.query()) std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-
- private:
-  c10::Event event_;
-};
 
 // `bytes` rounded up to a boundary that suits any element type: where the
 // labels start in a staging buffer, after the images (the flip flags follow
@@ -120,7 +104,7 @@ BatchTensors BatchUploader::UploadStaged(const Batch& batch, bool channels_last)
   guard.recordDataPtrOnStream(tensors.images.storage().data_ptr(), compute);
   guard.recordDataPtrOnStream(tensors.labels.storage().data_ptr(), compute);
   if (flips) guard.recordDataPtrOnStream(device_flips.storage().data_ptr(), compute);
-  ring_->Release(std::make_unique<StreamCopyEvent>(std::move(copied)));
+  ring_->Release(std::make_unique<StreamEvent>(std::move(copied)));
 
   if (crops) {
     tensors.images =

@@ -117,7 +117,7 @@ torch::Tensor FusedTrainer::Forward(const BatchTensors& t, int64_t n, bool train
     model_->train();
     logits = run();
     losses = PerModelLoss(logits, t.labels);
-    losses.sum().backward();
+    Backward(losses.sum());
   } else {
     torch::NoGradGuard no_grad;
     model_->eval();

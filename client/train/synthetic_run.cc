@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "client/train/batch_timings.h"
 #include "client/train/csv_log.h"
+#include "client/train/epoch_steps.h"
 #include "spdlog/spdlog.h"
 #include "sophon/emulation/synthetic_batch.h"
 
@@ -67,19 +68,16 @@ absl::StatusOr<std::vector<EpochReport>> RunSyntheticTraining(Trainer* trainer,
     report.emulated = loop.emulated;
     EpochTally tally;
     const absl::Time start = absl::Now();
+    EpochSteps steps(trainer, epoch, &report, &tally, &divergence, timings.get());
     for (int64_t i = 0; i < batches; ++i) {
       Batch& batch = (i == batches - 1 && last.n > 0 && loop.max_batches == 0) ? last : full;
       batch.index = i;
-      const absl::Time step_start = absl::Now();
-      absl::StatusOr<StepResult> step = trainer->Step(batch);
-      const double step_seconds = Seconds(step_start);
-      if (!step.ok()) return StepError(step.status(), i, epoch);
-      tally.AddStep(*step, step_seconds, &report);
-      divergence.Check(*step, epoch, i);
-      if (timings) {
-        AddBatchTimings(timings.get(), epoch, i, batch.n, 0.0, step->copy_seconds,
-                        step_seconds - step->copy_seconds);
+      if (absl::StatusOr<double> s = steps.Submit(batch, i, 0.0); !s.ok()) {
+        return absl::Status(s.status().code(), absl::StrCat("synthetic data: ", s.status().message()));
       }
+    }
+    if (absl::Status s = steps.Finish(); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("synthetic data: ", s.message()));
     }
     report.wall_seconds = Seconds(start);
     report.loader.samples = static_cast<uint64_t>(tally.seen());

@@ -147,17 +147,18 @@ void ToChannelsLast(torch::nn::Module& module) {
   }
 }
 
-AutocastScope::AutocastScope(bool on, const torch::Device& device)
-    : on_(on), cuda_(device.is_cuda()) {
+AutocastScope::AutocastScope(const std::string& amp, const torch::Device& device)
+    : on_(amp != "off"), cuda_(device.is_cuda()) {
   if (!on_) return;
+  const at::ScalarType type = amp == "fp16" ? at::kHalf : at::kBFloat16;
   if (cuda_) {
     previous_ = at::autocast::is_enabled();
     at::autocast::set_enabled(true);
-    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+    at::autocast::set_autocast_gpu_dtype(type);
   } else {
     previous_ = at::autocast::is_cpu_enabled();
     at::autocast::set_cpu_enabled(true);
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::set_autocast_cpu_dtype(type);
   }
   at::autocast::increment_nesting();
 }

@@ -51,12 +51,12 @@ BatchTensors ToTensors(const Batch& batch, const torch::Device& device,
 // channels-last memory order, in place (the values do not change).
 void ToChannelsLast(torch::nn::Module& module);
 
-// Autocast to bfloat16 on `device`'s kind (cpu or cuda) while it lives, when
-// `on`; the previous state comes back when it ends. Thread-local, as
-// LibTorch's autocast state is.
+// Autocast on `device`'s kind (cpu or cuda) while it lives, to the type `amp`
+// names (TrainerOptions.amp: "bf16", "fp16"; "off": none); the previous
+// state comes back when it ends. Thread-local, as LibTorch's autocast state is.
 class AutocastScope {
  public:
-  AutocastScope(bool on, const torch::Device& device);
+  AutocastScope(const std::string& amp, const torch::Device& device);
   ~AutocastScope();
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;

@@ -118,7 +118,7 @@ torch::Tensor TorchTrainer::Forward(const BatchTensors& t, int64_t n, bool train
     model_->train();
     logits = run();
     loss = torch::nn::functional::cross_entropy(logits, t.labels);
-    loss.backward();
+    Backward(loss);
   } else {
     torch::NoGradGuard no_grad;
     model_->eval();

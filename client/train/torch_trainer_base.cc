@@ -1,5 +1,8 @@
 #include "client/train/torch_trainer_base.h"
 
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 #include <exception>
 #include <utility>
 #include <vector>
@@ -8,7 +11,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/train/state_snapshot.h"
+#include "client/train/stream_event.h"
 #include "sophon/base/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace sophon {
 namespace {
@@ -26,7 +31,21 @@ TorchTrainerBase::TorchTrainerBase(const TrainerOptions& options, torch::Device 
     : options_(options),
       device_(device),
       data_parallel_(std::move(data_parallel)),
-      uploader_(device, options.staging_buffers) {}
+      uploader_(device, options.staging_buffers),
+      queued_(device.is_cuda() ? options.steps_in_flight : 0),
+      scaler_(options.amp == "fp16" ? std::make_unique<GradScaler>() : nullptr) {}
+
+void TorchTrainerBase::Backward(const torch::Tensor& loss) const {
+  (scaler_ != nullptr ? scaler_->Scale(loss) : loss).backward();
+}
+
+std::vector<double> TorchTrainerBase::LossScalerState() const {
+  return scaler_ != nullptr ? scaler_->State() : std::vector<double>{};
+}
+
+absl::Status TorchTrainerBase::RestoreLossScaler(const std::vector<double>& state) {
+  return scaler_ != nullptr ? scaler_->Restore(state) : absl::OkStatus();
+}
 
 CheckpointedState::Identity TorchTrainerBase::identity() const {
   Identity id;
@@ -56,7 +75,13 @@ absl::Status TorchTrainerBase::BroadcastInitialState() {
   }
 }
 
-absl::StatusOr<StepResult> TorchTrainerBase::Step(const Batch& batch) {
+absl::Status TorchTrainerBase::NothingQueued(const char* what) const {
+  if (queued_.in_flight() == 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, " while ", queued_.in_flight(), " submitted training steps are queued: Drain first"));
+}
+
+absl::StatusOr<torch::Tensor> TorchTrainerBase::RunStep(const Batch& batch) {
   const bool empty = data_parallel_ != nullptr && IsEmptyBatch(batch);
   if (!empty) RETURN_IF_ERROR(ValidateBatch(batch, options_.arch, options_.num_classes, options_.finetune));
   try {
@@ -68,17 +93,73 @@ absl::StatusOr<StepResult> TorchTrainerBase::Step(const Batch& batch) {
     ZeroGrad();
     torch::Tensor summary;
     if (!empty) {
-      const AutocastScope autocast(options_.amp == "bf16", device_);
+      const AutocastScope autocast(options_.amp, device_);
       summary = Forward(uploader_.Upload(batch, options_.channels_last), batch.n, /*train=*/true);
     }
     if (data_parallel_ != nullptr) {
       RETURN_IF_ERROR(
           InStep(batch, data_parallel_->AllReduceGradients(TrainedParameters())));
     }
-    OptimizerStep();
-    return empty ? EmptyResult() : ReadResult(summary, batch.n);
+    // Under fp16, a step whose gradients overflowed is skipped, on every
+    // rank alike (they all see the averaged gradients).
+    const bool finite = scaler_ == nullptr || scaler_->Unscale(TrainedParameters());
+    if (finite) OptimizerStep();
+    if (scaler_ != nullptr) {
+      scaler_->Update(finite);
+      if (!finite) {
+        spdlog::debug("fp16: gradients of batch {} overflowed: step skipped, loss scale now {}",
+                      batch.index, scaler_->scale());
+      }
+    }
+    return summary;
   } catch (const std::exception& e) {  // c10::Error derives from std::exception.
     return StepError(/*train=*/true, batch, e);
+  }
+}
+
+absl::StatusOr<StepResult> TorchTrainerBase::Step(const Batch& batch) {
+  RETURN_IF_ERROR(NothingQueued("a training step"));
+  ASSIGN_OR_RETURN(const torch::Tensor summary, RunStep(batch));
+  try {
+    return summary.defined() ? ReadResult(summary, batch.n) : EmptyResult();
+  } catch (const std::exception& e) {
+    return StepError(/*train=*/true, batch, e);
+  }
+}
+
+absl::StatusOr<std::vector<StepResult>> TorchTrainerBase::Submit(const Batch& batch) {
+  ASSIGN_OR_RETURN(const torch::Tensor summary, RunStep(batch));
+  const int64_t n = batch.n;
+  try {
+    if (!summary.defined()) {
+      return queued_.Push(nullptr, [this] { return EmptyResult(); });
+    }
+    if (!device_.is_cuda()) {  // the step is done: its summary is on the host
+      return queued_.Push(nullptr, [this, summary, n] { return ReadResult(summary, n); });
+    }
+    // The copy to pinned memory queues behind the step on the compute
+    // stream; the event after it tells when the result can be read.
+    const torch::Tensor host = torch::empty(
+        summary.sizes(), summary.options().device(torch::kCPU).pinned_memory(true));
+    host.copy_(summary, /*non_blocking=*/true);
+    c10::Event copied(device_.type());
+    copied.record(c10::impl::VirtualGuardImpl(device_.type()).getStream(device_));
+    return queued_.Push(std::make_unique<StreamEvent>(std::move(copied)),
+                        [this, host, n] { return ReadResult(host, n); });
+  } catch (const std::exception& e) {
+    // A device error of this step or of one queued before it.
+    return absl::InternalError(absl::StrCat("training on ", device_.str(), ", at batch ",
+                                            batch.index, " or a step queued before it: ",
+                                            ExceptionText(e)));
+  }
+}
+
+absl::StatusOr<std::vector<StepResult>> TorchTrainerBase::Drain() {
+  try {
+    return queued_.Drain();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("waiting for the training steps queued on ",
+                                            device_.str(), ": ", ExceptionText(e)));
   }
 }
 
@@ -86,6 +167,7 @@ absl::StatusOr<std::vector<double>> TorchTrainerBase::TrialSteps(const Batch& ba
   if (steps < 1) {
     return absl::InvalidArgumentError(absl::StrCat("trial steps must be >= 1, got ", steps));
   }
+  RETURN_IF_ERROR(NothingQueued("trial steps"));
   RETURN_IF_ERROR(ValidateBatch(batch, options_.arch, options_.num_classes, options_.finetune));
   std::function<void()> optimizer_step;
   try {
@@ -103,10 +185,11 @@ absl::StatusOr<std::vector<double>> TorchTrainerBase::TrialSteps(const Batch& ba
       // and optimizer arithmetic.
       const absl::Time start = absl::Now();
       ZeroGrad();
-      const AutocastScope autocast(options_.amp == "bf16", device_);
+      const AutocastScope autocast(options_.amp, device_);
       const torch::Tensor summary =
           Forward(uploader_.Upload(batch, options_.channels_last), batch.n, /*train=*/true);
-      optimizer_step();
+      // The scale is left as it is: the trainer's state stays untouched.
+      if (scaler_ == nullptr || scaler_->Unscale(TrainedParameters())) optimizer_step();
       // Read back as Step does: the time includes the device's work.
       ReadResult(summary, batch.n);
       seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
@@ -128,7 +211,7 @@ absl::StatusOr<StepResult> TorchTrainerBase::Evaluate(const Batch& batch) {
   if (data_parallel_ != nullptr && IsEmptyBatch(batch)) return EmptyResult();
   RETURN_IF_ERROR(ValidateBatch(batch, options_.arch, options_.num_classes, options_.finetune));
   try {
-    const AutocastScope autocast(options_.amp == "bf16", device_);
+    const AutocastScope autocast(options_.amp, device_);
     return ReadResult(
         Forward(uploader_.Upload(batch, options_.channels_last), batch.n, /*train=*/false),
         batch.n);

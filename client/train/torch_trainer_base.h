@@ -28,6 +28,8 @@
 #include "client/train/process_group.h"
 #include "client/train/torch_step.h"
 #include "client/train/batch_upload.h"
+#include "client/train/grad_scaler.h"
+#include "client/train/step_queue.h"
 #include "client/train/trainer.h"
 #include "client/train/training_checkpoint.h"
 #include "sophon/data/batch.h"
@@ -41,6 +43,11 @@ class TorchTrainerBase : public Trainer, protected CheckpointedState {
                    std::unique_ptr<DataParallel> data_parallel);
 
   absl::StatusOr<StepResult> Step(const Batch& batch) final;
+  // On CUDA each step's result is copied to pinned host memory at its end,
+  // asynchronously, and queued (StepQueue) behind an event; elsewhere the
+  // step is done when Submit returns, with its result.
+  absl::StatusOr<std::vector<StepResult>> Submit(const Batch& batch) final;
+  absl::StatusOr<std::vector<StepResult>> Drain() final;
   absl::StatusOr<StepResult> Evaluate(const Batch& batch) final;
   // The step without its collectives, timed `steps` times between a
   // ModelStateSnapshot and its restore (state_snapshot.h), with an optimizer
@@ -71,6 +78,9 @@ class TorchTrainerBase : public Trainer, protected CheckpointedState {
   virtual torch::Tensor Forward(const BatchTensors& batch, int64_t n, bool train) = 0;
   // One optimizer step from the gradients. May throw.
   virtual void OptimizerStep() = 0;
+  // Forward's backward pass: of `loss` times the loss scale under fp16
+  // (grad_scaler.h), else of `loss`.
+  void Backward(const torch::Tensor& loss) const;
   // A new optimizer of the trainer's kind and hyperparameters over the same
   // parameters, with no state of its own yet, as a function that steps it
   // (and may throw): trial steps do the work of OptimizerStep on it, and it
@@ -80,6 +90,8 @@ class TorchTrainerBase : public Trainer, protected CheckpointedState {
   virtual StepResult EmptyResult() const = 0;
 
   Identity identity() const final;
+  std::vector<double> LossScalerState() const final;
+  absl::Status RestoreLossScaler(const std::vector<double>& state) final;
 
   // Constant after construction.
   const TrainerOptions options_;
@@ -91,12 +103,23 @@ class TorchTrainerBase : public Trainer, protected CheckpointedState {
   // their mean as the loss), or the one model's loss and count.
   StepResult ReadResult(const torch::Tensor& summary, int64_t n) const;
 
+  // Step's work up to its optimizer step, without waiting for the device:
+  // the step's summary (Forward), left on the device, or an undefined
+  // tensor for a rank's empty batch.
+  absl::StatusOr<torch::Tensor> RunStep(const Batch& batch);
+  // FailedPrecondition naming `what` while submitted steps are queued.
+  absl::Status NothingQueued(const char* what) const;
+
   // The collectives' errors name the batch.
   static absl::Status InStep(const Batch& batch, const absl::Status& status);
 
   const std::unique_ptr<DataParallel> data_parallel_;
   // Moves each batch to device_ (pinned buffers and a side stream on CUDA).
   BatchUploader uploader_;
+  // Steps submitted and not yet read back.
+  StepQueue queued_;
+  // Under amp fp16 only.
+  std::unique_ptr<GradScaler> scaler_;
 };
 
 }  // namespace sophon

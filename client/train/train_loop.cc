@@ -15,6 +15,7 @@
 #include "client/train/batch_digests.h"
 #include "client/train/batch_timings.h"
 #include "client/train/csv_log.h"
+#include "client/train/epoch_steps.h"
 #include "sophon/base/json.h"
 #include "spdlog/spdlog.h"
 
@@ -217,6 +218,7 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(Loader* loader, Trainer* tr
     Progress progress(options.progress);
     const absl::Time start = absl::Now();
     EpochTally tally;
+    EpochSteps epoch_steps(trainer, epoch, &report, &tally, &divergence, timings.get());
     int64_t steps = 0;
     Batch batch;
     while ((options.max_batches == 0 || steps < options.max_batches) && !StepLimitReached()) {
@@ -230,27 +232,21 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(Loader* loader, Trainer* tr
       }
       if (!*more) break;
       if (digests) AddBatchDigest(digests.get(), epoch, batch);
-      const absl::Time step_start = absl::Now();
-      absl::StatusOr<StepResult> step = trainer->Step(batch);
-      const double step_seconds = Seconds(step_start);
-      if (!step.ok()) {
+      // On an asynchronous device the step is queued: its result arrives
+      // with a later submit, and the host goes on to fetch the next batch.
+      absl::StatusOr<double> step_seconds = epoch_steps.Submit(batch, steps, wait);
+      if (!step_seconds.ok()) {
         progress.Finish();
-        return absl::Status(step.status().code(), absl::StrCat("training step ", steps,
-                                                               " of epoch ", epoch, ": ",
-                                                               step.status().message()));
+        return step_seconds.status();
       }
-      tally.AddStep(*step, step_seconds, &report);
-      divergence.Check(*step, epoch, steps);
-      if (timings) {
-        AddBatchTimings(timings.get(), epoch, steps, batch.n, wait, step->copy_seconds,
-                     step_seconds - step->copy_seconds);
-      }
-      loader->policy()->OnStep(step_seconds);
+      loader->policy()->OnStep(*step_seconds);
       ++steps;
       ++total_steps;
       cursor = batch.cursor;
       if (writes_checkpoints && options.checkpoint_every > 0 &&
           total_steps % options.checkpoint_every == 0) {
+        // The checkpoint copies the parameters after every step submitted
+        // so far (the device runs them in order), so it matches the cursor.
         if (absl::Status s =
                 WriteCheckpoint(trainer, options, epoch, cursor, total_steps, epoch_length);
             !s.ok()) {
@@ -261,7 +257,12 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(Loader* loader, Trainer* tr
       }
       const LoaderEpochStats ls = loader->stats();
       progress.Update(epoch, steps, loader->num_batches(), tally.seen(), TotalBytes(ls),
-                      report.data_wait_seconds, step->loss, start);
+                      report.data_wait_seconds,
+                      epoch_steps.latest() ? epoch_steps.latest()->loss : 0.0, start);
+    }
+    if (absl::Status s = epoch_steps.Finish(); !s.ok()) {
+      progress.Finish();
+      return s;
     }
     loader->Stop();  // also ends an epoch cut short by --max-batches
     progress.Finish();

@@ -90,10 +90,10 @@ struct TrainerOptions {
   bool finetune = false;
   // AlexNet's dropout probability (tests set 0 to compare runs exactly).
   double dropout = 0.5;
-  // Mixed precision: "off", or "bf16" (the forward pass under autocast to
-  // bfloat16, on cpu or cuda; the loss and the weights stay float32).
-  // "fp16" would need a gradient scaler, which this trainer does not have:
-  // Validate refuses it.
+  // Mixed precision: "off"; "bf16" (the forward pass under autocast to
+  // bfloat16, on cpu or cuda; the loss and the weights stay float32); or
+  // "fp16" (autocast to float16, on cuda only, with loss scaling:
+  // grad_scaler.h; a step whose gradients overflow is skipped).
   std::string amp = "off";
   // Convolution weights and image batches in channels-last (NHWC) memory
   // order, which cuDNN's and oneDNN's fastest convolutions take. Not with
@@ -103,6 +103,11 @@ struct TrainerOptions {
   // copied on a side stream the compute stream waits for (0: copied from
   // pageable memory on the compute stream). Ignored on other devices.
   int staging_buffers = 2;
+  // On an asynchronous device (CUDA): training steps the host may leave
+  // queued on the device while it prepares the next batch (Trainer::Submit);
+  // the host waits for the oldest only beyond this many. 0: every step is
+  // waited for. The CPU's steps are done when they return.
+  int steps_in_flight = 2;
   // Ranks; world_size 1 trains alone.
   DistributedOptions distributed;
 
@@ -162,6 +167,23 @@ class Trainer {
   // gradients (result: count 0, loss 0). Under world_size 1 such a batch is an
   // error. A failed collective ends with Unavailable naming the rank(s) gone.
   virtual absl::StatusOr<StepResult> Step(const Batch& batch) = 0;
+  // Step without waiting for the device: queues the step (on CUDA its copy
+  // and kernels; the host goes on at once) and returns the results of the
+  // queued steps that have completed, oldest first, each step's exactly once
+  // over Submit and Drain. The host waits only for the oldest steps beyond
+  // TrainerOptions.steps_in_flight. A step's error may surface at a later
+  // call, naming its batch. Trainers that run synchronously (the default)
+  // return the step's own result.
+  virtual absl::StatusOr<std::vector<StepResult>> Submit(const Batch& batch) {
+    absl::StatusOr<StepResult> step = Step(batch);
+    if (!step.ok()) return step.status();
+    return std::vector<StepResult>{*std::move(step)};
+  }
+  // Waits for every step Submit queued; their results, oldest first. Step
+  // and TrialSteps refuse to run while steps are queued (FailedPrecondition);
+  // Evaluate, Save and SaveCheckpoint see the model after every step queued
+  // so far (the device runs them in order).
+  virtual absl::StatusOr<std::vector<StepResult>> Drain() { return std::vector<StepResult>{}; }
   // Times `steps` training steps on `batch` (each as Step runs it: the copy
   // to the device, forward, backward, optimizer step) and leaves no trace of
   // them: they step a new optimizer of the same kind and hyperparameters

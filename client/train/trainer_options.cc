@@ -2,6 +2,7 @@
 #include <cmath>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/train/trainer.h"
@@ -112,14 +113,18 @@ absl::Status TrainerOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "TrainerOptions.staging_buffers must be in [0, 16], got ", staging_buffers));
   }
-  if (amp == "fp16") {
-    return absl::InvalidArgumentError(
-        "TrainerOptions.amp fp16 needs a gradient scaler, which this trainer does not have; "
-        "use bf16 (the same exponent range as float32, no scaling needed)");
+  if (steps_in_flight < 0 || steps_in_flight > 8) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TrainerOptions.steps_in_flight must be in [0, 8], got ", steps_in_flight));
   }
-  if (amp != "off" && amp != "bf16") {
+  if (amp != "off" && amp != "bf16" && amp != "fp16") {
     return absl::InvalidArgumentError(
-        absl::StrCat("TrainerOptions.amp must be off or bf16, got '", amp, "'"));
+        absl::StrCat("TrainerOptions.amp must be off, bf16 or fp16, got '", amp, "'"));
+  }
+  if (amp == "fp16" && !absl::StartsWith(device, "cuda")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TrainerOptions.amp fp16 needs a cuda device (LibTorch autocasts to float16 on cuda "
+        "only), got device '", device, "'; use bf16 on ", device));
   }
   if (threads < 0) {
     return absl::InvalidArgumentError(

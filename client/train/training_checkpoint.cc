@@ -98,6 +98,10 @@ absl::Status WriteTrainingCheckpoint(const std::string& path, const Checkpointed
                   torch::tensor(state.LearningRates(), torch::TensorOptions(torch::kDouble)),
                   /*is_buffer=*/true);
     archive.write("rng_cpu", CpuRngState(), /*is_buffer=*/true);
+    if (const std::vector<double> scaler = state.LossScalerState(); !scaler.empty()) {
+      archive.write("loss_scaler", torch::tensor(scaler, torch::TensorOptions(torch::kDouble)),
+                    /*is_buffer=*/true);
+    }
 
     OutputArchive saved_cursor(archive.compilation_unit());
     saved_cursor.write("epoch", c10::IValue(cursor.epoch));
@@ -228,6 +232,12 @@ absl::StatusOr<TrainingCursor> ReadTrainingCheckpoint(const std::string& path,
                                   lrs_double.data_ptr<double>() + num_lrs);
     torch::Tensor rng;
     archive.read("rng_cpu", rng, /*is_buffer=*/true);
+    // Absent unless written under amp fp16: a scaler then starts afresh.
+    std::vector<double> scaler;
+    if (torch::Tensor saved_scaler; archive.try_read("loss_scaler", saved_scaler, /*is_buffer=*/true)) {
+      const torch::Tensor values = saved_scaler.to(torch::kDouble).contiguous().view({-1});
+      scaler.assign(values.data_ptr<double>(), values.data_ptr<double>() + values.numel());
+    }
     InputArchive saved_cursor;
     archive.read("cursor", saved_cursor);
     TrainingCursor cursor;
@@ -275,6 +285,9 @@ absl::StatusOr<TrainingCursor> ReadTrainingCheckpoint(const std::string& path,
       state.SetLearningRates(lrs);
     } catch (const std::exception& e) {
       return half_way(ExceptionText(e));
+    }
+    if (!scaler.empty()) {
+      if (absl::Status s = state.RestoreLossScaler(scaler); !s.ok()) return half_way(s.message());
     }
     return cursor;
   } catch (const std::exception& e) {

@@ -10,6 +10,8 @@
 //   optimizer_state   the trainer's optimizer state (CheckpointedState::SaveOptimizer)
 //   learning_rates    float64 [num_models], the rates in use
 //   rng_cpu           LibTorch's CPU generator state (dropout)
+//   loss_scaler       float64 {scale, finite steps in a row}, under amp fp16
+//                     only (optional: without it a scaler starts afresh)
 //   cursor            epoch, position, steps, global_batch, world_size,
 //                     dataset_fingerprint, seed (the two unsigned ones bit-cast to int64)
 // A model checkpoint (Trainer::Save, models.h) is another format: it loads
@@ -61,6 +63,13 @@ class CheckpointedState {
   // One learning rate per model.
   virtual std::vector<double> LearningRates() const = 0;
   virtual void SetLearningRates(const std::vector<double>& lrs) = 0;
+  // The fp16 loss scaler's state (GradScaler::State); empty without one.
+  virtual std::vector<double> LossScalerState() const { return {}; }
+  // Restores it; OK without a scaler.
+  virtual absl::Status RestoreLossScaler(const std::vector<double>& state) {
+    (void)state;
+    return absl::OkStatus();
+  }
 };
 
 // Writes `state` and `cursor` to `path` through AtomicFileWriter: `path`

@@ -15,10 +15,10 @@ namespace {
 TEST(AutocastScopeTest, Bf16InsideFloat32After) {
   const torch::Tensor a = torch::randn({8, 8});
   {
-    const AutocastScope autocast(true, torch::Device(torch::kCPU));
+    const AutocastScope autocast("bf16", torch::Device(torch::kCPU));
     EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kBFloat16);
     {
-      const AutocastScope off(false, torch::Device(torch::kCPU));
+      const AutocastScope off("off", torch::Device(torch::kCPU));
       EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kBFloat16);  // off changes nothing
     }
   }

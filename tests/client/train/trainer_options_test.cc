@@ -30,6 +30,10 @@ TEST(TrainerOptionsTest, ErrorsNameTheField) {
   EXPECT_THAT(message(o), HasSubstr("TrainerOptions.staging_buffers must be in [0, 16], got -1"));
   o.staging_buffers = 0;
   EXPECT_TRUE(o.Validate().ok());
+  o.steps_in_flight = 9;
+  EXPECT_THAT(message(o), HasSubstr("TrainerOptions.steps_in_flight must be in [0, 8], got 9"));
+  o.steps_in_flight = 0;
+  EXPECT_TRUE(o.Validate().ok());
 
   o = TrainerOptions();
   o.models.clear();

@@ -148,6 +148,47 @@ TEST(TrainerTest, LossGoesDownOnColourProblem) {
   EXPECT_GE(eval->correct, 16) << "of 32";
 }
 
+TEST(TrainerTest, SubmittedStepsTrainAsSteps) {
+  // On the CPU a submitted step is done when Submit returns: its own result
+  // comes back at once, and the training is Step's.
+  TrainerOptions options = CpuOptions("tinycnn", 4);
+  options.steps_in_flight = 2;
+  auto stepped = Trainer::Create(options);
+  auto submitted = Trainer::Create(options);
+  ASSERT_TRUE(stepped.ok()) << stepped.status();
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 4; ++i) {
+    Batch batch = ColourBatch(/*n=*/8, /*side=*/32, rng);
+    batch.index = i;
+    auto step = (*stepped)->Step(batch);
+    auto results = (*submitted)->Submit(batch);
+    ASSERT_TRUE(step.ok()) << step.status();
+    ASSERT_TRUE(results.ok()) << results.status();
+    ASSERT_EQ(results->size(), 1u) << "step " << i;
+    EXPECT_EQ((*results)[0].count, 8);
+    EXPECT_NEAR((*results)[0].loss, step->loss, 1e-6) << "step " << i;
+    EXPECT_EQ((*results)[0].correct, step->correct) << "step " << i;
+  }
+  auto drained = (*submitted)->Drain();
+  ASSERT_TRUE(drained.ok()) << drained.status();
+  EXPECT_TRUE(drained->empty());
+  // Nothing is queued: Step may follow, and so may trial steps.
+  const Batch batch = ColourBatch(/*n=*/8, /*side=*/32, rng);
+  auto a = (*stepped)->Step(batch);
+  auto b = (*submitted)->Step(batch);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NEAR(a->loss, b->loss, 1e-6);
+  EXPECT_TRUE((*submitted)->TrialSteps(batch, 1).ok());
+  // An invalid batch is refused at submit, naming it.
+  Batch bad = batch;
+  bad.labels.pop_back();
+  bad.index = 42;
+  auto refused = (*submitted)->Submit(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("42"));
+}
+
 TEST(TrainerTest, SameSeedSameModel) {
   const Batch batch = NoiseBatch(/*n=*/4, /*side=*/32, /*num_classes=*/4, /*seed=*/9);
   auto first_loss = [&batch](uint64_t seed) {
@@ -303,8 +344,8 @@ TEST(TrainerTest, CropsFlippedOnTheDeviceTrainAsCpuTensors) {
 }
 
 // bf16 autocast on the CPU trains (the loss falls as in float32); fp16,
-// which would need a gradient scaler, is refused by name.
-TEST(TrainerTest, Bf16AutocastTrainsAndFp16IsRefused) {
+// which LibTorch autocasts on cuda only, is refused on the CPU by name.
+TEST(TrainerTest, Bf16AutocastTrainsAndFp16IsRefusedOnCpu) {
   TrainerOptions options = CpuOptions("tinycnn", 4);
   options.models[0].lr = 0.05;
   options.amp = "bf16";
@@ -326,7 +367,9 @@ TEST(TrainerTest, Bf16AutocastTrainsAndFp16IsRefused) {
   options.amp = "fp16";
   auto refused = Trainer::Create(options);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(refused.status().message(), HasSubstr("TrainerOptions.amp fp16 needs a gradient scaler"));
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("TrainerOptions.amp fp16 needs a cuda device"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("use bf16 on cpu"));
   options.amp = "fp8";
   EXPECT_THAT(Trainer::Create(options).status().message(), HasSubstr("TrainerOptions.amp must be"));
 }
