@@ -23,6 +23,10 @@ EpochSteps::EpochSteps(Trainer* trainer, int epoch, EpochReport* report, EpochTa
       divergence_(divergence),
       timings_(timings) {}
 
+EpochSteps::~EpochSteps() {
+  if (!pending_.empty()) (void)trainer_->Drain();
+}
+
 absl::StatusOr<double> EpochSteps::Submit(const Batch& batch, int64_t step, double wait_seconds) {
   const absl::Time start = absl::Now();
   absl::StatusOr<std::vector<StepResult>> results = trainer_->Submit(batch);

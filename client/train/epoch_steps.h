@@ -23,6 +23,11 @@ class EpochSteps {
   // `timings` (per-batch CSV rows) may be null. Everything must outlive this.
   EpochSteps(Trainer* trainer, int epoch, EpochReport* report, EpochTally* tally,
              DivergenceWatch* divergence, CsvLog* timings);
+  // Drains the trainer (results dropped) if steps are still queued: an
+  // epoch ended by an error leaves the trainer with none.
+  ~EpochSteps();
+  EpochSteps(const EpochSteps&) = delete;
+  EpochSteps& operator=(const EpochSteps&) = delete;
 
   // Submits `batch`, the epoch's step `step`, fetched after `wait_seconds`
   // of waiting. Returns the seconds the submit took (the whole step on a

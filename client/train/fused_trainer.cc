@@ -106,6 +106,7 @@ torch::Tensor FusedTrainer::Forward(const BatchTensors& t, int64_t n, bool train
   // Fine-tuning: every head reads the same features [n, F] (a view, no copy).
   // Float32 logits (under --amp the forward pass gives bfloat16 ones).
   const auto run = [&]() -> torch::Tensor {
+    const AutocastScope autocast = ForwardAutocast();
     if (!options_.finetune) return model_->forward(t.images).to(torch::kFloat32);
     const torch::Tensor f = t.images.reshape({n, -1});
     return model_->head(f.unsqueeze(0).expand({model_->num_models(), n, f.size(1)}))

@@ -51,7 +51,10 @@ class GradScaler {
 
   // What a training checkpoint keeps: {scale, finite steps in a row}.
   std::vector<double> State() const;
-  // InvalidArgument unless `state` is what State gave (2 values, scale > 0).
+  // InvalidArgument unless `state` can be what State gave: {finite scale > 0,
+  // whole count in [0, 2^53)}.
+  static absl::Status CheckState(const std::vector<double>& state);
+  // Restores what State gave; CheckState's error, the scaler unchanged, else.
   absl::Status Restore(const std::vector<double>& state);
 
  private:

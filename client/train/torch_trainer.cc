@@ -106,8 +106,9 @@ class TorchTrainer final : public TorchTrainerBase {
 torch::Tensor TorchTrainer::Forward(const BatchTensors& t, int64_t n, bool train) {
   // Fine-tuning: the batch holds the frozen backbone's features [n, F].
   const auto run = [&] {
-    // Float32 logits (under --amp the forward pass gives bfloat16 ones):
-    // the loss and its gradient in full precision.
+    // Float32 logits (under --amp the forward pass gives bfloat16 or float16
+    // ones): the loss and its gradient in full precision.
+    const AutocastScope autocast = ForwardAutocast();
     return (options_.finetune ? model_->head(t.images.reshape({n, -1}))
                               : model_->forward(t.images))
         .to(torch::kFloat32);

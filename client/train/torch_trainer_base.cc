@@ -93,7 +93,6 @@ absl::StatusOr<torch::Tensor> TorchTrainerBase::RunStep(const Batch& batch) {
     ZeroGrad();
     torch::Tensor summary;
     if (!empty) {
-      const AutocastScope autocast(options_.amp, device_);
       summary = Forward(uploader_.Upload(batch, options_.channels_last), batch.n, /*train=*/true);
     }
     if (data_parallel_ != nullptr) {
@@ -185,11 +184,13 @@ absl::StatusOr<std::vector<double>> TorchTrainerBase::TrialSteps(const Batch& ba
       // and optimizer arithmetic.
       const absl::Time start = absl::Now();
       ZeroGrad();
-      const AutocastScope autocast(options_.amp, device_);
       const torch::Tensor summary =
           Forward(uploader_.Upload(batch, options_.channels_last), batch.n, /*train=*/true);
-      // The scale is left as it is: the trainer's state stays untouched.
-      if (scaler_ == nullptr || scaler_->Unscale(TrainedParameters())) optimizer_step();
+      // Under fp16 the gradients are unscaled and the step always taken
+      // (even where the first scale overflows): the time is a real step's,
+      // the scale is left as it is, and the snapshot puts the rest back.
+      if (scaler_ != nullptr) scaler_->Unscale(TrainedParameters());
+      optimizer_step();
       // Read back as Step does: the time includes the device's work.
       ReadResult(summary, batch.n);
       seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
@@ -211,7 +212,6 @@ absl::StatusOr<StepResult> TorchTrainerBase::Evaluate(const Batch& batch) {
   if (data_parallel_ != nullptr && IsEmptyBatch(batch)) return EmptyResult();
   RETURN_IF_ERROR(ValidateBatch(batch, options_.arch, options_.num_classes, options_.finetune));
   try {
-    const AutocastScope autocast(options_.amp, device_);
     return ReadResult(
         Forward(uploader_.Upload(batch, options_.channels_last), batch.n, /*train=*/false),
         batch.n);

@@ -70,7 +70,9 @@ class TorchTrainerBase : public Trainer, protected CheckpointedState {
   // Zeroes the gradients (kept defined, as LibTorch's zero_grad).
   virtual void ZeroGrad() = 0;
   // Forward on the batch, and with `train` backward of the loss: the
-  // module's train/eval mode and the gradient mode are set here. May throw.
+  // module's train/eval mode and the gradient mode are set here, and the
+  // forward pass (not the loss or the backward pass) runs under
+  // ForwardAutocast. May throw.
   // Returns what the host reads of the step, left on the device so that
   // the step waits for the device once, after its optimizer step: per model
   // (one, or a fused array's B) its mean loss and its correct count, as a
@@ -81,6 +83,8 @@ class TorchTrainerBase : public Trainer, protected CheckpointedState {
   // Forward's backward pass: of `loss` times the loss scale under fp16
   // (grad_scaler.h), else of `loss`.
   void Backward(const torch::Tensor& loss) const;
+  // Autocast for TrainerOptions.amp while it lives (off: none).
+  AutocastScope ForwardAutocast() const { return AutocastScope(options_.amp, device_); }
   // A new optimizer of the trainer's kind and hyperparameters over the same
   // parameters, with no state of its own yet, as a function that steps it
   // (and may throw): trial steps do the work of OptimizerStep on it, and it

@@ -93,7 +93,8 @@ struct TrainerOptions {
   // Mixed precision: "off"; "bf16" (the forward pass under autocast to
   // bfloat16, on cpu or cuda; the loss and the weights stay float32); or
   // "fp16" (autocast to float16, on cuda only, with loss scaling:
-  // grad_scaler.h; a step whose gradients overflow is skipped).
+  // grad_scaler.h; a step whose gradients overflow is skipped; not for a
+  // fused array of several models, which one scale would couple).
   std::string amp = "off";
   // Convolution weights and image batches in channels-last (NHWC) memory
   // order, which cuDNN's and oneDNN's fastest convolutions take. Not with

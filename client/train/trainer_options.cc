@@ -126,6 +126,12 @@ absl::Status TrainerOptions::Validate() const {
         "TrainerOptions.amp fp16 needs a cuda device (LibTorch autocasts to float16 on cuda "
         "only), got device '", device, "'; use bf16 on ", device));
   }
+  if (amp == "fp16" && fused && models.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TrainerOptions.amp fp16 scales the loss of all ", models.size(),
+        " models of a fused array alike, so that one model's overflow would skip every model's "
+        "step: use bf16 (no loss scaling) or train the models apart"));
+  }
   if (threads < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("TrainerOptions.threads must be >= 0, got ", threads));

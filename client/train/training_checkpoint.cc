@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/train/grad_scaler.h"
 #include "client/train/torch_step.h"
 #include "sophon/base/atomic_file.h"
 #include "sophon/base/status_macros.h"
@@ -237,6 +238,9 @@ absl::StatusOr<TrainingCursor> ReadTrainingCheckpoint(const std::string& path,
     if (torch::Tensor saved_scaler; archive.try_read("loss_scaler", saved_scaler, /*is_buffer=*/true)) {
       const torch::Tensor values = saved_scaler.to(torch::kDouble).contiguous().view({-1});
       scaler.assign(values.data_ptr<double>(), values.data_ptr<double>() + values.numel());
+      if (absl::Status s = GradScaler::CheckState(scaler); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
+      }
     }
     InputArchive saved_cursor;
     archive.read("cursor", saved_cursor);

@@ -64,6 +64,13 @@ TEST(GradScalerTest, TheScaleBacksOffOnOverflowAndGrowsAfterTheInterval) {
   EXPECT_FALSE(restored.Restore({0.0, 1.0}).ok());
   EXPECT_FALSE(restored.Restore({2.0}).ok());
   EXPECT_EQ(restored.scale(), 1024);
+  // What a checkpoint may not hold: checked before anything is restored.
+  EXPECT_TRUE(GradScaler::CheckState({512.0, 7.0}).ok());
+  EXPECT_FALSE(GradScaler::CheckState({512.0, std::nan("")}).ok());
+  EXPECT_FALSE(GradScaler::CheckState({512.0, 1e300}).ok());
+  EXPECT_FALSE(GradScaler::CheckState({512.0, 1.5}).ok());
+  EXPECT_FALSE(GradScaler::CheckState({std::numeric_limits<double>::infinity(), 0.0}).ok());
+  EXPECT_FALSE(GradScaler::CheckState({-1.0, 0.0}).ok());
 }
 
 // Backward of the scaled loss, unscaled, gives the gradients of the loss.

@@ -35,6 +35,19 @@ TEST(TrainerOptionsTest, ErrorsNameTheField) {
   o.steps_in_flight = 0;
   EXPECT_TRUE(o.Validate().ok());
 
+  // fp16 needs cuda, and one scale would couple a fused array's models.
+  o = TrainerOptions();
+  o.amp = "fp16";
+  EXPECT_THAT(message(o), HasSubstr("TrainerOptions.amp fp16 needs a cuda device"));
+  o.device = "cuda:1";
+  EXPECT_TRUE(o.Validate().ok());
+  o.fused = true;
+  EXPECT_TRUE(o.Validate().ok());  // one model
+  o.models.resize(3);
+  EXPECT_THAT(message(o), HasSubstr("TrainerOptions.amp fp16 scales the loss of all 3 models"));
+  o.amp = "bf16";
+  EXPECT_TRUE(o.Validate().ok());
+
   o = TrainerOptions();
   o.models.clear();
   EXPECT_THAT(message(o), HasSubstr("TrainerOptions.models must hold at least 1 model"));
