@@ -54,6 +54,12 @@ ABSL_FLAG(std::string, transfer, "auto",
           "normalised tensors) or uint8 (the crops; the step then includes their flip and "
           "normalisation on the device, so a profile measured with it is the GPU cost of a "
           "--transfer=uint8 run). auto: uint8 on cuda, float32 on cpu. Default auto.");
+ABSL_FLAG(std::string, amp, "off",
+          "Mixed precision of the measured step, as sophon-train --amp: off, bf16 (cpu or cuda) "
+          "or fp16 (cuda only, with loss scaling; not with --fused-models). Default off.");
+ABSL_FLAG(bool, channels_last, false,
+          "Measure the step in channels-last memory order, as sophon-train --channels-last. "
+          "Default false.");
 ABSL_FLAG(int, num_classes, 1000, "Classes of the model's last layer. Default 1000.");
 ABSL_FLAG(int, warmup, 3, "Untimed steps before measuring. Default 3.");
 ABSL_FLAG(int, steps, 10, "Timed steps; the median is written. Default 10.");
@@ -166,6 +172,12 @@ int main(int argc, char** argv) {
   base.device = absl::GetFlag(FLAGS_device);
   base.num_classes = absl::GetFlag(FLAGS_num_classes);
   base.threads = absl::GetFlag(FLAGS_torch_threads);
+  base.amp = absl::GetFlag(FLAGS_amp);
+  base.channels_last = absl::GetFlag(FLAGS_channels_last);
+  if (absl::Status valid = base.Validate(); !valid.ok()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--amp/--channels-last/--device: ",
+                                                        valid.message())));
+  }
   std::string gpu_type = absl::GetFlag(FLAGS_gpu_type);
   if (gpu_type.empty()) {
     if (base.device != "cpu") {
@@ -216,9 +228,11 @@ int main(int argc, char** argv) {
         row.copy_seconds = m->copy_seconds;
         row.compute_seconds = std::max(0.0, m->step_seconds - m->copy_seconds);
         row.source = absl::StrFormat(
-            "measured by sophon-profile-gpu on %s (LibTorch %d.%d.%d, fp32, input %s, %d "
+            "measured by sophon-profile-gpu on %s (LibTorch %d.%d.%d, %s%s, input %s, %d "
             "classes, median of %d steps after %d warm-up%s), %s",
-            base.device, TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH, input_text,
+            base.device, TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH,
+            base.amp == "off" ? "fp32" : absl::StrCat("amp ", base.amp),
+            base.channels_last ? ", channels-last" : "", input_text,
             base.num_classes, steps, warmup,
             base.device == "cpu" ? absl::StrCat(", ", torch::get_num_threads(), " threads") : "",
             TodayUtc());

@@ -2,7 +2,8 @@
 //   epoch,batch,samples,data_wait_s,copy_s,compute_s
 // data_wait_s: the trainer blocked waiting for this batch; copy_s: host-to-
 // device copy inside the step (0 where the trainer does not measure it, e.g.
-// on cpu); compute_s: the rest of the step.
+// on cpu); compute_s: the rest of the step (with steps in flight on a GPU, the
+// time the host took to queue it, any wait for an older step included).
 #ifndef SOPHON_CLIENT_TRAIN_BATCH_TIMINGS_H_
 #define SOPHON_CLIENT_TRAIN_BATCH_TIMINGS_H_
 

@@ -74,7 +74,8 @@ struct EpochReport {
   double wall_seconds = 0;
   double images_per_second = 0;
   double data_wait_seconds = 0;    // trainer blocked waiting for a batch
-  double compute_seconds = 0;      // inside Trainer::Step
+  double compute_seconds = 0;      // inside Trainer::Submit and Drain (the steps, or on an
+                                   // asynchronous device queueing them and waiting for them)
   double copy_seconds = 0;         // of compute_seconds, host-to-device copy (where measured)
   bool emulated = false;           // steps were emulated (EmulatedTrainer)
   // Fused arrays: the means over the models of their mean loss and top-1.
