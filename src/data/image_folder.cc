@@ -1,19 +1,17 @@
 #include "sophon/data/image_folder.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "sophon/base/escape.h"
+#include "src/data/symlink_policy.h"
 #include "spdlog/spdlog.h"
 
 namespace sophon {
@@ -35,54 +33,15 @@ bool IsJpegName(const std::string& name) {
   return ends_with(".jpg") || ends_with(".jpeg");
 }
 
-// The path with every link resolved, or empty if it cannot be resolved.
-std::string RealPath(const std::string& path) {
-  char buf[PATH_MAX];
-  if (::realpath(path.c_str(), buf) == nullptr) return "";
-  return buf;
-}
-
-// Whether the resolved path `real` lies strictly under the resolved root.
-bool IsUnder(const std::string& real, const std::string& real_root) {
-  if (real_root == "/") return real.size() > 1 && real[0] == '/';
-  return real.size() > real_root.size() + 1 && real.compare(0, real_root.size(), real_root) == 0 &&
-         real[real_root.size()] == '/';
-}
-
 bool IsSymlink(const fs::path& path) {
   std::error_code ec;
   return fs::is_symlink(fs::symlink_status(path, ec));
 }
 
-// Closes a file descriptor on scope exit.
-class FdCloser {
- public:
-  explicit FdCloser(int fd) : fd_(fd) {}
-  ~FdCloser() { ::close(fd_); }
-  FdCloser(const FdCloser&) = delete;
-  FdCloser& operator=(const FdCloser&) = delete;
-
- private:
-  int fd_;
-};
-
-const char* FileKind(mode_t mode) {
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
+constexpr char kOption[] = "ImageFolderOptions.follow_symlinks";
+constexpr char kRootKind[] = "dataset root";
 
 }  // namespace
-
-absl::StatusOr<FollowSymlinks> ParseFollowSymlinks(absl::string_view text) {
-  if (text == "inside") return FollowSymlinks::kInside;
-  if (text == "all") return FollowSymlinks::kAll;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "ImageFolderOptions.follow_symlinks must be inside or all, got '", EscapeName(text), "'"));
-}
 
 absl::Status ImageFolderOptions::Validate() const {
   if (max_file_bytes < 1 || max_file_bytes > kMaxFileBytesLimit) {
@@ -104,25 +63,23 @@ absl::StatusOr<std::unique_ptr<ImageFolderSource>> ImageFolderSource::Open(
   std::unique_ptr<ImageFolderSource> ds(new ImageFolderSource());
   ds->root_ = root;
   ds->options_ = options;
-  ds->real_root_ = RealPath(root);
-  if (ds->real_root_.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot resolve dataset directory '", EscapeName(root), "': ", std::strerror(errno)));
-  }
+  absl::StatusOr<std::string> real_root = SymlinkPolicy::ResolveRoot(root, kRootKind);
+  if (!real_root.ok()) return real_root.status();
+  ds->real_root_ = *std::move(real_root);
+  const SymlinkPolicy policy = ds->policy();
   const bool inside_only = options.follow_symlinks == FollowSymlinks::kInside;
   int skipped_links = 0;
   // Under kInside, whether the entry at `path` resolves inside the root when
   // it is `linked` (a link, or in a linked class directory); logs the first
   // refusals.
   auto allowed = [&](const fs::path& path, bool linked, absl::string_view relative) {
-    if (!inside_only || !linked) return true;
-    const std::string real = RealPath(path.string());
+    std::string real;
+    if (policy.Allowed(path.string(), linked, &real)) return true;
     if (real.empty()) return false;  // a dangling link: nothing to serve
-    if (IsUnder(real, ds->real_root_)) return true;
     if (skipped_links++ < kLoggedSkips) {
-      spdlog::warn("dataset {}: skipping '{}': a link to '{}', outside the dataset root "
-                   "(ImageFolderOptions.follow_symlinks is inside)",
-                   EscapeName(root), EscapeName(relative), EscapeName(real));
+      spdlog::warn("dataset {}: skipping '{}': a link to '{}', outside the dataset root {}",
+                   EscapeName(root), EscapeName(relative), EscapeName(real),
+                   policy.InsideNote());
     }
     return false;
   };
@@ -212,6 +169,10 @@ absl::StatusOr<std::unique_ptr<ImageFolderSource>> ImageFolderSource::Open(
   return ds;
 }
 
+SymlinkPolicy ImageFolderSource::policy() const {
+  return SymlinkPolicy(options_.follow_symlinks, real_root_, kOption, kRootKind);
+}
+
 absl::string_view ImageFolderSource::DiskPath(uint64_t id) const {
   if (!disk_paths_.empty()) {
     auto it = disk_paths_.find(id);
@@ -236,37 +197,10 @@ absl::StatusOr<std::string> ImageFolderSource::Read(uint64_t id) const {
                                            "): ", what));
   };
   const std::string path = (fs::path(root_) / std::string(DiskPath(id))).string();
-  // O_NONBLOCK: opening a FIFO swapped in for the file must not wait for a writer.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) {
-    const int saved = errno;
-    return error(saved == ENOENT || saved == ENOTDIR ? absl::StatusCode::kNotFound
-                                                     : absl::StatusCode::kFailedPrecondition,
-                 absl::StrCat("cannot open: ", std::strerror(saved)));
-  }
-  FdCloser closer(fd);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    return error(absl::StatusCode::kDataLoss, absl::StrCat("fstat failed: ", std::strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return error(absl::StatusCode::kFailedPrecondition,
-                 absl::StrCat("is ", FileKind(st.st_mode), ", not a regular file"));
-  }
-  if (options_.follow_symlinks == FollowSymlinks::kInside) {
-    // What was opened must be the file that the path resolves to inside the
-    // root: a link swapped in between the check and the open changes the
-    // device or inode.
-    const std::string real = RealPath(path);
-    struct stat resolved;
-    if (real.empty() || !IsUnder(real, real_root_) || ::stat(real.c_str(), &resolved) != 0 ||
-        resolved.st_dev != st.st_dev || resolved.st_ino != st.st_ino) {
-      return error(absl::StatusCode::kPermissionDenied,
-                   absl::StrCat("resolves to '", real.empty() ? "?" : EscapeName(real),
-                                "', outside the dataset root (ImageFolderOptions.follow_symlinks "
-                                "is inside)"));
-    }
-  }
+  absl::StatusOr<OpenedFile> file = policy().Open(path);
+  if (!file.ok()) return error(file.status().code(), file.status().message());
+  const int fd = file->fd.get();
+  const struct stat& st = file->st;
   const int64_t cap = options_.max_file_bytes;
   if (st.st_size > cap) {
     return error(absl::StatusCode::kResourceExhausted,

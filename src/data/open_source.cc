@@ -12,6 +12,7 @@ absl::StatusOr<std::unique_ptr<SampleSource>> OpenSampleSource(const std::string
   if (IsPackFolder(path)) {
     PackSourceOptions with_cap = pack;
     with_cap.max_sample_bytes = options.max_file_bytes;
+    with_cap.follow_symlinks = options.follow_symlinks;
     absl::StatusOr<std::unique_ptr<PackSource>> source = PackSource::Open(path, with_cap);
     if (!source.ok()) return source.status();
     return std::unique_ptr<SampleSource>(*std::move(source));

@@ -1,6 +1,5 @@
 #include "sophon/data/pack_index.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -15,6 +14,7 @@
 #include "sophon/base/atomic_file.h"
 #include "sophon/base/escape.h"
 #include "src/data/pread_exact.h"
+#include "src/data/symlink_policy.h"
 
 namespace sophon {
 namespace {
@@ -96,6 +96,83 @@ class Reader {
   absl::string_view file_;
   absl::Status status_;
 };
+
+// A record of the header: magic, version, fingerprint, group size, shard,
+// class and sample counts; the trailer: the CRC-32.
+constexpr uint64_t kHeaderBytes = sizeof(kMagic) + 4 + 8 + 4 + 4 + 4 + 8;
+constexpr uint64_t kTrailerBytes = 4;
+// What the streaming checksum reads at a time.
+constexpr uint64_t kCrcChunkBytes = uint64_t{1} << 20;
+
+uint64_t LittleEndian(absl::string_view bytes, size_t at, int n) {
+  uint64_t x = 0;
+  for (int i = 0; i < n; ++i) x |= uint64_t{static_cast<unsigned char>(bytes[at + i])} << (8 * i);
+  return x;
+}
+
+// Checks the magic and version of `header` (kHeaderBytes) and that a file of
+// `size` bytes can hold what the header's counts declare: at least the
+// fixed part of every record, at most their largest names.
+absl::Status CheckSize(absl::string_view header, uint64_t size, absl::string_view file) {
+  if (std::memcmp(header.data(), kMagic, sizeof(kMagic)) != 0) {
+    return absl::DataLossError(
+        absl::StrCat("pack index ", file, " is not a Sophon pack index (bad magic)"));
+  }
+  const uint32_t version = static_cast<uint32_t>(LittleEndian(header, 8, 4));
+  if (version != kPackIndexVersion) {
+    return absl::InvalidArgumentError(absl::StrCat("pack index ", file, " has version ", version,
+                                                   "; this build reads version ",
+                                                   kPackIndexVersion));
+  }
+  const uint64_t shards = LittleEndian(header, 24, 4);
+  const uint64_t classes = LittleEndian(header, 28, 4);
+  const uint64_t samples = LittleEndian(header, 32, 8);
+  using Wide = unsigned __int128;  // 4132 x 2^64 does not overflow it
+  const Wide fixed = Wide{kHeaderBytes} + kTrailerBytes;
+  const Wide names = Wide{shards} + classes;
+  const Wide least = fixed + names * 4 + Wide{samples} * kSampleRecordBytes;
+  const Wide most =
+      fixed + names * (4 + kMaxNameBytes) + Wide{samples} * (kSampleRecordBytes + kMaxNameBytes);
+  const std::string counts =
+      absl::StrCat(shards, " shards, ", classes, " classes and ", samples, " samples");
+  if (Wide{size} < least) {
+    return absl::DataLossError(absl::StrCat("pack index ", file, " is truncated: its header "
+                                            "declares ",
+                                            counts, ", which take at least ",
+                                            static_cast<uint64_t>(least), " bytes; it has ", size));
+  }
+  if (Wide{size} > most) {
+    return absl::DataLossError(absl::StrCat("pack index ", file, " has ", size,
+                                            " bytes, more than the ", static_cast<uint64_t>(most),
+                                            " its header's ", counts, " can take (corrupt)"));
+  }
+  return absl::OkStatus();
+}
+
+// Checks the CRC-32 of the `size` bytes of the index open as `fd`, reading
+// kCrcChunkBytes at a time.
+absl::Status CheckCrcInChunks(int fd, uint64_t size, absl::string_view file) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  std::string chunk;
+  const uint64_t body = size - kTrailerBytes;
+  for (uint64_t at = 0; at < body; at += kCrcChunkBytes) {
+    const uint64_t n = std::min(kCrcChunkBytes, body - at);
+    const PreadResult r = PreadExact(fd, at, n, &chunk);
+    if (!r.complete(n)) {
+      return absl::DataLossError(absl::StrCat(
+          "pack index ", file, " cannot be read at offset ", at + r.bytes,
+          r.error != 0 ? absl::StrCat(": ", std::strerror(r.error)) : std::string(" (truncated)")));
+    }
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(chunk.data()), static_cast<uInt>(n));
+  }
+  const PreadResult r = PreadExact(fd, body, kTrailerBytes, &chunk);
+  if (!r.complete(kTrailerBytes) ||
+      static_cast<uint32_t>(crc) != static_cast<uint32_t>(LittleEndian(chunk, 0, 4))) {
+    return absl::DataLossError(absl::StrCat("pack index ", file,
+                                            " fails its checksum (corrupt or truncated)"));
+  }
+  return absl::OkStatus();
+}
 
 bool SafeShardName(absl::string_view name) {
   return !name.empty() && name != "." && name != ".." && name.front() != '.' &&
@@ -233,33 +310,42 @@ absl::Status WritePackIndex(const std::string& dir, const PackIndex& index) {
   return (*writer)->Commit();
 }
 
-absl::StatusOr<PackIndex> ReadPackIndex(const std::string& dir, int64_t max_bytes) {
+absl::StatusOr<PackIndex> ReadPackIndex(const std::string& dir, FollowSymlinks follow_symlinks,
+                                        int64_t max_bytes) {
   const std::string path = absl::StrCat(dir, "/", kPackIndexName);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOCTTY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    const int e = errno;
-    return absl::Status(e == ENOENT ? absl::StatusCode::kNotFound
-                                    : absl::StatusCode::kPermissionDenied,
-                        absl::StrCat("cannot open the pack index ", EscapeName(path), ": ",
-                                     std::strerror(e)));
+  const std::string shown = EscapeName(path);
+  absl::StatusOr<std::string> real_root = SymlinkPolicy::ResolveRoot(dir, "pack folder");
+  if (!real_root.ok()) return real_root.status();
+  const SymlinkPolicy policy(follow_symlinks, *real_root, "PackSourceOptions.follow_symlinks",
+                             "pack folder");
+  absl::StatusOr<OpenedFile> file = policy.Open(path);
+  if (!file.ok()) {
+    return absl::Status(file.status().code(), absl::StrCat("the pack index ", shown, ": ",
+                                                           file.status().message()));
+  }
+  const int fd = file->fd.get();
+  const uint64_t size = static_cast<uint64_t>(file->st.st_size);
+  if (file->st.st_size > max_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the pack index ", shown, " has ", size,
+                     " bytes, over PackSourceOptions.max_index_bytes (", max_bytes, ")"));
   }
   std::string bytes;
-  struct stat st;
-  absl::Status status;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    status = absl::FailedPreconditionError(
-        absl::StrCat("the pack index ", EscapeName(path), " is not a regular file"));
-  } else if (st.st_size > max_bytes) {
-    status = absl::ResourceExhaustedError(absl::StrCat("the pack index ", EscapeName(path),
-                                                       " has ", st.st_size,
-                                                       " bytes, over the limit of ", max_bytes));
-  } else {
-    const PreadResult r = PreadExact(fd, 0, static_cast<uint64_t>(st.st_size), &bytes);
-    bytes.resize(r.bytes);  // a shorter read fails the checksum
+  if (size >= kHeaderBytes + kTrailerBytes) {
+    // Nothing past the header is read before the file's size fits the
+    // header's counts, and nothing is held whole before its checksum passes.
+    const PreadResult r = PreadExact(fd, 0, kHeaderBytes, &bytes);
+    if (!r.complete(kHeaderBytes)) {
+      return absl::DataLossError(absl::StrCat("pack index ", shown, " cannot be read",
+                                              r.error != 0 ? ": " : " (truncated)",
+                                              r.error != 0 ? std::strerror(r.error) : ""));
+    }
+    if (absl::Status s = CheckSize(bytes, size, shown); !s.ok()) return s;
+    if (absl::Status s = CheckCrcInChunks(fd, size, shown); !s.ok()) return s;
   }
-  ::close(fd);
-  if (!status.ok()) return status;
-  return DecodePackIndex(bytes, EscapeName(path));
+  const PreadResult r = PreadExact(fd, 0, size, &bytes);
+  bytes.resize(r.bytes);  // a shorter read fails the checksum
+  return DecodePackIndex(bytes, shown);
 }
 
 bool IsPackFolder(const std::string& dir) {

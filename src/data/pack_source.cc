@@ -1,10 +1,7 @@
 #include "sophon/data/pack_source.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
 #include <utility>
 
@@ -12,11 +9,14 @@
 #include "absl/strings/str_format.h"
 #include "sophon/base/escape.h"
 #include "src/data/pread_exact.h"
+#include "src/data/symlink_policy.h"
 
 namespace sophon {
 namespace {
 
 constexpr int64_t kMaxSampleBytesLimit = int64_t{1} << 30;
+constexpr char kOption[] = "PackSourceOptions.follow_symlinks";
+constexpr char kRootKind[] = "pack folder";
 
 }  // namespace
 
@@ -30,13 +30,18 @@ absl::Status PackSourceOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "PackSourceOptions.group_buffer_bytes must be >= 0, got ", group_buffer_bytes));
   }
+  if (max_index_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PackSourceOptions.max_index_bytes must be >= 1, got ", max_index_bytes));
+  }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<PackSource>> PackSource::Open(const std::string& dir,
                                                              const PackSourceOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
-  absl::StatusOr<PackIndex> index = ReadPackIndex(dir);
+  absl::StatusOr<PackIndex> index =
+      ReadPackIndex(dir, options.follow_symlinks, options.max_index_bytes);
   if (!index.ok()) return index.status();
   if (index->samples.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("pack ", dir, " holds no samples"));
@@ -46,24 +51,21 @@ absl::StatusOr<std::unique_ptr<PackSource>> PackSource::Open(const std::string& 
   source->options_ = options;
   source->group_size_ = index->group_size;
   source->source_fingerprint_ = index->source_fingerprint;
+  absl::StatusOr<std::string> real_dir = SymlinkPolicy::ResolveRoot(dir, kRootKind);
+  if (!real_dir.ok()) return real_dir.status();
+  const SymlinkPolicy policy(options.follow_symlinks, *real_dir, kOption, kRootKind);
   std::vector<uint64_t> shard_bytes;
   for (const std::string& shard : index->shards) {
     const std::string path = absl::StrCat(dir, "/", shard);
-    const int fd = ::open(path.c_str(), O_RDONLY | O_NOCTTY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-      const int e = errno;
-      return absl::Status(e == ENOENT ? absl::StatusCode::kNotFound
-                                      : absl::StatusCode::kPermissionDenied,
-                          absl::StrCat("pack ", dir, ": cannot open shard ", EscapeName(path),
-                                       ": ", std::strerror(e)));
+    // Checked once here: the descriptor is what every read uses.
+    absl::StatusOr<OpenedFile> file = policy.Open(path);
+    if (!file.ok()) {
+      return absl::Status(file.status().code(),
+                          absl::StrCat("pack ", dir, ": shard ", EscapeName(path), ": ",
+                                       file.status().message()));
     }
-    source->fds_.push_back(fd);
-    struct stat st;
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "pack ", dir, ": shard ", EscapeName(path), " is not a regular file"));
-    }
-    shard_bytes.push_back(static_cast<uint64_t>(st.st_size));
+    shard_bytes.push_back(static_cast<uint64_t>(file->st.st_size));
+    source->fds_.push_back(file->fd.release());
     source->shards_.push_back(path);
   }
   for (const std::string& c : index->class_names) source->class_names_.push_back(EscapeName(c));

@@ -1,7 +1,6 @@
 #include "sophon/data/pack_writer.h"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,11 +23,14 @@
 #include "sophon/data/pack_source.h"
 #include "sophon/data/tar.h"
 #include "src/data/pread_exact.h"
+#include "src/data/symlink_policy.h"
 
 namespace sophon {
 namespace {
 
 constexpr uint64_t kMaxClsBytes = 32;
+constexpr char kOption[] = "PackSourceOptions.follow_symlinks";
+constexpr char kRootKind[] = "pack folder";
 constexpr size_t kMaxReportedErrors = 100;
 
 // splitmix64: the shuffle of the pack order (a pure function of the seed).
@@ -218,10 +220,16 @@ absl::StatusOr<PackIndex> WritePack(const SampleSource& source, const std::strin
 }
 
 absl::StatusOr<PackIndex> IndexShards(const std::string& dir, uint32_t group_size,
-                                      const PackProgressFn& progress) {
+                                      const PackProgressFn& progress,
+                                      FollowSymlinks follow_symlinks) {
   if (group_size == 0) {
     return absl::InvalidArgumentError("the group size of an index must be >= 1, got 0");
   }
+  // The policy PackSource::Open applies: what the server would refuse to
+  // read is not indexed.
+  absl::StatusOr<std::string> real_dir = SymlinkPolicy::ResolveRoot(dir, kRootKind);
+  if (!real_dir.ok()) return real_dir.status();
+  const SymlinkPolicy policy(follow_symlinks, *real_dir, kOption, kRootKind);
   absl::StatusOr<std::vector<std::string>> names = ListFolder(dir);
   if (!names.ok()) return names.status();
   PackIndex index;
@@ -237,17 +245,13 @@ absl::StatusOr<PackIndex> IndexShards(const std::string& dir, uint32_t group_siz
   for (uint32_t k = 0; k < index.shards.size(); ++k) {
     const std::string path = absl::StrCat(dir, "/", index.shards[k]);
     const std::string shown = EscapeName(path);
-    const int fd = ::open(path.c_str(), O_RDONLY | O_NOCTTY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return Errno(errno, absl::StrCat("cannot open ", shown));
-    const std::unique_ptr<int, void (*)(int*)> closer(new int(fd), [](int* f) {
-      ::close(*f);
-      delete f;
-    });
-    struct stat st;
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      return absl::FailedPreconditionError(absl::StrCat(shown, " is not a regular file"));
+    absl::StatusOr<OpenedFile> file = policy.Open(path);
+    if (!file.ok()) {
+      return absl::Status(file.status().code(),
+                          absl::StrCat(shown, ": ", file.status().message()));
     }
-    const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+    const int fd = file->fd.get();
+    const uint64_t file_size = static_cast<uint64_t>(file->st.st_size);
     // The sample being assembled from consecutive members of one key.
     std::optional<PackedSample> image;
     std::optional<uint32_t> label;
@@ -349,16 +353,20 @@ absl::StatusOr<PackIndex> IndexShards(const std::string& dir, uint32_t group_siz
   std::string classes;
   if (::access(classes_path.c_str(), F_OK) == 0) {
     std::string bytes;
-    const int fd = ::open(classes_path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    struct stat st;
-    if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (64 << 20)) {
-      if (fd >= 0) ::close(fd);
+    absl::StatusOr<OpenedFile> file = policy.Open(classes_path);
+    if (!file.ok()) {
+      return absl::Status(file.status().code(), absl::StrCat(EscapeName(classes_path), ": ",
+                                                             file.status().message()));
+    }
+    if (file->st.st_size > (64 << 20)) {
       return absl::FailedPreconditionError(
           absl::StrCat(EscapeName(classes_path), " is not a readable file of at most 64 MiB"));
     }
-    absl::Status read = ReadAt(fd, 0, static_cast<uint64_t>(st.st_size), classes_path, &bytes);
-    ::close(fd);
-    if (!read.ok()) return read;
+    if (absl::Status s = ReadAt(file->fd.get(), 0, static_cast<uint64_t>(file->st.st_size),
+                                EscapeName(classes_path), &bytes);
+        !s.ok()) {
+      return s;
+    }
     for (absl::string_view line : absl::StrSplit(bytes, '\n', absl::SkipEmpty())) {
       index.class_names.emplace_back(line);
     }
@@ -374,18 +382,25 @@ absl::StatusOr<PackIndex> IndexShards(const std::string& dir, uint32_t group_siz
   return index;
 }
 
-absl::StatusOr<PackVerifyReport> VerifyPack(const std::string& dir,
-                                            const PackProgressFn& progress) {
+absl::StatusOr<PackVerifyReport> VerifyPack(const std::string& dir, const PackProgressFn& progress,
+                                            FollowSymlinks follow_symlinks) {
   PackSourceOptions options;
   options.max_sample_bytes = int64_t{1} << 30;
+  options.follow_symlinks = follow_symlinks;
   absl::StatusOr<std::unique_ptr<PackSource>> source = PackSource::Open(dir, options);
   if (!source.ok()) return source.status();
+  absl::StatusOr<std::string> real_dir = SymlinkPolicy::ResolveRoot(dir, kRootKind);
+  if (!real_dir.ok()) return real_dir.status();
+  const SymlinkPolicy policy(follow_symlinks, *real_dir, kOption, kRootKind);
+  // The tar headers are read through descriptors of their own, checked as
+  // PackSource::Open checks its shards (-1: reported per sample).
   const std::vector<std::string> shards = (*source)->FilePaths();
-  std::vector<int> fds;
+  std::vector<ScopedFd> fds;
   for (const std::string& shard : shards) {
-    fds.push_back(::open(shard.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    absl::StatusOr<OpenedFile> file = policy.Open(shard);
+    fds.push_back(file.ok() ? std::move(file->fd) : ScopedFd());
   }
-  absl::StatusOr<PackIndex> index = ReadPackIndex(dir);
+  absl::StatusOr<PackIndex> index = ReadPackIndex(dir, follow_symlinks);
   if (!index.ok()) return index.status();
   PackVerifyReport report;
   report.samples = (*source)->size();
@@ -405,8 +420,9 @@ absl::StatusOr<PackVerifyReport> VerifyPack(const std::string& dir,
       fail(std::string(bytes.status().message()));
       continue;
     }
-    if (s.offset < kTarBlock || fds[s.shard] < 0 ||
-        !ReadAt(fds[s.shard], s.offset - kTarBlock, kTarBlock, shards[s.shard], &block).ok()) {
+    if (s.offset < kTarBlock || fds[s.shard].get() < 0 ||
+        !ReadAt(fds[s.shard].get(), s.offset - kTarBlock, kTarBlock, shards[s.shard], &block)
+             .ok()) {
       fail(absl::StrCat("sample ", id, " ('", EscapeName(s.path), "'): no tar header before it"));
       continue;
     }
@@ -417,9 +433,6 @@ absl::StatusOr<PackVerifyReport> VerifyPack(const std::string& dir,
                         member.ok() ? "its tar header does not describe it"
                                     : member.status().message()));
     }
-  }
-  for (int fd : fds) {
-    if (fd >= 0) ::close(fd);
   }
   return report;
 }

@@ -1,8 +1,9 @@
 // Packs served by real sophon-servers over gRPC: every sample byte-exact
 // from the pack, the group size in the manifest, the group-aware order over
-// two packed shards with two ranks (every sample once), and a corrupt sample
-// failing alone.
+// two packed shards with two ranks (every sample once), a corrupt sample
+// failing alone, and a shard linked from outside the pack not served.
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <set>
 #include <string>
@@ -43,22 +44,19 @@ std::string Pack(const std::string& root, const std::string& name, uint32_t g) {
   return dir;
 }
 
-TEST(PackClusterTest, EverySampleArrivesByteExactWithItsLabel) {
-  const std::string root = testing::MakeTestDataset("pack_cluster_exact", Dataset());
-  const std::string pack = Pack(root, "pack_cluster_exact_pack", 4);
-  absl::StatusOr<testing::LocalServer> local = testing::StartLocalServer(pack);
-  ASSERT_TRUE(local.ok()) << local.status();
-  const ServerManifest& manifest = local->client->manifest();
+// Fetches every sample of `local` at RAW: each byte-exact from the file of
+// the dataset `root` it was packed from, with its label.
+void ExpectEverySampleByteExact(const testing::LocalServer& local, const std::string& root) {
+  const ServerManifest& manifest = local.client->manifest();
   ASSERT_EQ(manifest.num_samples(), 27u);
-  EXPECT_EQ(manifest.group_size, 4u);
   FetchRequestBuilder builder(0, 1, AugmentOptions());
   for (uint64_t id = 0; id < 27; ++id) builder.Add(id, Stage::kRaw);
-  std::unique_ptr<FetchCall> call = local->client->OpenFetch();
+  std::unique_ptr<FetchCall> call = local.client->OpenFetch();
   ASSERT_TRUE(call->Write(builder.Take()));
   call->WritesDone();
   std::set<uint64_t> seen;
   v1::FetchResponse response;
-  const SampleSource& source = local->server->source();
+  const SampleSource& source = local.server->source();
   while (call->Read(&response)) {
     for (const v1::Sample& s : response.samples()) {
       ASSERT_EQ(s.error_code(), 0) << s.error_message();
@@ -70,6 +68,52 @@ TEST(PackClusterTest, EverySampleArrivesByteExactWithItsLabel) {
   }
   EXPECT_TRUE(call->Finish().ok());
   EXPECT_EQ(seen.size(), 27u);
+}
+
+TEST(PackClusterTest, EverySampleArrivesByteExactWithItsLabel) {
+  const std::string root = testing::MakeTestDataset("pack_cluster_exact", Dataset());
+  const std::string pack = Pack(root, "pack_cluster_exact_pack", 4);
+  absl::StatusOr<testing::LocalServer> local = testing::StartLocalServer(pack);
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ(local->client->manifest().group_size, 4u);
+  ExpectEverySampleByteExact(*local, root);
+}
+
+// A shard linked to a file outside the pack folder (as to /etc/passwd) is
+// not served: under the server's default link policy (inside) the server
+// does not start, naming the shard; only with "all" links followed does it
+// serve the shard.
+TEST(PackClusterTest, AShardLinkedFromOutsideThePackIsNotServed) {
+  const std::string root = testing::MakeTestDataset("pack_cluster_link", Dataset());
+  const std::string pack = Pack(root, "pack_cluster_link_pack", 4);
+  absl::StatusOr<PackIndex> index = ReadPackIndex(pack);
+  ASSERT_TRUE(index.ok()) << index.status();
+  const std::string shard = pack + "/" + index->shards[0];
+  const std::string outside = testing::MakeTempDir("pack_cluster_link_outside") + "/elsewhere";
+  std::filesystem::rename(shard, outside);
+  std::filesystem::create_symlink(outside, shard);
+  absl::StatusOr<testing::LocalServer> refused = testing::StartLocalServer(pack);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied) << refused.status();
+  EXPECT_NE(refused.status().message().find("shard " + shard + ": resolves to"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("follow_symlinks is inside"), std::string::npos)
+      << refused.status();
+
+  StorageServerOptions options;
+  options.data_dir = pack;
+  options.port = 0;
+  options.stats_interval = absl::ZeroDuration();
+  options.source.follow_symlinks = FollowSymlinks::kAll;
+  absl::StatusOr<std::unique_ptr<StorageServer>> server = StorageServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ClientOptions client;
+  client.address = (*server)->address();
+  absl::StatusOr<std::unique_ptr<SampleClient>> connected = SampleClient::Connect(client);
+  ASSERT_TRUE(connected.ok()) << connected.status();
+  ExpectEverySampleByteExact(testing::LocalServer{*std::move(server), *std::move(connected)},
+                             root);
 }
 
 LoaderOptions Options(int batch, int rank, int world) {

@@ -1,8 +1,14 @@
 #include "sophon/data/pack_index.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "sophon/base/process_status.h"
 #include "tests/test_util.h"
 
 namespace sophon {
@@ -110,6 +116,111 @@ TEST(PackIndexTest, AHugeCountAllocatesNothing) {
   absl::Status s = DecodePackIndex(bytes, "x.idx").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("do not fit"), std::string::npos) << s;
+}
+
+// The index's 8-byte sample count, after magic (8), version (4),
+// fingerprint (8), group size, shards and classes (4 each).
+constexpr size_t kSampleCountAt = 8 + 4 + 8 + 4 + 4 + 4;
+
+void SetSampleCount(uint64_t n, std::string* bytes) {
+  for (int i = 0; i < 8; ++i) {
+    (*bytes)[kSampleCountAt + i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  }
+}
+
+// Resets this process's peak resident memory (VmHWM) to what it holds now.
+void ResetPeakRss() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";
+  clear.close();
+  ASSERT_TRUE(clear.good()) << "cannot reset VmHWM through /proc/self/clear_refs";
+}
+
+uint64_t PeakRss() {
+  absl::StatusOr<ProcessStatus> status = ReadProcessStatus();
+  EXPECT_TRUE(status.ok()) << status.status();
+  return status.ok() ? status->peak_rss_bytes : 0;
+}
+
+// dir/sophon-pack.idx holding `bytes`, then extended (sparse: no disk) to
+// `size` bytes.
+std::string SparseIndex(const std::string& name, const std::string& bytes, int64_t size) {
+  const std::string dir = testing::MakeTempDir(name);
+  const std::string path = dir + "/" + kPackIndexName;
+  testing::WriteFile(path, bytes);
+  EXPECT_EQ(::truncate(path.c_str(), size), 0);
+  return dir;
+}
+
+bool Contains(const absl::Status& s, const std::string& words) {
+  return s.message().find(words) != absl::string_view::npos;
+}
+
+// A valid index followed by 2 GiB of zeros: its header's counts allow a few
+// kilobytes, so nothing past the header is read.
+TEST(PackIndexTest, AnIndexLargerThanItsHeaderAllowsIsRefusedWithoutBeingRead) {
+  const std::string dir =
+      SparseIndex("pack_index_huge", EncodePackIndex(Example()), int64_t{2} << 30);
+  ResetPeakRss();
+  const uint64_t before = ResidentBytes();
+  const absl::Status s = ReadPackIndex(dir).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_TRUE(Contains(s, dir + "/sophon-pack.idx")) << s;
+  EXPECT_TRUE(Contains(s, "2147483648 bytes, more than the")) << s;
+  EXPECT_LT(PeakRss(), before + (uint64_t{64} << 20));
+}
+
+// A header that declares 4M samples (128 MiB at least) over a 256 MiB file
+// of zeros: the size fits, the checksum does not, and it is found reading
+// bounded chunks, not the whole file.
+TEST(PackIndexTest, AChecksumIsCheckedInBoundedChunksBeforeTheIndexIsHeld) {
+  std::string bytes = EncodePackIndex(Example());
+  SetSampleCount(uint64_t{1} << 22, &bytes);
+  const std::string dir = SparseIndex("pack_index_crc", bytes, int64_t{256} << 20);
+  ResetPeakRss();
+  const uint64_t before = ResidentBytes();
+  const absl::Status s = ReadPackIndex(dir).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_TRUE(Contains(s, dir + "/sophon-pack.idx fails its checksum")) << s;
+  EXPECT_LT(PeakRss(), before + (uint64_t{64} << 20));
+}
+
+TEST(PackIndexTest, AnIndexOverTheCapOrShorterThanItsCountsIsRefusedNamingIt) {
+  std::string bytes = EncodePackIndex(Example());
+  const std::string dir = SparseIndex("pack_index_cap", bytes, static_cast<int64_t>(bytes.size()));
+  absl::Status s = ReadPackIndex(dir, FollowSymlinks::kInside, 100).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_TRUE(Contains(s, dir + "/sophon-pack.idx")) << s;
+  EXPECT_TRUE(Contains(s, "PackSourceOptions.max_index_bytes (100)")) << s;
+  SetSampleCount(1000, &bytes);
+  s = ReadPackIndex(SparseIndex("pack_index_short", bytes, static_cast<int64_t>(bytes.size())))
+          .status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_TRUE(Contains(s, "is truncated: its header declares 2 shards, 2 classes and 1000 "
+                          "samples"))
+      << s;
+}
+
+// The index of a pack folder is read under the image folders' link policy.
+TEST(PackIndexTest, AnIndexLinkedFromOutsideTheFolderIsRefusedUnlessAllLinksAreFollowed) {
+  const std::string outside = testing::MakeTempDir("pack_index_link_outside");
+  ASSERT_TRUE(WritePackIndex(outside, Example()).ok());
+  const std::string dir = testing::MakeTempDir("pack_index_link");
+  std::filesystem::create_symlink(outside + "/" + kPackIndexName, dir + "/" + kPackIndexName);
+  const absl::Status s = ReadPackIndex(dir).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_TRUE(Contains(s, dir + "/sophon-pack.idx")) << s;
+  EXPECT_TRUE(Contains(s, "outside the pack folder (PackSourceOptions.follow_symlinks is inside)"))
+      << s;
+  EXPECT_TRUE(ReadPackIndex(dir, FollowSymlinks::kAll).ok());
+  // A link to a file inside the folder is followed.
+  const std::string inside = testing::MakeTempDir("pack_index_link_inside");
+  std::filesystem::create_directories(inside + "/sub");
+  ASSERT_TRUE(WritePackIndex(inside + "/sub", Example()).ok());
+  std::filesystem::create_symlink("sub/sophon-pack.idx", inside + "/" + kPackIndexName);
+  absl::StatusOr<PackIndex> back = ReadPackIndex(inside);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->samples.size(), 3u);
 }
 
 }  // namespace

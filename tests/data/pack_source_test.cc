@@ -3,12 +3,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "sophon/data/image_folder.h"
+#include "sophon/data/open_source.h"
 #include "sophon/data/pack_writer.h"
 #include "tests/test_util.h"
 
@@ -173,6 +175,69 @@ TEST(PackSourceTest, ACorruptIndexIsRefusedNamingTheFile) {
   absl::Status s = PackSource::Open(p.dir).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(s.message().find(kPackIndexName), std::string::npos) << s;
+}
+
+bool Contains(const absl::Status& s, const std::string& words) {
+  return s.message().find(words) != absl::string_view::npos;
+}
+
+// Moves pack shard `k` to `outside` and leaves a link to it in its place.
+std::string LinkShardFrom(const Packed& p, uint32_t k, const std::string& outside) {
+  const std::string shard = p.dir + "/" + p.index.shards[k];
+  const std::string moved = outside + "/" + p.index.shards[k];
+  std::filesystem::rename(shard, moved);
+  std::filesystem::create_symlink(moved, shard);
+  return shard;
+}
+
+// A shard linked to a file outside the pack folder (as to /etc/passwd) is
+// refused by the image folders' policy; only kAll follows it.
+TEST(PackSourceTest, AShardLinkedFromOutsideThePackIsRefusedUnlessAllLinksAreFollowed) {
+  Packed p = MakePack("pack_src_link", 4, /*shard_bytes=*/1);  // one group per shard
+  ASSERT_EQ(p.index.shards.size(), 4u);
+  const std::string shard = LinkShardFrom(p, 1, testing::MakeTempDir("pack_src_link_outside"));
+  absl::Status s = PackSource::Open(p.dir).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_TRUE(Contains(s, "shard " + shard + ": resolves to")) << s;
+  EXPECT_TRUE(Contains(s, "outside the pack folder (PackSourceOptions.follow_symlinks is inside)"))
+      << s;
+  // As the server opens it: the image folders' option is the pack's.
+  s = OpenSampleSource(p.dir).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  ImageFolderOptions all;
+  all.follow_symlinks = FollowSymlinks::kAll;
+  absl::StatusOr<std::unique_ptr<SampleSource>> opened = OpenSampleSource(p.dir, all);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  for (uint64_t id = 4; id < 8; ++id) {
+    EXPECT_EQ(*(*opened)->Read(id), *p.folder->Read(FolderId(p, id))) << id;
+  }
+}
+
+TEST(PackSourceTest, AShardLinkedInsideThePackIsServed) {
+  Packed p = MakePack("pack_src_link_in", 4, /*shard_bytes=*/1);
+  std::filesystem::create_directories(p.dir + "/store");
+  LinkShardFrom(p, 2, p.dir + "/store");
+  absl::StatusOr<std::unique_ptr<PackSource>> pack = PackSource::Open(p.dir);
+  ASSERT_TRUE(pack.ok()) << pack.status();
+  for (uint64_t id = 0; id < 15; ++id) {
+    EXPECT_EQ(*(*pack)->Read(id), *p.folder->Read(FolderId(p, id))) << id;
+  }
+}
+
+// The shards are held open from Open on: a shard swapped for a link to a
+// file outside the folder afterwards is never read.
+TEST(PackSourceTest, AShardSwappedForALinkAfterOpenIsNeverRead) {
+  Packed p = MakePack("pack_src_swap", 4);
+  std::unique_ptr<PackSource> pack = *PackSource::Open(p.dir);
+  const std::string outside = testing::MakeTempDir("pack_src_swap_outside");
+  const std::string shard = p.dir + "/" + p.index.shards[0];
+  testing::WriteFile(outside + "/secret", std::string(testing::ReadFile(shard).size(), 's'));
+  std::filesystem::remove(shard);
+  std::filesystem::create_symlink(outside + "/secret", shard);
+  for (uint64_t id = 0; id < 15; ++id) {
+    EXPECT_EQ(*pack->Read(id), *p.folder->Read(FolderId(p, id))) << id;
+  }
+  EXPECT_EQ(PackSource::Open(p.dir).status().code(), absl::StatusCode::kPermissionDenied);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "sophon/data/pack_writer.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
@@ -188,6 +189,46 @@ TEST(PackWriterTest, VerifyCountsEveryBadSampleAndNamesIt) {
       << report->errors[0];
   EXPECT_NE(report->errors[1].find("sample 9 "), std::string::npos) << report->errors[1];
   EXPECT_NE(report->errors[2].find("sample 12 "), std::string::npos) << report->errors[2];
+}
+
+// `index` refuses what the server would refuse to read: a shard or
+// classes.txt linked to a file outside the folder; verify too.
+TEST(PackWriterTest, IndexAndVerifyRefuseAFileLinkedFromOutsideNamingIt) {
+  std::unique_ptr<ImageFolderSource> folder = Folder("pack_w_link_src");
+  const std::string dir = testing::MakeTempDir("pack_w_link");
+  const std::string outside = testing::MakeTempDir("pack_w_link_outside");
+  PackWriteOptions options;
+  options.group_size = 4;
+  options.shard_bytes = 1;
+  absl::StatusOr<PackIndex> written = WritePack(*folder, dir, options);
+  ASSERT_TRUE(written.ok()) << written.status();
+  ASSERT_TRUE(std::filesystem::remove(dir + "/" + kPackIndexName));
+  const std::string shard = dir + "/" + written->shards[1];
+  std::filesystem::rename(shard, outside + "/moved.tar");
+  std::filesystem::create_symlink(outside + "/moved.tar", shard);
+  absl::Status s = IndexShards(dir, 4).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_NE(s.message().find(shard + ": resolves to"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("PackSourceOptions.follow_symlinks is inside"), std::string::npos)
+      << s;
+  EXPECT_FALSE(IsPackFolder(dir));
+  absl::StatusOr<PackIndex> all = IndexShards(dir, 4, nullptr, FollowSymlinks::kAll);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->samples.size(), 15u);
+  s = VerifyPack(dir).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_NE(s.message().find(shard), std::string::npos) << s;
+  absl::StatusOr<PackVerifyReport> report = VerifyPack(dir, nullptr, FollowSymlinks::kAll);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->bad, 0u);
+  // The shard back in place, classes.txt linked from outside.
+  std::filesystem::remove(shard);
+  std::filesystem::rename(outside + "/moved.tar", shard);
+  std::filesystem::rename(dir + "/classes.txt", outside + "/classes.txt");
+  std::filesystem::create_symlink(outside + "/classes.txt", dir + "/classes.txt");
+  s = IndexShards(dir, 4).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_NE(s.message().find(dir + "/classes.txt: resolves to"), std::string::npos) << s;
 }
 
 }  // namespace

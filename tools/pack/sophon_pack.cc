@@ -1,8 +1,8 @@
 // sophon-pack: writes a dataset as WebDataset tar shards in groups the
 // storage node reads at once, indexes shards that exist, verifies a pack.
 //   sophon-pack --data=DIR --out=PACKDIR [--group-size=G | --group-bytes=N]
-//   sophon-pack index PACKDIR [--group-size=G]
-//   sophon-pack verify PACKDIR
+//   sophon-pack index PACKDIR [--group-size=G] [--follow-symlinks=inside|all]
+//   sophon-pack verify PACKDIR [--follow-symlinks=inside|all]
 #include <unistd.h>
 
 #include <cstdio>
@@ -34,12 +34,27 @@ ABSL_FLAG(bool, shuffle, true,
           "true.");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of that shuffle. Default 0.");
 ABSL_FLAG(bool, progress, true, "A progress line on a terminal (stderr). Default true.");
+ABSL_FLAG(std::string, follow_symlinks, "inside",
+          "Which symbolic links are followed, as by sophon-server --follow-symlinks: 'inside' "
+          "(only those whose target lies inside the dataset root or the pack folder: a shard, "
+          "index or classes.txt that resolves outside the pack folder is refused, so `index` "
+          "indexes only what the server would read) or 'all'. Default inside.");
 
 namespace {
 
+// The options whose errors name a flag.
+const sophon::FlagNames kFlagNames = {
+    {"ImageFolderOptions.follow_symlinks", "--follow-symlinks"},
+    {"PackSourceOptions.follow_symlinks", "--follow-symlinks"},
+};
+
 int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "sophon-pack: %s\n", std::string(status.message()).c_str());
-  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  return sophon::FailProgram("sophon-pack", status, kFlagNames);
+}
+
+// --follow-symlinks, parsed (checked before any command runs).
+sophon::FollowSymlinks FollowFlag() {
+  return *sophon::ParseFollowSymlinks(absl::GetFlag(FLAGS_follow_symlinks));
 }
 
 // A progress line rewritten in place on a terminal, at most 10 times a second.
@@ -69,8 +84,10 @@ int Write() {
   if (absl::GetFlag(FLAGS_data).empty() || absl::GetFlag(FLAGS_out).empty()) {
     return Fail(absl::InvalidArgumentError("--data=DIR and --out=PACKDIR are required"));
   }
+  sophon::ImageFolderOptions source_options;
+  source_options.follow_symlinks = FollowFlag();
   absl::StatusOr<std::unique_ptr<sophon::SampleSource>> source =
-      sophon::OpenSampleSource(absl::GetFlag(FLAGS_data));
+      sophon::OpenSampleSource(absl::GetFlag(FLAGS_data), source_options);
   if (!source.ok()) return Fail(source.status());
   sophon::PackWriteOptions options;
   if (absl::GetFlag(FLAGS_group_bytes) > 0) {
@@ -108,7 +125,8 @@ int Index(const std::string& dir) {
         absl::StrCat("--group-size must be >= 1, got ", absl::GetFlag(FLAGS_group_size))));
   }
   absl::StatusOr<sophon::PackIndex> index = sophon::IndexShards(
-      dir, static_cast<uint32_t>(absl::GetFlag(FLAGS_group_size)), ProgressLine("indexed"));
+      dir, static_cast<uint32_t>(absl::GetFlag(FLAGS_group_size)), ProgressLine("indexed"),
+      FollowFlag());
   if (!index.ok()) return Fail(index.status());
   std::printf("indexed %zu samples of %zu classes in %zu shards of %s: groups of %u\n",
               index->samples.size(), index->class_names.size(), index->shards.size(),
@@ -118,7 +136,7 @@ int Index(const std::string& dir) {
 
 int Verify(const std::string& dir) {
   absl::StatusOr<sophon::PackVerifyReport> report =
-      sophon::VerifyPack(dir, ProgressLine("verified"));
+      sophon::VerifyPack(dir, ProgressLine("verified"), FollowFlag());
   if (!report.ok()) return Fail(report.status());
   for (const std::string& e : report->errors) std::fprintf(stderr, "sophon-pack: %s\n", e.c_str());
   if (report->bad > report->errors.size()) {
@@ -142,6 +160,10 @@ int main(int argc, char** argv) {
       "       sophon-pack verify PACKDIR");
   sophon::ArgvHolder args(argc, argv);
   std::vector<char*> rest = absl::ParseCommandLine(args.argc(), args.argv());
+  if (absl::Status s = sophon::ParseFollowSymlinks(absl::GetFlag(FLAGS_follow_symlinks)).status();
+      !s.ok()) {
+    return Fail(s);
+  }
   if (rest.size() == 1) return Write();
   const std::string command = rest[1];
   if ((command == "index" || command == "verify") && rest.size() == 3) {

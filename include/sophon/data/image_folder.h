@@ -11,18 +11,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "sophon/data/follow_symlinks.h"
 #include "sophon/data/sample_source.h"
 
 namespace sophon {
 
-// Which symbolic links (to a class directory or a sample file) are followed.
-enum class FollowSymlinks {
-  kInside,  // only those whose target lies inside the dataset root
-  kAll,     // any
-};
-
-// "inside" or "all"; InvalidArgument naming ImageFolderOptions.follow_symlinks.
-absl::StatusOr<FollowSymlinks> ParseFollowSymlinks(absl::string_view text);
+class SymlinkPolicy;
 
 // How far the files of a dataset are trusted.
 struct ImageFolderOptions {
@@ -30,6 +24,7 @@ struct ImageFolderOptions {
   // is read (and a file that grows past it while read fails too). In
   // [1, 1 GiB]: a sample travels in one protobuf message (2 GiB at most).
   int64_t max_file_bytes = int64_t{64} << 20;
+  // Which links (to a class directory or a sample file) are followed.
   // kInside: a link whose target resolves outside the root is skipped when
   // the manifest is built (with a warning) and refused when read (a link
   // swapped in after Open included).
@@ -86,6 +81,8 @@ class ImageFolderSource final : public SampleSource {
   ImageFolderSource() = default;
   // Sample `id`'s relative path as on disk.
   absl::string_view DiskPath(uint64_t id) const;
+  // options_.follow_symlinks over real_root_ (src/data/symlink_policy.h).
+  SymlinkPolicy policy() const;
 
   std::string root_;
   std::string real_root_;  // root_ with every link resolved (realpath)

@@ -17,7 +17,8 @@ namespace sophon {
 
 // A PackSource with `pack` when `path` holds a pack index (its
 // max_sample_bytes replaced by options.max_file_bytes, the one size cap of
-// both kinds), else an ImageFolderSource with `options`.
+// both kinds, and its follow_symlinks by options.follow_symlinks, the one
+// link policy of both), else an ImageFolderSource with `options`.
 absl::StatusOr<std::unique_ptr<SampleSource>> OpenSampleSource(
     const std::string& path, const ImageFolderOptions& options = {},
     const PackSourceOptions& pack = {});

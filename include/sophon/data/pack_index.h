@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "sophon/data/follow_symlinks.h"
 
 namespace sophon {
 
@@ -59,10 +60,23 @@ absl::StatusOr<PackIndex> DecodePackIndex(absl::string_view bytes, absl::string_
 
 // Writes dir/sophon-pack.idx atomically (temporary file, fsync, rename).
 absl::Status WritePackIndex(const std::string& dir, const PackIndex& index);
-// Reads and decodes dir/sophon-pack.idx, at most `max_bytes` of it
-// (ResourceExhausted past it). NotFound naming the file if there is none.
+
+// The largest index ReadPackIndex reads by default
+// (PackSourceOptions.max_index_bytes).
+inline constexpr int64_t kDefaultMaxPackIndexBytes = int64_t{4} << 30;
+
+// Reads and decodes dir/sophon-pack.idx, bounding what it holds before the
+// index is trusted: under `follow_symlinks` kInside, an index that resolves
+// outside `dir` is refused (PermissionDenied); one over `max_bytes`
+// (ResourceExhausted), or whose size does not fit the counts of shards,
+// classes and samples its header declares (DataLoss), is refused before
+// more than its header is read; and its checksum is checked by reading it
+// in bounded chunks before the whole file is held. NotFound naming the file
+// if there is none. Errors name the file and the field of PackSourceOptions
+// (follow_symlinks, max_index_bytes) they come from.
 absl::StatusOr<PackIndex> ReadPackIndex(const std::string& dir,
-                                        int64_t max_bytes = int64_t{1} << 32);
+                                        FollowSymlinks follow_symlinks = FollowSymlinks::kInside,
+                                        int64_t max_bytes = kDefaultMaxPackIndexBytes);
 
 // Whether `dir` holds a pack index.
 bool IsPackFolder(const std::string& dir);

@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "sophon/data/follow_symlinks.h"
 #include "sophon/data/pack_index.h"
 #include "sophon/data/sample_source.h"
 
@@ -29,6 +30,16 @@ struct PackSourceOptions {
   // Memory for group buffers (the groups being read and those whose samples
   // are not all read yet). A group larger than this is read sample by sample.
   int64_t group_buffer_bytes = int64_t{128} << 20;
+  // Which symbolic links among the pack's files (its index and shards) are
+  // followed. kInside: a file that resolves outside the pack folder fails
+  // Open (a link to another file of the folder is fine); kAll: any. The
+  // shards are held open from Open on, so a link swapped in later is never
+  // read. OpenSampleSource sets it from ImageFolderOptions.follow_symlinks.
+  FollowSymlinks follow_symlinks = FollowSymlinks::kInside;
+  // Largest index file read; a larger one fails Open before it is read
+  // (ResourceExhausted). >= 1. The index is read whole only once its size
+  // fits its header's counts and its checksum (read in bounded chunks) passes.
+  int64_t max_index_bytes = kDefaultMaxPackIndexBytes;
 
   absl::Status Validate() const;
 };
@@ -43,11 +54,13 @@ struct PackReadStats {
 
 class PackSource final : public SampleSource {
  public:
-  // Reads dir/sophon-pack.idx and opens every shard it names (kept open).
-  // Errors name the folder, the file and the sample: NotFound without an
-  // index or a shard, FailedPrecondition for a shard that is not a regular
-  // file, InvalidArgument for a sample past the end of its shard or larger
-  // than max_sample_bytes, and DecodePackIndex's errors.
+  // Reads dir/sophon-pack.idx (ReadPackIndex) and opens every shard it names
+  // (kept open). Errors name the folder, the file and the sample: NotFound
+  // without an index or a shard, FailedPrecondition for a shard that is not
+  // a regular file, PermissionDenied for an index or shard that resolves
+  // outside the folder under follow_symlinks kInside (naming the option),
+  // InvalidArgument for a sample past the end of its shard or larger than
+  // max_sample_bytes, and ReadPackIndex's errors.
   static absl::StatusOr<std::unique_ptr<PackSource>> Open(const std::string& dir,
                                                           const PackSourceOptions& options = {});
   ~PackSource() override;

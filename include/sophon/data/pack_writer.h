@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "sophon/data/follow_symlinks.h"
 #include "sophon/data/pack_index.h"
 #include "sophon/data/sample_source.h"
 
@@ -56,9 +57,14 @@ absl::StatusOr<PackIndex> WritePack(const SampleSource& source, const std::strin
 // and its label the integer in KEY.cls; other members are skipped. Class
 // names come from dir/classes.txt (one per line, line k = label k) if there is
 // one, else "0".."N-1". Headers are untrusted (ParseTarHeader); errors name
-// the shard, the offset and the key. Writes and returns the index.
+// the shard, the offset and the key. The shards and classes.txt are opened
+// as PackSource::Open opens its files with `follow_symlinks`: under kInside,
+// one that resolves outside `dir` is refused (PermissionDenied naming it and
+// PackSourceOptions.follow_symlinks), as the server would refuse to read it.
+// Writes and returns the index.
 absl::StatusOr<PackIndex> IndexShards(const std::string& dir, uint32_t group_size,
-                                      const PackProgressFn& progress = nullptr);
+                                      const PackProgressFn& progress = nullptr,
+                                      FollowSymlinks follow_symlinks = FollowSymlinks::kInside);
 
 // What VerifyPack found.
 struct PackVerifyReport {
@@ -69,10 +75,12 @@ struct PackVerifyReport {
 
 // Opens the pack in `dir` (the index and every bound checked) and reads every
 // sample: its tar header must describe it and its bytes must match the
-// index's CRC-32. Errors only for a pack that cannot be opened; bad samples
-// are in the report.
-absl::StatusOr<PackVerifyReport> VerifyPack(const std::string& dir,
-                                            const PackProgressFn& progress = nullptr);
+// index's CRC-32. Errors only for a pack that cannot be opened (with
+// PackSourceOptions.follow_symlinks = `follow_symlinks`); bad samples are in
+// the report.
+absl::StatusOr<PackVerifyReport> VerifyPack(
+    const std::string& dir, const PackProgressFn& progress = nullptr,
+    FollowSymlinks follow_symlinks = FollowSymlinks::kInside);
 
 }  // namespace sophon
 
