@@ -1,8 +1,5 @@
 #include "server/metrics_exporter.h"
 
-#include <CivetServer.h>
-
-#include <exception>
 #include <map>
 #include <utility>
 
@@ -10,10 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "prometheus/client_metric.h"
-#include "prometheus/collectable.h"
-#include "prometheus/exposer.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/metric_type.h"
+#include "prometheus/text_serializer.h"
+#include "server/http_endpoint.h"
 #include "sophon/base/process_status.h"
 #include "sophon/net/wire.h"
 #include "sophon/ops/stage.h"
@@ -70,20 +67,6 @@ bool IsLoopback(const std::string& host) {
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
-// civetweb reports why it cannot start (e.g. "cannot bind to 127.0.0.1:9: 98
-// (Address already in use)") through log_message; Start() keeps the message of
-// its own thread for the error, everything else goes to the log.
-thread_local std::string* start_errors = nullptr;
-
-int LogCivetMessage(const mg_connection*, const char* message) {
-  if (start_errors != nullptr) {
-    absl::StrAppend(start_errors, start_errors->empty() ? "" : "; ", message);
-  } else {
-    spdlog::warn("metrics http: {}", message);
-  }
-  return 1;  // handled: civetweb prints nothing itself
-}
-
 }  // namespace
 
 absl::Status MetricsOptions::Validate() const {
@@ -94,7 +77,6 @@ absl::Status MetricsOptions::Validate() const {
   if (enabled() && host.empty()) {
     return absl::InvalidArgumentError("MetricsOptions.host is required when metrics are on");
   }
-  // civetweb reads a comma as a second listening address.
   if (host.find_first_of(", \t\n") != std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("MetricsOptions.host must be one address, got '", host, "'"));
@@ -212,26 +194,23 @@ std::vector<MetricFamily> ProcessMetrics() {
   return out;
 }
 
-class MetricsExporter::Collector : public prometheus::Collectable {
- public:
-  explicit Collector(StatsSnapshotFn snapshot) : snapshot_(std::move(snapshot)) {}
+namespace {
 
-  std::vector<MetricFamily> Collect() const override {
-    std::vector<MetricFamily> out;
-    absl::StatusOr<v1::ServerStats> stats = snapshot_();
-    if (stats.ok()) {
-      out = ServerStatsToMetrics(*stats);
-    } else {
-      // Without a snapshot, leave the server's series out rather than report zeros.
-      spdlog::warn("metrics: no stats snapshot: {}", stats.status().ToString());
-    }
-    for (MetricFamily& family : ProcessMetrics()) out.push_back(std::move(family));
-    return out;
+// The text exposition of one scrape: the server's series from a fresh
+// snapshot (left out, with a warning, when there is none), then the process's.
+std::string Scrape(const StatsSnapshotFn& snapshot) {
+  std::vector<MetricFamily> families;
+  absl::StatusOr<v1::ServerStats> stats = snapshot();
+  if (stats.ok()) {
+    families = ServerStatsToMetrics(*stats);
+  } else {
+    spdlog::warn("metrics: no stats snapshot: {}", stats.status().ToString());
   }
+  for (MetricFamily& family : ProcessMetrics()) families.push_back(std::move(family));
+  return prometheus::TextSerializer().Serialize(families);
+}
 
- private:
-  const StatsSnapshotFn snapshot_;
-};
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
     const MetricsOptions& options, StatsSnapshotFn snapshot) {
@@ -240,40 +219,22 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
     return absl::InvalidArgumentError("MetricsOptions.port is -1: metrics are off");
   }
   if (!snapshot) return absl::InvalidArgumentError("MetricsExporter needs a stats snapshot");
-  const std::string address = absl::StrCat(
-      options.host.find(':') != std::string::npos ? absl::StrCat("[", options.host, "]")
-                                                   : options.host,
-      ":", options.port);
+  HttpEndpointOptions http;
+  http.host = options.host;
+  http.port = options.port;
+  http.path = "/metrics";
+  // A connection that sends nothing is closed after 2 s; it delays no scrape
+  // (one thread polls every connection) and never the gRPC service.
+  http.connection_timeout = absl::Seconds(2);
+  absl::StatusOr<std::unique_ptr<HttpEndpoint>> endpoint = HttpEndpoint::Start(
+      http, [snapshot = std::move(snapshot)] { return Scrape(snapshot); });
+  if (!endpoint.ok()) {
+    return absl::Status(endpoint.status().code(),
+                        absl::StrCat("metrics: ", endpoint.status().message()));
+  }
   std::unique_ptr<MetricsExporter> exporter(new MetricsExporter());
   exporter->host_ = options.host;
-  exporter->collector_ = std::make_shared<Collector>(std::move(snapshot));
-
-  CivetCallbacks callbacks;
-  callbacks.log_message = &LogCivetMessage;
-  std::string errors;
-  start_errors = &errors;
-  try {
-    // Four HTTP threads: scrapes are rare and small. A connection that sends
-    // nothing holds a thread for at most request_timeout_ms, so half-open
-    // connections delay scrapes (never the gRPC service, which has its own
-    // threads) by at most that much per connection in line.
-    exporter->exposer_ = std::make_unique<prometheus::Exposer>(
-        std::vector<std::string>{"listening_ports", address, "num_threads", "4",
-                                 "request_timeout_ms", "2000", "keep_alive_timeout_ms", "500"},
-        &callbacks);
-  } catch (const std::exception& e) {
-    start_errors = nullptr;
-    return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", address, ": ",
-                                               errors.empty() ? e.what() : errors));
-  }
-  start_errors = nullptr;
-  const std::vector<int> ports = exporter->exposer_->GetListeningPorts();
-  if (ports.empty() || ports[0] <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("metrics: cannot listen on ", address, ": no port bound"));
-  }
-  exporter->port_ = ports[0];
-  exporter->exposer_->RegisterCollectable(exporter->collector_);
+  exporter->endpoint_ = *std::move(endpoint);
   if (!IsLoopback(options.host)) {
     spdlog::warn("metrics on {}: plain HTTP without authentication, readable by anyone who "
                  "can reach this address",
@@ -284,6 +245,8 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
 
 MetricsExporter::~MetricsExporter() = default;
 
-std::string MetricsExporter::address() const { return absl::StrCat(host_, ":", port_); }
+int MetricsExporter::port() const { return endpoint_->port(); }
+
+std::string MetricsExporter::address() const { return absl::StrCat(host_, ":", port()); }
 
 }  // namespace sophon

@@ -12,11 +12,12 @@
 #include "sophon/v1/sophon.pb.h"
 
 namespace prometheus {
-class Exposer;
 struct MetricFamily;
 }  // namespace prometheus
 
 namespace sophon {
+
+class HttpEndpoint;
 
 struct MetricsOptions {
   std::string host = "127.0.0.1";  // address of the /metrics endpoint (plain HTTP, no auth)
@@ -41,23 +42,21 @@ std::vector<prometheus::MetricFamily> ProcessMetrics();
 class MetricsExporter {
  public:
   // Listens on options.host:options.port (which must be enabled) and serves
-  // GET /metrics, taking a snapshot per scrape. Errors name the address.
+  // GET /metrics (plain HTTP, one thread of its own: server/http_endpoint.h),
+  // taking a snapshot per scrape. Errors name the address.
   static absl::StatusOr<std::unique_ptr<MetricsExporter>> Start(const MetricsOptions& options,
                                                                 StatsSnapshotFn snapshot);
-  // Stops the HTTP server and joins its threads.
+  // Stops the HTTP server and joins its thread.
   ~MetricsExporter();
 
-  int port() const { return port_; }  // the bound port (the chosen one for port 0)
-  std::string address() const;        // host:port
+  int port() const;             // the bound port (the chosen one for port 0)
+  std::string address() const;  // host:port
 
  private:
-  class Collector;
   MetricsExporter() = default;
 
   std::string host_;
-  int port_ = 0;
-  std::shared_ptr<Collector> collector_;        // outlives exposer_ (declared first)
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<HttpEndpoint> endpoint_;
 };
 
 }  // namespace sophon
