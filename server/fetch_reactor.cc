@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "sophon/net/draining.h"
 #include "sophon/net/grpc_util.h"
 #include "sophon/net/wire.h"
 #include "spdlog/spdlog.h"
@@ -49,6 +50,7 @@ FetchReactor::FetchReactor(SampleServiceImpl* service, grpc::CallbackServerConte
       error_ = admitted;
       finished_ = true;
     }
+    if (limit == Limit::kDraining) context_->AddTrailingMetadata(kDrainingMetadataKey, "1");
     Finish(ToGrpcStatus(admitted));
     return;
   }
@@ -138,6 +140,7 @@ void FetchReactor::Pump() {
     Message job_message;
     v1::FetchResponse response;
     bool start_write = false, start_read = false, cancel = false, finish = false;
+    bool drain_finish = false;  // tells the client so in the trailing metadata
     absl::Status finish_status;
     {
       absl::MutexLock lock(&mu_);
@@ -198,7 +201,7 @@ void FetchReactor::Pump() {
         start_write = true;
       }
       // Read the next request once this one is admitted and there is room.
-      if (error_.ok() && !reading_ && !reads_done_ && pending_.empty() &&
+      if (error_.ok() && !draining_ && !reading_ && !reads_done_ && pending_.empty() &&
           inflight_samples_ < options.max_inflight_per_stream &&
           stream_bytes_ < options.max_stream_inflight_bytes) {
         reading_ = true;
@@ -212,14 +215,23 @@ void FetchReactor::Pump() {
       if (start_write || start_read || cancel) {
         ++issuing_;
       } else if (issuing_ == 0 && !writing_ &&
-                 (!error_.ok() ||
-                  (reads_done_ && pending_.empty() && jobs_running_ == 0 && ready_.empty()))) {
+                 (!error_.ok() || ((reads_done_ || draining_) && pending_.empty() &&
+                                   jobs_running_ == 0 && ready_.empty()))) {
         // Finish: on an error once no write is outstanding (a client that
         // does not read must not hold the stream open); otherwise once the
-        // client has half-closed and everything it asked for is written.
+        // client has half-closed, or the server drains, and everything
+        // admitted is written.
         finished_ = true;
         finish = true;
         finish_status = error_;
+        if (draining_) {
+          drain_finish = true;
+          if (finish_status.ok() && !reads_done_) {
+            finish_status = absl::UnavailableError(absl::StrCat(
+                drain_status_.message(), ": every sample it had started was sent; ",
+                handed_back_, " requested but not started were handed back"));
+          }
+        }
       }
     }
     for (CheckedSample& s : jobs) {
@@ -235,6 +247,7 @@ void FetchReactor::Pump() {
       });
     }
     if (finish) {
+      if (drain_finish) context_->AddTrailingMetadata(kDrainingMetadataKey, "1");
       Finish(ToGrpcStatus(finish_status));
       return;
     }
@@ -349,6 +362,7 @@ void FetchReactor::OnBytesGranted(int64_t bytes) {
 }
 
 void FetchReactor::Evict(absl::Status why) {
+  Limit limit = Limit::kStreamEvicted;
   {
     absl::MutexLock lock(&mu_);
     if (finished_) return;
@@ -357,8 +371,27 @@ void FetchReactor::Evict(absl::Status why) {
     // now.
     if (error_.ok()) FailLocked(why);
     if (writing_) cancel_wanted_ = true;
+    if (draining_) limit = Limit::kDraining;  // the drain ran out of time
   }
-  service_->RecordRejection(Limit::kStreamEvicted, peer_, why);
+  service_->RecordRejection(limit, peer_, why);
+  Pump();
+}
+
+void FetchReactor::Drain(absl::Status why) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || draining_) return;
+    draining_ = true;
+    drain_status_ = std::move(why);
+    // Samples read but not admitted are handed back: the client asks a
+    // replica. Admitted ones (being prepared or ready) are still written.
+    handed_back_ = pending_.size();
+    ClearPendingLocked();
+    if (awaiting_grant_ && service_->budget().Cancel(this)) {
+      awaiting_grant_ = false;
+      Unref();  // the budget's; never the last: the registry's caller holds one
+    }
+  }
   Pump();
 }
 
@@ -425,9 +458,12 @@ void FetchReactor::OnDone() {
           "stream %d from %s closed after %.1f s: %d requests, %d samples, %.1f MB sent; %s",
           stream_id_, peer_, absl::ToDoubleSeconds(service_->Now() - opened_), requests_,
           samples_sent_, bytes_sent_ / 1e6,
-          error_.ok() ? std::string("the client finished and every sample was sent")
-                      : absl::StrCat(absl::StatusCodeToString(error_.code()), ": ",
-                                     error_.message()));
+          !error_.ok() ? absl::StrCat(absl::StatusCodeToString(error_.code()), ": ",
+                                      error_.message())
+          : draining_ && !reads_done_
+              ? absl::StrCat("ended by the drain: every sample started was sent, ",
+                             handed_back_, " requested but not started were handed back")
+              : std::string("the client finished and every sample was sent"));
     }
     service_->LogStreamEnd(line);
   }

@@ -45,6 +45,7 @@ class FetchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   void Unref() override;
   void CheckIdle(absl::Time now) override;
   void Evict(absl::Status why) override;
+  void Drain(absl::Status why) override;
   void OnBytesGranted(int64_t bytes) override;
 
  private:
@@ -92,6 +93,9 @@ class FetchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;  // the client half-closed
   bool finished_ ABSL_GUARDED_BY(mu_) = false;    // Finish called (or decided)
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;    // the server drains: no more requests
+  absl::Status drain_status_ ABSL_GUARDED_BY(mu_);  // why, once draining_
+  size_t handed_back_ ABSL_GUARDED_BY(mu_) = 0;     // samples dropped unstarted by the drain
   absl::Status error_ ABSL_GUARDED_BY(mu_);       // ends the stream when set
   Message message_ ABSL_GUARDED_BY(mu_);
   std::deque<CheckedSample> pending_ ABSL_GUARDED_BY(mu_);  // read, not yet admitted

@@ -5,6 +5,9 @@
 #ifndef SOPHON_SERVER_GRPC_SERVICE_H_
 #define SOPHON_SERVER_GRPC_SERVICE_H_
 
+#include <functional>
+
+#include "absl/status/status.h"
 #include "server/service_impl.h"
 #include "sophon/v1/sophon.grpc.pb.h"
 
@@ -36,6 +39,13 @@ class GrpcSampleService final
       grpc::CallbackServerContext* context) override;
 
  private:
+  // Runs `answer` (fills the response, returns the status) for a unary call
+  // counted against ServiceOptions.max_unary_calls_per_peer and
+  // max_unary_calls until its answer is taken; over either, the call is
+  // refused at once without running it.
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
+                                   const std::function<absl::Status()>& answer);
+
   SampleServiceImpl* const impl_;
 };
 

@@ -14,6 +14,9 @@ const char* LimitName(Limit limit) {
     case Limit::kIdleStreamTimeout: return "idle_stream_timeout";
     case Limit::kWriteStallTimeout: return "write_stall_timeout";
     case Limit::kStreamEvicted: return "max_streams_evicted";
+    case Limit::kDraining: return "draining";
+    case Limit::kMaxUnaryCallsPerPeer: return "max_unary_calls_per_peer";
+    case Limit::kMaxUnaryCalls: return "max_unary_calls";
   }
   return "unknown";
 }

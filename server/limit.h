@@ -18,8 +18,11 @@ enum class Limit : int {
   kIdleStreamTimeout,
   kWriteStallTimeout,
   kStreamEvicted,          // a full server made room for an address with fewer streams
+  kDraining,               // not a limit: the server is draining before it stops
+  kMaxUnaryCallsPerPeer,
+  kMaxUnaryCalls,
 };
-inline constexpr int kNumLimits = 10;
+inline constexpr int kNumLimits = 13;
 const char* LimitName(Limit limit);
 
 }  // namespace sophon

@@ -2,6 +2,7 @@
 // sample's preprocessing as they ask for, on --prep-workers threads.
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -13,6 +14,7 @@
 #include "sophon/data/page_cache.h"
 #include "spdlog/spdlog.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "server/cli/load_backbone.h"
 #include "server/storage_server.h"
 
@@ -49,6 +51,20 @@ ABSL_FLAG(int64_t, transport_memory_bytes, int64_t{512} << 20,
 ABSL_FLAG(int, max_calls_per_connection, 256,
           "Concurrent calls (Fetch streams and unary calls) one connection may have open. "
           "Default 256.");
+ABSL_FLAG(int, max_unary_calls_per_peer, 64,
+          "Unary calls (manifest, pages, paths, stats) one client address may have in progress, "
+          "counted until their answers are taken; more are answered RESOURCE_EXHAUSTED at once. "
+          "Default 64.");
+ABSL_FLAG(int, max_unary_calls, 1024,
+          "Unary calls in progress from all clients together (each counted in the memory bound "
+          "at 16 KiB). Default 1024.");
+ABSL_FLAG(absl::Duration, unread_connection_timeout, absl::Seconds(5),
+          "A connection whose client takes no bytes for this long while the server has bytes "
+          "for it is dropped with its calls (TCP_USER_TIMEOUT), so a client that never reads "
+          "cannot hold memory or the budget longer. In [1s, 24h]. Default 5s.");
+ABSL_FLAG(int64_t, stream_window_bytes, 16 << 10,
+          "HTTP/2 receive window of each call before the server reads its request: what a "
+          "client can make the server buffer on a call it is not reading. Default 16384.");
 ABSL_FLAG(int, max_streams_per_peer, 256,
           "Open Fetch streams from one client address; more are refused. Default 256.");
 ABSL_FLAG(absl::Duration, idle_stream_timeout, absl::Minutes(5),
@@ -102,6 +118,12 @@ ABSL_FLAG(std::string, follow_symlinks, "inside",
           "inside.");
 ABSL_FLAG(absl::Duration, stats_interval, absl::Seconds(10),
           "Period of the throughput log line while serving; 0 disables it. Default 10s.");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(10),
+          "On SIGTERM or SIGINT the server drains before it stops: the health service reports "
+          "NOT_SERVING, new streams are refused, and open streams send the samples already "
+          "started and end, handing back the rest (trainers ask a replica for them at once). "
+          "This is the longest the drain waits before it ends the streams left; a second "
+          "signal cuts it short. 0 = stop at once. Default 10s.");
 ABSL_FLAG(bool, evict_cache, false,
           "Drop the dataset's files from the page cache before serving, so that an experiment "
           "starts cold (posix_fadvise DONTNEED; sophon-cache reports residency). Default false.");
@@ -150,6 +172,12 @@ namespace {
 const sophon::FlagNames kFlagNames = {
     {"StorageServerOptions.data_dir", "--data"},
     {"StorageServerOptions.port", "--port"},
+    {"StorageServerOptions.drain_timeout", "--drain-timeout"},
+    {"PackSourceOptions.follow_symlinks", "--follow-symlinks"},
+    {"ServiceOptions.max_unary_calls_per_peer", "--max-unary-calls-per-peer"},
+    {"ServiceOptions.max_unary_calls", "--max-unary-calls"},
+    {"ServiceOptions.unread_connection_timeout", "--unread-connection-timeout"},
+    {"ServiceOptions.stream_window_bytes", "--stream-window-bytes"},
     {"ServiceOptions.prep_workers", "--prep-workers"},
     {"ServiceOptions.max_inflight_per_stream", "--max-inflight-per-stream"},
     {"ServiceOptions.cpu_limit", "--cpu-limit"},
@@ -225,6 +253,10 @@ int main(int argc, char** argv) {
   options.service.transport_memory_bytes = absl::GetFlag(FLAGS_transport_memory_bytes);
   options.service.max_calls_per_connection = absl::GetFlag(FLAGS_max_calls_per_connection);
   options.service.max_streams = absl::GetFlag(FLAGS_max_streams);
+  options.service.max_unary_calls_per_peer = absl::GetFlag(FLAGS_max_unary_calls_per_peer);
+  options.service.max_unary_calls = absl::GetFlag(FLAGS_max_unary_calls);
+  options.service.unread_connection_timeout = absl::GetFlag(FLAGS_unread_connection_timeout);
+  options.service.stream_window_bytes = absl::GetFlag(FLAGS_stream_window_bytes);
   options.service.max_streams_per_peer = absl::GetFlag(FLAGS_max_streams_per_peer);
   options.service.idle_stream_timeout = absl::GetFlag(FLAGS_idle_stream_timeout);
   options.service.max_ids_per_request = absl::GetFlag(FLAGS_max_ids_per_request);
@@ -251,6 +283,7 @@ int main(int argc, char** argv) {
   }
   options.service.cache.policy = *cache_policy;
   options.stats_interval = absl::GetFlag(FLAGS_stats_interval);
+  options.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   options.metrics.port = absl::GetFlag(FLAGS_metrics_port);
   options.metrics.host = absl::GetFlag(FLAGS_metrics_host);
   sophon::CredentialsOptions& credentials = options.credentials;
@@ -324,7 +357,19 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   int sig = 0;
   sigwait(&signals, &sig);
-  spdlog::info("signal {}: shutting down", sig);
+  spdlog::info("signal {} ({}): draining, then shutting down; a second signal stops at once", sig,
+               strsignal(sig));
+  // The drain runs on its own thread so that a second signal can cut it short.
+  absl::Notification drained;
+  std::thread drainer([&] {
+    (*server)->Drain();
+    drained.Notify();
+  });
+  const timespec poll{0, 50 * 1000 * 1000};
+  while (!drained.HasBeenNotified()) {
+    if (sigtimedwait(&signals, nullptr, &poll) > 0) (*server)->CutDrainShort();
+  }
+  drainer.join();
   (*server)->Shutdown();
   return 0;
 }

@@ -55,18 +55,23 @@ SampleServiceImpl::SampleServiceImpl(const SampleSource* source, const ServiceOp
       manifest_pages_(*source, ServerSettings(options), options.manifest_page_bytes),
       declined_files_(source->size()),
       memory_releaser_(options.memory_release),
-      budget_(BudgetOptions(options),
-              [this](bool busy) {
-                if (busy) {
-                  memory_releaser_.OnBusy();
-                } else {
-                  memory_releaser_.OnIdle();
-                }
-              }),
+      budget_(BudgetOptions(options), [this](bool busy) { OnBusyChange(busy); }),
+      unary_calls_(options.max_unary_calls, options.max_unary_calls_per_peer,
+                   [this](bool busy) { OnBusyChange(busy); }),
       registry_(options.max_streams, options.max_streams_per_peer,
                 ReaperPeriod(std::min(options.idle_stream_timeout, options.write_stall_timeout)),
                 [this] { return Now(); }),
       pool_(options.prep_workers, /*queue_capacity=*/options.prep_workers * 4) {}
+
+void SampleServiceImpl::OnBusyChange(bool busy) {
+  // Freed memory goes back once neither samples nor unary answers are in
+  // flight (a burst of unread answers leaves as much behind as samples do).
+  if (busy) {
+    if (busy_sources_.fetch_add(1) == 0) memory_releaser_.OnBusy();
+  } else {
+    if (busy_sources_.fetch_sub(1) == 1) memory_releaser_.OnIdle();
+  }
+}
 
 absl::Status SampleServiceImpl::GetStats(const v1::GetStatsRequest&, v1::ServerStats* response) {
   stats_.Snapshot(response);

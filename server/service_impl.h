@@ -5,6 +5,7 @@
 #ifndef SOPHON_SERVER_SERVICE_IMPL_H_
 #define SOPHON_SERVER_SERVICE_IMPL_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -16,6 +17,7 @@
 #include "server/server_stats.h"
 #include "server/service_options.h"
 #include "server/stream_registry.h"
+#include "server/unary_calls.h"
 #include "sophon/base/memory_releaser.h"
 #include "server/once_per_sample.h"
 #include "sophon/base/rate_limiter.h"
@@ -65,6 +67,7 @@ class SampleServiceImpl {
   PrepPool& pool() { return pool_; }
   ByteBudget& budget() { return budget_; }
   StreamRegistry& registry() { return registry_; }
+  UnaryCalls& unary_calls() { return unary_calls_; }
 
  private:
   const SampleSource* const source_;
@@ -72,8 +75,12 @@ class SampleServiceImpl {
   const ServiceOptions options_;
   const ManifestPages manifest_pages_;
   ServerStats stats_;
-  MemoryReleaser memory_releaser_;  // told by budget_ when in-flight bytes drain
+  MemoryReleaser memory_releaser_;  // told when samples and unary calls have all drained
+  // Sources of work the releaser waits out: budget_ busy, unary_calls_ busy.
+  std::atomic<int> busy_sources_{0};
+  void OnBusyChange(bool busy);
   ByteBudget budget_;
+  UnaryCalls unary_calls_;
   RateLimiter rejection_log_{10, absl::Seconds(10)};
   RateLimiter failure_log_{20, absl::Seconds(10)};  // failed samples: a client can repeat them
   RateLimiter stream_log_{20, absl::Seconds(10)};   // stream ends: a client can churn streams

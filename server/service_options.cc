@@ -41,6 +41,9 @@ absl::Status ServiceOptions::Validate() const {
            {"max_peer_inflight_bytes", max_peer_inflight_bytes, 0},
            {"transport_memory_bytes", transport_memory_bytes, 0},
            {"max_calls_per_connection", max_calls_per_connection, 1},
+           {"max_unary_calls_per_peer", max_unary_calls_per_peer, 1},
+           {"max_unary_calls", max_unary_calls, 1},
+           {"stream_window_bytes", stream_window_bytes, 1 << 10},
            {"max_streams", max_streams, 1},
            {"max_streams_per_peer", max_streams_per_peer, 1},
            {"max_ids_per_request", max_ids_per_request, 1},
@@ -86,6 +89,21 @@ absl::Status ServiceOptions::Validate() const {
   if (max_crop_size > 16384) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ServiceOptions.max_crop_size must be at most 16384, got ", max_crop_size));
+  }
+  if (max_unary_calls_per_peer > max_unary_calls) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServiceOptions.max_unary_calls_per_peer (", max_unary_calls_per_peer,
+        ") must not exceed ServiceOptions.max_unary_calls (", max_unary_calls, ")"));
+  }
+  if (stream_window_bytes > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServiceOptions.stream_window_bytes must be at most 1 GiB, got ", stream_window_bytes));
+  }
+  if (unread_connection_timeout < absl::Seconds(1) ||
+      unread_connection_timeout > absl::Hours(24)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServiceOptions.unread_connection_timeout must be in [1s, 24h], got ",
+        absl::FormatDuration(unread_connection_timeout)));
   }
   if (idle_stream_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -63,6 +63,22 @@ struct ServiceOptions {
   int64_t transport_memory_bytes = int64_t{512} << 20;
   // Concurrent calls (streams and unary calls) on one connection.
   int max_calls_per_connection = 256;
+  // Unary calls (manifest, pages, paths, stats) in progress, from the service
+  // seeing one until its answer is taken: per client address and in all. A
+  // call over either is answered RESOURCE_EXHAUSTED at once (no answer body
+  // held). A training node makes a few at a time.
+  int max_unary_calls_per_peer = 64;
+  int max_unary_calls = 1024;
+  // A connection whose client takes no bytes for this long while the server
+  // has bytes for it (TCP_USER_TIMEOUT) is dropped, and its calls end: a
+  // client that never reads its socket holds its memory at most this long.
+  // gRPC clients read their sockets whatever the application does, so only a
+  // stopped process or a network outage this long costs a reconnect.
+  absl::Duration unread_connection_timeout = absl::Seconds(5);
+  // The receive window each stream grants before the service asks to read a
+  // message (HTTP/2 initial window; requests are small): what a stream that
+  // is not being read can make the server buffer. At least 1 KiB.
+  int64_t stream_window_bytes = 16 << 10;
 
   // --- Per request message.
   int max_ids_per_request = 4096;                 // samples named in one FetchRequest

@@ -1,6 +1,7 @@
 #include "server/storage_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
 
 #include <algorithm>
@@ -26,6 +27,11 @@ absl::Status StorageServerOptions::Validate() const {
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("StorageServerOptions.port must be in [0, 65535], got ", port));
+  }
+  if (drain_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "StorageServerOptions.drain_timeout must be >= 0, got ",
+        absl::FormatDuration(drain_timeout)));
   }
   if (absl::Status s = metrics.Validate(); !s.ok()) return s;
   if (absl::Status s = source.Validate(); !s.ok()) return s;
@@ -77,6 +83,9 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       CreateServerCredentials(options.credentials);
   if (!credentials.ok()) return credentials.status();
+  // The standard health service (grpc.health.v1.Health: Check and Watch),
+  // for load balancers and orchestrators: SERVING until Drain().
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, *credentials, &server->port_);
   builder.RegisterService(server->grpc_service_.get());
@@ -97,6 +106,20 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
   }
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              options.service.max_calls_per_connection);
+  // What a connection can make the server buffer before the service reads:
+  // a stream not being read holds at most its initial window, which BDP
+  // probing would grow (requests are small; the answers' direction is the
+  // client's windows, unaffected).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+                             static_cast<int>(options.service.stream_window_bytes));
+  // gRPC sets TCP_USER_TIMEOUT on accepted sockets to the keepalive timeout:
+  // a connection whose client takes no bytes for that long is dropped, with
+  // every call on it, so a client that never reads its socket cannot hold
+  // answers (or the budget's bytes) longer than that.
+  builder.AddChannelArgument(
+      GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(options.service.unread_connection_timeout)));
   // Refuse a port another process listens on (gRPC sets SO_REUSEPORT by
   // default: two servers would split the connections between them).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -106,6 +129,10 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
         "cannot listen on ", address,
         ": the port is in use by another process or the address is not one of this machine's "
         "(StorageServerOptions.host, StorageServerOptions.port)"));
+  }
+  if (grpc::HealthCheckServiceInterface* health = server->server_->GetHealthCheckService()) {
+    health->SetServingStatus(true);
+    health->SetServingStatus(v1::SampleService::service_full_name(), true);
   }
   if (options.metrics.enabled()) {
     absl::StatusOr<std::unique_ptr<MetricsExporter>> metrics = MetricsExporter::Start(
@@ -138,6 +165,42 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
 std::string StorageServer::address() const { return absl::StrCat(options_.host, ":", port_); }
 
 void StorageServer::Wait() { shutdown_.WaitForNotification(); }
+
+void StorageServer::Drain() {
+  if (server_ == nullptr) return;
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+    health->SetServingStatus(false);  // every service, and the server as a whole
+  }
+  StreamRegistry& registry = impl_->registry();
+  const absl::Time start = absl::Now();
+  v1::ServerStats stats;
+  const int open = registry.open_streams();
+  const uint64_t inflight =
+      impl_->GetStats({}, &stats).ok() ? stats.inflight_samples() : uint64_t{0};
+  spdlog::info("draining: health NOT_SERVING, new streams refused; {} streams open with {} "
+               "samples started, waiting up to {} (--drain-timeout) for them to be sent",
+               open, inflight, absl::FormatDuration(options_.drain_timeout));
+  registry.DrainAll(absl::UnavailableError(
+      absl::StrCat("the server ", address(), " is draining before it stops")));
+  const absl::Time deadline = start + options_.drain_timeout;
+  while (registry.open_streams() > 0 && absl::Now() < deadline &&
+         !drain_cut_.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
+  }
+  const int left = registry.open_streams();
+  if (left > 0) {
+    registry.EvictAll(absl::UnavailableError(absl::StrCat(
+        "the server ", address(), " is stopping: its drain ran out of time (",
+        drain_cut_.HasBeenNotified() ? "cut short by a second signal"
+                                     : absl::StrCat("drain_timeout ",
+                                                    absl::FormatDuration(options_.drain_timeout)),
+        ")")));
+    spdlog::warn("drain: {} streams still open after {:.1f} s were ended", left,
+                 absl::ToDoubleSeconds(absl::Now() - start));
+  } else {
+    spdlog::info("drained in {:.2f} s: every stream has ended",
+                 absl::ToDoubleSeconds(absl::Now() - start));
+  }
+}
 
 void StorageServer::Shutdown(absl::Duration grace) {
   if (!shutdown_.HasBeenNotified()) shutdown_.Notify();

@@ -33,6 +33,9 @@ struct StorageServerOptions {
   ServiceOptions service;
   absl::Duration stats_interval = absl::Seconds(10);  // log line period under load; 0 = off
   MetricsOptions metrics;             // Prometheus /metrics endpoint; off unless metrics.port >= 0
+  // How long Drain() waits for the samples already started to be sent
+  // before it ends the streams that still have some; >= 0.
+  absl::Duration drain_timeout = absl::Seconds(10);
 
   absl::Status Validate() const;
 };
@@ -54,6 +57,17 @@ class StorageServer {
 
   // Blocks until Shutdown() is called from another thread.
   void Wait();
+  // Prepares to stop without losing a sample: reports NOT_SERVING on the
+  // standard health service (grpc.health.v1.Health), refuses new Fetch
+  // streams, and lets every open stream send the samples it has started and
+  // end with UNAVAILABLE and the sophon-draining trailer (what it had not
+  // started is handed back: its client asks a replica). Returns once no
+  // stream is open, or after options.drain_timeout (then the streams left
+  // are ended), or when CutDrainShort() is called. Unary calls (manifest,
+  // stats, health) are still answered. Call Shutdown() after it.
+  void Drain();
+  // Makes a Drain() in progress return at once (a second signal).
+  void CutDrainShort() { drain_cut_.Notify(); }
   void Shutdown(absl::Duration grace = absl::Seconds(2));
 
  private:
@@ -68,6 +82,7 @@ class StorageServer {
   std::unique_ptr<MetricsExporter> metrics_;  // reads impl_: stopped before it goes
   int port_ = 0;
   absl::Notification shutdown_;
+  absl::Notification drain_cut_;
   std::thread stats_thread_;
 };
 

@@ -28,6 +28,10 @@ absl::Status StreamRegistry::Register(const std::string& peer, Member* member, L
   size_t victim_streams = 0;
   {
     absl::MutexLock lock(&mu_);
+    if (!draining_.ok()) {
+      if (limit != nullptr) *limit = Limit::kDraining;
+      return draining_;
+    }
     std::list<Member*>& mine = per_peer_[peer];
     if (static_cast<int>(mine.size()) >= max_per_peer_) {
       if (limit != nullptr) *limit = Limit::kMaxStreamsPerPeer;
@@ -97,18 +101,38 @@ uint64_t StreamRegistry::streams_evicted() const {
   return evicted_;
 }
 
-void StreamRegistry::CheckAll(absl::Time now) {
+std::vector<StreamRegistry::Member*> StreamRegistry::RefMembers() {
   std::vector<Member*> members;
+  absl::MutexLock lock(&mu_);
+  members.reserve(members_.size());
+  for (Member* m : members_) {
+    m->Ref();  // keeps it alive after it unregisters
+    members.push_back(m);
+  }
+  return members;
+}
+
+void StreamRegistry::CheckAll(absl::Time now) {
+  for (Member* m : RefMembers()) {
+    m->CheckIdle(now);
+    m->Unref();
+  }
+}
+
+void StreamRegistry::DrainAll(const absl::Status& why) {
   {
     absl::MutexLock lock(&mu_);
-    members.reserve(members_.size());
-    for (Member* m : members_) {
-      m->Ref();  // keeps it alive after it unregisters
-      members.push_back(m);
-    }
+    draining_ = why;
   }
-  for (Member* m : members) {
-    m->CheckIdle(now);
+  for (Member* m : RefMembers()) {
+    m->Drain(why);
+    m->Unref();
+  }
+}
+
+void StreamRegistry::EvictAll(const absl::Status& why) {
+  for (Member* m : RefMembers()) {
+    m->Evict(why);
     m->Unref();
   }
 }

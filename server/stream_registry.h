@@ -11,6 +11,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -34,6 +35,11 @@ class StreamRegistry {
     // Called without the registry's lock held when the registry makes room
     // for another address's stream: the member ends itself with `why`.
     virtual void Evict(absl::Status why) = 0;
+    // Called without the registry's lock held when the server drains: the
+    // member stops reading requests, hands back the samples it has not
+    // started (the client asks elsewhere), finishes the ones it has and ends
+    // itself with `why`.
+    virtual void Drain(absl::Status why) = 0;
   };
   using Clock = std::function<absl::Time()>;
 
@@ -60,6 +66,12 @@ class StreamRegistry {
   // One reaper pass: CheckIdle(now) on every member. The reaper thread calls
   // it once per period; tests call it to decide at a time of their choosing.
   void CheckAll(absl::Time now);
+  // Drain(why) on every member; from then on Register refuses every stream
+  // with `why`. Thread-safe.
+  void DrainAll(const absl::Status& why);
+  // Evict(why) on every member still registered (a drain that ran out of
+  // time).
+  void EvictAll(const absl::Status& why);
 
   int open_streams() const;
   uint64_t streams_opened() const;
@@ -67,6 +79,8 @@ class StreamRegistry {
 
  private:
   void ReaperLoop(absl::Duration period);
+  // Every registered member, each with a reference the caller gives back.
+  std::vector<Member*> RefMembers();
 
   const int max_streams_;
   const int max_per_peer_;
@@ -77,6 +91,7 @@ class StreamRegistry {
   std::unordered_map<std::string, std::list<Member*>> per_peer_ ABSL_GUARDED_BY(mu_);
   uint64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t evicted_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status draining_ ABSL_GUARDED_BY(mu_);  // not ok once DrainAll was called
   absl::Notification stop_;
   std::thread reaper_;
 };

@@ -31,9 +31,17 @@ class FakeMember : public StreamRegistry::Member {
     evicted_ = std::move(why);
     refs_in_evict_ = refs_;
   }
+  void Drain(absl::Status why) override {
+    absl::MutexLock lock(&mu_);
+    drained_ = std::move(why);
+  }
   absl::Status evicted() {
     absl::MutexLock lock(&mu_);
     return evicted_;
+  }
+  absl::Status drained() {
+    absl::MutexLock lock(&mu_);
+    return drained_;
   }
   int refs_in_evict() {
     absl::MutexLock lock(&mu_);
@@ -92,6 +100,7 @@ class FakeMember : public StreamRegistry::Member {
   std::vector<absl::Time> nows_ ABSL_GUARDED_BY(mu_);
   std::function<void()> on_check_ ABSL_GUARDED_BY(mu_);
   absl::Status evicted_ ABSL_GUARDED_BY(mu_);
+  absl::Status drained_ ABSL_GUARDED_BY(mu_);
   int refs_in_evict_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -122,6 +131,32 @@ TEST(StreamRegistryTest, CapsStreamsInAllAndPerPeerNamingTheLimit) {
   }
   EXPECT_EQ(registry.open_streams(), 0);
   for (FakeMember* m : {&a, &b, &c, &d, &e}) EXPECT_TRUE(m->evicted().ok());
+}
+
+TEST(StreamRegistryTest, DrainTellsEveryMemberAndRefusesNewStreamsWithItsReason) {
+  FakeMember a, b, c;
+  StreamRegistry registry(/*max_streams=*/10, /*max_per_peer=*/10, absl::Seconds(10));
+  ASSERT_TRUE(registry.Register("p", &a).ok());
+  ASSERT_TRUE(registry.Register("q", &b).ok());
+  registry.DrainAll(absl::UnavailableError("draining"));
+  EXPECT_EQ(a.drained().message(), "draining");
+  EXPECT_EQ(b.drained().message(), "draining");
+  EXPECT_TRUE(a.evicted().ok());
+  EXPECT_EQ(a.refs(), 1) << "each Ref has its Unref";
+  Limit limit = Limit::kInvalidRequest;
+  const absl::Status s = registry.Register("r", &c, &limit);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.message(), "draining");
+  EXPECT_EQ(limit, Limit::kDraining);
+  EXPECT_TRUE(c.drained().ok()) << "a refused stream is not a member";
+  EXPECT_EQ(registry.open_streams(), 2);
+  // A drain that runs out of time ends the streams left.
+  registry.Unregister("p", &a);
+  registry.EvictAll(absl::UnavailableError("out of time"));
+  EXPECT_TRUE(a.evicted().ok()) << "unregistered: left alone";
+  EXPECT_EQ(b.evicted().message(), "out of time");
+  registry.Unregister("q", &b);
+  EXPECT_EQ(registry.open_streams(), 0);
 }
 
 TEST(StreamRegistryTest, AFullServerMakesRoomByEvictingTheLargestHoldersOldestStream) {

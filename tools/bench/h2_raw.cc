@@ -139,6 +139,11 @@ absl::StatusOr<std::unique_ptr<H2RawConnection>> H2RawConnection::Connect(
   setting(kSettingsEnablePush, 0);
   setting(kSettingsInitialWindowSize, options.receive_window);
   c->QueueFrame(kSettings, 0, 0, settings);
+  if (options.connection_window > 65535) {
+    std::string inc;
+    Put32(&inc, options.connection_window - 65535);
+    c->QueueFrame(kWindowUpdate, 0, 0, inc);
+  }
   return c;
 }
 

@@ -35,6 +35,10 @@ struct H2RawOptions {
   // Our SETTINGS_INITIAL_WINDOW_SIZE: what the server may send on a stream
   // before we grant more (0: no DATA at all).
   uint32_t receive_window = 65535;
+  // The connection's receive window, granted once at the start (HTTP/2's
+  // default 65535 unless larger): with a large one and `read` false, the
+  // server's bytes fill the socket buffers and its writes stall.
+  uint32_t connection_window = 65535;
   // Grant the server again what it sent (a reading client); false: the
   // windows stay as they were opened (a client that never reads).
   bool replenish = false;

@@ -1,0 +1,121 @@
+// Unary calls whose answers a client never takes, on a real server on
+// 127.0.0.1:0: each client address holds at most max_unary_calls_per_peer of
+// them, the rest are refused at once, and they are all let go when the client
+// leaves. The client is a raw HTTP/2 connection (tools/bench/h2_raw) from
+// 127.0.0.2 that grants the server no receive window.
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "server/storage_server.h"
+#include "sophon/v1/sophon.grpc.pb.h"
+#include "tests/test_util.h"
+#include "tools/bench/h2_raw.h"
+
+namespace sophon {
+namespace {
+
+constexpr char kPeer[] = "ipv4:127.0.0.2";
+
+class UnaryLimitsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::TestDatasetOptions d;
+    d.classes = 1;
+    d.per_class = 2;
+    StorageServerOptions options;
+    options.data_dir = testing::MakeTestDataset("unary_limits", d);
+    options.port = 0;
+    options.stats_interval = absl::ZeroDuration();
+    options.service.max_unary_calls_per_peer = 8;
+    options.service.max_unary_calls = 16;
+    absl::StatusOr<std::unique_ptr<StorageServer>> server = StorageServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+
+  // Opens `calls` GetStats calls on a connection from 127.0.0.2 that never
+  // lets the server send an answer's body, and pumps it for a while.
+  std::unique_ptr<H2RawConnection> Unread(int calls) {
+    H2RawOptions o;
+    o.port = server_->port();
+    o.source_address = "127.0.0.2";
+    o.receive_window = 0;
+    absl::StatusOr<std::unique_ptr<H2RawConnection>> conn = H2RawConnection::Connect(o);
+    EXPECT_TRUE(conn.ok()) << conn.status();
+    if (!conn.ok()) return nullptr;
+    const std::string empty_request = H2RawConnection::GrpcPrefix(0);
+    for (int i = 0; i < calls; ++i) {
+      const uint32_t stream = (*conn)->StartCall("/sophon.v1.SampleService/GetStats", false);
+      (*conn)->SendData(stream, empty_request, /*end_stream=*/true);
+    }
+    const absl::Time until = absl::Now() + absl::Seconds(2);
+    while (absl::Now() < until && (*conn)->Pump(absl::Milliseconds(20)).ok()) {
+    }
+    return *std::move(conn);
+  }
+
+  uint64_t Refused(const std::string& limit) {
+    v1::ServerStats stats;
+    EXPECT_TRUE(server_->service()->GetStats({}, &stats).ok());
+    auto it = stats.rejections_by_limit().find(limit);
+    return it == stats.rejections_by_limit().end() ? 0 : it->second;
+  }
+
+  std::unique_ptr<StorageServer> server_;
+};
+
+TEST_F(UnaryLimitsTest, AClientThatTakesNoAnswersHoldsAtMostItsShare) {
+  std::unique_ptr<H2RawConnection> conn = Unread(40);
+  ASSERT_NE(conn, nullptr);
+  UnaryCalls& calls = server_->service()->unary_calls();
+  EXPECT_EQ(calls.inflight(kPeer), 8) << "the answers waiting for the client are capped";
+  EXPECT_EQ(Refused("max_unary_calls_per_peer"), 32u);
+  // The refusals went out as trailers, which need no window: the client saw
+  // 32 calls end while 8 wait for their answers' bodies.
+  EXPECT_EQ(conn->counters().streams_ended_by_peer, 32u);
+  EXPECT_EQ(conn->open_streams(), 8u);
+  // Another client is answered meanwhile.
+  auto stub = v1::SampleService::NewStub(
+      grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  v1::ServerStats stats;
+  EXPECT_TRUE(stub->GetStats(&context, v1::GetStatsRequest(), &stats).ok());
+  // The client leaves: every call it held is let go.
+  conn.reset();
+  for (int i = 0; i < 500 && calls.inflight() > 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(calls.inflight(), 0);
+}
+
+TEST_F(UnaryLimitsTest, TheServerWideCapHoldsAcrossAddresses) {
+  std::unique_ptr<H2RawConnection> a = Unread(8);
+  ASSERT_NE(a, nullptr);
+  H2RawOptions o;
+  o.port = server_->port();
+  o.receive_window = 0;
+  const std::string empty_request = H2RawConnection::GrpcPrefix(0);
+  std::vector<std::unique_ptr<H2RawConnection>> others;
+  for (const char* source : {"127.0.0.3", "127.0.0.4"}) {
+    o.source_address = source;
+    absl::StatusOr<std::unique_ptr<H2RawConnection>> conn = H2RawConnection::Connect(o);
+    ASSERT_TRUE(conn.ok()) << conn.status();
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t stream = (*conn)->StartCall("/sophon.v1.SampleService/GetStats", false);
+      (*conn)->SendData(stream, empty_request, true);
+    }
+    others.push_back(*std::move(conn));
+  }
+  const absl::Time until = absl::Now() + absl::Seconds(2);
+  while (absl::Now() < until) {
+    for (auto& c : others) c->Pump(absl::Milliseconds(10)).IgnoreError();
+    a->Pump(absl::Milliseconds(10)).IgnoreError();
+  }
+  EXPECT_EQ(server_->service()->unary_calls().inflight(), 16);
+  EXPECT_EQ(Refused("max_unary_calls"), 8u);
+}
+
+}  // namespace
+}  // namespace sophon
