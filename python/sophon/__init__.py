@@ -17,6 +17,10 @@ every mode gives the same bytes.
 """
 
 import json as _json
+import math as _math
+import operator as _operator
+import os as _os
+from collections.abc import Mapping as _Mapping
 
 from . import _sophon
 
@@ -52,6 +56,73 @@ def _default_rank_world(rank, world_size):
     except ImportError:
         pass
     return (0 if rank is None else rank), (1 if world_size is None else world_size)
+
+
+# The range of the C++ types that options are converted to.
+_INT_MIN, _INT_MAX = -2 ** 31, 2 ** 31 - 1
+_INT64_MAX = 2 ** 63 - 1
+_UINT64_MAX = 2 ** 64 - 1
+
+
+def _int(name, value, lo=_INT_MIN, hi=_INT_MAX):
+    """`value` as an int for the argument `name`, refused with the value as given when it is
+    not an integer (TypeError) or lies outside [lo, hi] (ValueError): the C++ options are
+    32-bit ints, and the C++ validation checks their ranges within those."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, got the bool {value!r}")
+    try:
+        value = _operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} "
+                        f"{value!r}") from None
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value}")
+    return value
+
+
+def _float(name, value):
+    """`value` as a finite float for the argument `name` (TypeError if it is not a number,
+    ValueError for nan and infinities); its range is checked by the C++ validation."""
+    if isinstance(value, (bool, str, bytes)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} "
+                        f"{value!r}") from None
+    if not _math.isfinite(result):
+        raise ValueError(f"{name} must be a finite number, got {result}")
+    return result
+
+
+def _float_pair(name, value):
+    """`value` as a (min, max) pair of finite floats for the argument `name`."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} must be a pair (min, max) of numbers, got {value!r}")
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise TypeError(f"{name} must be a pair (min, max) of numbers, got "
+                        f"{type(value).__name__} {value!r}") from None
+    if len(items) != 2:
+        raise ValueError(f"{name} must be a pair (min, max) of numbers, got {len(items)} "
+                         f"values {value!r}")
+    return tuple(_float(f"{name}[{i}]", v) for i, v in enumerate(items))
+
+
+def _path(name, value):
+    """A file or folder argument: a str or an os.PathLike ("" = none)."""
+    try:
+        value = _os.fspath(value)
+    except TypeError:
+        raise TypeError(f"{name} must be a path, got {type(value).__name__} {value!r}") from None
+    return _string(name, value)
+
+
+def _string(name, value):
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, got {type(value).__name__} {value!r}")
+    return value
 
 
 def normalize(images):
@@ -108,13 +179,15 @@ class Loader(_Base):
         use ("all", or e.g. "raw,cropped,flipped").
     max_batches: only the first N batches of every epoch (0: all), as
         sophon-train's --max-batches; nothing beyond them is fetched.
-    connect_timeout: seconds to wait for an unreachable server.
+    connect_timeout: seconds to wait for an unreachable server (finite, > 0).
     tls_ca, tls_cert, tls_key, tls_server_name, auth_token_file: as
         sophon-train's flags of the same names.
 
     Errors are raised as Python exceptions naming the option, sample, file or
-    address: ValueError for a bad option, ConnectionError for a server that
-    cannot be reached, RuntimeError otherwise.
+    address: TypeError for an argument of the wrong type (a float or a string for an
+    integer), ValueError for a bad value (out of range, with the value as given; a number
+    that is not finite), ConnectionError for a server that cannot be reached, RuntimeError
+    otherwise.
     """
 
     def __init__(self, servers, batch_size=256, mode="smartoff", crop_size=224, seed=0,
@@ -126,29 +199,50 @@ class Loader(_Base):
                  auth_token_file="", shuffle_window=0):
         if isinstance(servers, str):
             servers = [s for s in servers.replace(" ", "").split(",") if s]
+        servers = [_string("servers", s) for s in servers]
         rank, world_size = _default_rank_world(rank, world_size)
+        batch_size = _int("batch_size", batch_size)
+        world_size = _int("world_size", world_size)
+        seed = _int("seed", seed, 0, _UINT64_MAX)
+        shuffle_window = _int("shuffle_window", shuffle_window)
+        # Checked here: the C++ side takes eval_resize <= 0 as its default and never sees
+        # max_batches or a non-positive timeout.
+        eval_resize = _int("eval_resize", eval_resize, 0)
+        max_batches = _int("max_batches", max_batches, 0, _INT64_MAX)
+        connect_timeout = _float("connect_timeout", connect_timeout)
+        if connect_timeout <= 0:
+            raise ValueError(f"connect_timeout must be > 0 seconds, got {connect_timeout}")
         self._impl = _sophon.Loader(
-            servers=list(servers), batch_size=batch_size, mode=mode, crop_size=crop_size,
-            seed=seed, workers=workers, prefetch_batches=prefetch_batches, rank=rank,
-            world_size=world_size, drop_last=drop_last, scale=tuple(map(float, scale)),
-            ratio=tuple(map(float, ratio)), lenient_jpeg=bool(lenient_jpeg),
-            on_bad_sample=on_bad_sample, augment=augment, eval_resize=int(eval_resize),
-            output=output, connect_timeout=float(connect_timeout),
-            profile_folder=profile_folder, planner=planner, net_bw=float(net_bw),
-            remote_cpus=float(remote_cpus), gpu_batch_seconds=float(gpu_batch_seconds),
-            replan_threshold=float(replan_threshold), stages=stages, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
-            tls_server_name=tls_server_name, auth_token_file=auth_token_file,
-            shuffle_window=int(shuffle_window))
+            servers=servers, batch_size=batch_size, mode=_string("mode", mode),
+            crop_size=_int("crop_size", crop_size), seed=seed,
+            workers=_int("workers", workers),
+            prefetch_batches=_int("prefetch_batches", prefetch_batches),
+            rank=_int("rank", rank), world_size=world_size, drop_last=bool(drop_last),
+            scale=_float_pair("scale", scale), ratio=_float_pair("ratio", ratio),
+            lenient_jpeg=bool(lenient_jpeg),
+            on_bad_sample=_string("on_bad_sample", on_bad_sample),
+            augment=_string("augment", augment), eval_resize=eval_resize,
+            output=_string("output", output), connect_timeout=connect_timeout,
+            profile_folder=_path("profile_folder", profile_folder),
+            planner=_string("planner", planner), net_bw=_float("net_bw", net_bw),
+            remote_cpus=_float("remote_cpus", remote_cpus),
+            gpu_batch_seconds=_float("gpu_batch_seconds", gpu_batch_seconds),
+            replan_threshold=_float("replan_threshold", replan_threshold),
+            stages=_string("stages", stages), tls_ca=_path("tls_ca", tls_ca),
+            tls_cert=_path("tls_cert", tls_cert), tls_key=_path("tls_key", tls_key),
+            tls_server_name=_string("tls_server_name", tls_server_name),
+            auth_token_file=_path("auth_token_file", auth_token_file),
+            shuffle_window=shuffle_window)
         self._epoch = 0
         self._start_position = 0  # where the next iteration of self._epoch starts
         self._cursor = 0          # global position after the last batch yielded
-        self._started = None      # the epoch whose iteration is under way
+        self._started = None      # the epoch started by len() and not yet iterated
+        self._iterating = None    # (epoch, token) of the iteration under way
         self._closed = False
         self._options = {"seed": seed, "world_size": world_size, "batch_size": batch_size,
-                         "shuffle_window": int(shuffle_window)}
-        if max_batches < 0:
-            raise ValueError(f"max_batches must be >= 0 (0: every batch), got {max_batches}")
-        self._max_batches = int(max_batches)
+                         "shuffle_window": shuffle_window,
+                         "dataset_fingerprint": self._impl.dataset_fingerprint()}
+        self._max_batches = max_batches
 
     @property
     def num_samples(self):
@@ -162,33 +256,89 @@ class Loader(_Base):
 
     def set_epoch(self, epoch):
         """The epoch the next iteration yields (its order and augmentations)."""
-        if int(epoch) != self._epoch:
+        epoch = _int("epoch", epoch, 0, _UINT64_MAX)
+        if epoch != self._epoch:
             self._start_position = 0
-        self._epoch = int(epoch)
+        self._epoch = epoch
 
     def state_dict(self):
         """The data cursor: the epoch and the global position after the last batch yielded
-        (what sophon-train's checkpoints keep). load_state_dict resumes there."""
+        (what sophon-train's checkpoints keep), with what the position depends on: the seed,
+        shuffle_window, batch_size, world_size and the servers' dataset. load_state_dict
+        resumes there."""
         return {"epoch": self._epoch, "position": self._cursor, **self._options}
+
+    # The keys of a state_dict and their ranges; shuffle_window and dataset_fingerprint may
+    # be absent (0, and not checked).
+    _STATE_KEYS = {"epoch": (0, _UINT64_MAX), "position": (0, _INT64_MAX),
+                   "seed": (0, _UINT64_MAX), "world_size": (1, _INT_MAX),
+                   "batch_size": (1, _INT_MAX), "shuffle_window": (0, _INT_MAX),
+                   "dataset_fingerprint": (0, _UINT64_MAX)}
+    _OPTIONAL_STATE_KEYS = ("shuffle_window", "dataset_fingerprint")
 
     def load_state_dict(self, state):
         """Resumes at a state_dict's cursor: the next iteration continues its epoch after the
-        last batch it had yielded, with no sample repeated or skipped. The seed must be the
-        same; the world size may differ when the position is a multiple of the global batch."""
-        if state.get("seed", self._options["seed"]) != self._options["seed"]:
-            raise ValueError(f"load_state_dict: the state was saved with seed {state['seed']}, "
-                             f"this loader has seed {self._options['seed']}")
-        window = state.get("shuffle_window", 0)
-        if window != self._options["shuffle_window"]:
-            raise ValueError(f"load_state_dict: the state was saved with shuffle_window {window}, "
-                             f"this loader has shuffle_window {self._options['shuffle_window']}")
-        self._epoch = int(state["epoch"])
-        self._start_position = int(state["position"])
-        self._cursor = self._start_position
+        last batch it had yielded, with no sample repeated or skipped. The dataset, seed,
+        shuffle_window and global batch (batch_size x world_size) must be this loader's; the
+        world size may differ when the global batch is the same (the position counts samples
+        of the epoch's global order, and every step covers the same global batch whatever
+        the world size). Raises TypeError or ValueError naming the key; the loader is
+        unchanged then."""
+        if not isinstance(state, _Mapping):
+            raise TypeError(f"load_state_dict: the state must be a dict (from state_dict()), "
+                            f"got {type(state).__name__}")
+        unknown = sorted(str(k) for k in state if k not in self._STATE_KEYS)
+        if unknown:
+            raise ValueError(f"load_state_dict: unknown key(s) {', '.join(map(repr, unknown))} "
+                             f"(a state_dict has {', '.join(self._STATE_KEYS)})")
+        s = {}
+        for key, (lo, hi) in self._STATE_KEYS.items():
+            if key not in state:
+                if key in self._OPTIONAL_STATE_KEYS:
+                    continue
+                raise ValueError(f"load_state_dict: the state has no {key!r} "
+                                 f"(a state_dict has {', '.join(self._STATE_KEYS)})")
+            s[key] = _int(f"load_state_dict: state[{key!r}]", state[key], lo, hi)
+        mine = self._options
+        for key in ("dataset_fingerprint", "seed", "shuffle_window"):
+            if s.get(key, 0 if key == "shuffle_window" else mine[key]) != mine[key]:
+                raise ValueError(
+                    f"load_state_dict: the state was saved with {key} {s.get(key, 0)}, this "
+                    f"loader has {key} {mine[key]}: the epoch's order would differ")
+        saved_global = s["batch_size"] * s["world_size"]
+        global_batch = mine["batch_size"] * mine["world_size"]
+        if saved_global != global_batch:
+            raise ValueError(
+                f"load_state_dict: the state was saved with a global batch of {saved_global} "
+                f"samples (batch_size {s['batch_size']} x world_size {s['world_size']}), this "
+                f"loader's is {global_batch} (batch_size {mine['batch_size']} x world_size "
+                f"{mine['world_size']}): give a batch_size that makes the global batch "
+                f"{saved_global}")
+        # The saved epoch's order, padded to a multiple of its world size, ends at `end`:
+        # a position there means the epoch was over; any other is a step boundary.
+        n = self._impl.num_samples()
+        end = -(-n // s["world_size"]) * s["world_size"]
+        position = s["position"]
+        if position > end:
+            raise ValueError(
+                f"load_state_dict: state['position'] {position} is past the end of the epoch "
+                f"({end}: {n} samples padded to a multiple of world_size {s['world_size']})")
+        if position == end:  # nothing left, whatever this loader's padding
+            position = -(-n // mine["world_size"]) * mine["world_size"]
+        elif position % global_batch != 0:
+            raise ValueError(
+                f"load_state_dict: state['position'] {position} is not a multiple of the global "
+                f"batch {global_batch} nor the end of the epoch ({end})")
+        self._epoch = s["epoch"]
+        self._start_position = position
+        self._cursor = position
+        self._started = None  # an epoch started before (by len()) starts again from here
+        self._iterating = None
 
     def __len__(self):
         """Batches per epoch for this rank (from the resume position, after load_state_dict)."""
-        if self._started is None:
+        running = self._iterating is not None and self._iterating[0] == self._epoch
+        if not running and self._started != self._epoch:
             self._impl.start_epoch(self._epoch, self._start_position, self._max_batches)
             self._started = self._epoch
         return self._impl.num_batches()
@@ -207,12 +357,18 @@ class Loader(_Base):
             self._impl.start_epoch(self._epoch, self._start_position, self._max_batches)
         self._started = None
         self._start_position = 0
-        while True:
-            batch = self._impl.next()
-            if batch is None:
-                return
-            self._cursor = batch[3]
-            yield batch
+        # len() now counts this epoch, without restarting it.
+        self._iterating = iteration = (self._epoch, object())
+        try:
+            while True:
+                batch = self._impl.next()
+                if batch is None:
+                    return
+                self._cursor = batch[3]
+                yield batch
+        finally:
+            if self._iterating is iteration:
+                self._iterating = None
 
     def __iter__(self):
         torch = _torch()
@@ -254,9 +410,11 @@ class Server:
     def __init__(self, data, host="127.0.0.1", port=0, prep_workers=2, lenient_jpeg=False,
                  tls_cert="", tls_key="", tls_client_ca="", auth_token_file=""):
         self._impl = _sophon.Server(
-            data=str(data), host=host, port=int(port), prep_workers=int(prep_workers),
-            lenient_jpeg=bool(lenient_jpeg), tls_cert=tls_cert, tls_key=tls_key,
-            tls_client_ca=tls_client_ca, auth_token_file=auth_token_file)
+            data=_path("data", data), host=_string("host", host), port=_int("port", port),
+            prep_workers=_int("prep_workers", prep_workers), lenient_jpeg=bool(lenient_jpeg),
+            tls_cert=_path("tls_cert", tls_cert), tls_key=_path("tls_key", tls_key),
+            tls_client_ca=_path("tls_client_ca", tls_client_ca),
+            auth_token_file=_path("auth_token_file", auth_token_file))
 
     @property
     def address(self):
@@ -273,7 +431,10 @@ class Server:
 
     def stop(self, grace=2.0):
         """Stops accepting calls, lets streams end for up to `grace` seconds. Idempotent."""
-        self._impl.stop(float(grace))
+        grace = _float("grace", grace)
+        if grace < 0:
+            raise ValueError(f"grace must be >= 0 seconds, got {grace}")
+        self._impl.stop(grace)
 
     def __enter__(self):
         return self
@@ -297,12 +458,17 @@ def plan(profile, net_bw=500.0, remote_cpus=4.0, workers=2.0, gpu_batch_seconds=
         file. net_bw, server_net_bw, ingress_bw in Mbit/s.
     """
     return _json.loads(_sophon.plan_json(
-        profile=str(profile), net_bw=float(net_bw), remote_cpus=float(remote_cpus),
-        workers=float(workers), gpu_batch_seconds=float(gpu_batch_seconds),
-        batch_size=int(batch_size), stages=stages, remote_speed=float(remote_speed),
-        recv_ns_per_byte=float(recv_ns_per_byte), read_ns_per_byte=float(read_ns_per_byte),
-        send_ns_per_byte=float(send_ns_per_byte), servers=int(servers), layout=layout,
-        server_net_bw=[float(x) for x in server_net_bw],
-        server_remote_cpus=[float(x) for x in server_remote_cpus],
-        ingress_bw=float(ingress_bw), times=str(times), times_profile=str(times_profile),
-        crop_size=int(crop_size)))
+        profile=_path("profile", profile), net_bw=_float("net_bw", net_bw),
+        remote_cpus=_float("remote_cpus", remote_cpus), workers=_float("workers", workers),
+        gpu_batch_seconds=_float("gpu_batch_seconds", gpu_batch_seconds),
+        batch_size=_int("batch_size", batch_size), stages=_string("stages", stages),
+        remote_speed=_float("remote_speed", remote_speed),
+        recv_ns_per_byte=_float("recv_ns_per_byte", recv_ns_per_byte),
+        read_ns_per_byte=_float("read_ns_per_byte", read_ns_per_byte),
+        send_ns_per_byte=_float("send_ns_per_byte", send_ns_per_byte),
+        servers=_int("servers", servers), layout=_string("layout", layout),
+        server_net_bw=[_float("server_net_bw", x) for x in server_net_bw],
+        server_remote_cpus=[_float("server_remote_cpus", x) for x in server_remote_cpus],
+        ingress_bw=_float("ingress_bw", ingress_bw), times=_path("times", times),
+        times_profile=_path("times_profile", times_profile),
+        crop_size=_int("crop_size", crop_size)))

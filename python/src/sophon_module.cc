@@ -177,7 +177,15 @@ class PyLoader {
       throw py::value_error(
           absl::StrCat("output must be float32 or uint8, got '", o.output, "'"));
     }
-    Check(options_.Validate());
+    // The library names its option fields; the Python arguments set them.
+    Check(WithArgumentNames(options_.Validate(),
+                            {{"LoaderOptions.pipeline.augment: crop size", "crop_size"},
+                             {"LoaderOptions.pipeline.augment: crop scale range", "scale"},
+                             {"LoaderOptions.pipeline.augment: crop ratio range", "ratio"},
+                             {"LoaderOptions.pipeline.augment: evaluation resize",
+                              "eval_resize"},
+                             {"[0, world)", "[0, world_size)"},
+                             {"LoaderOptions.", ""}}));
     absl::StatusOr<PlannerKind> planner = ParsePlannerKind(o.planner);
     if (!planner.ok()) throw py::value_error(absl::StrCat("planner: ", planner.status().message()));
     absl::StatusOr<PlannerKind> mode = ParseMode(o.mode, *planner);
@@ -293,6 +301,7 @@ class PyLoader {
 
   int64_t num_batches() const { return loader_ ? loader_->num_batches() : 0; }
   uint64_t num_samples() const { return servers_->manifest().num_samples(); }
+  uint64_t dataset_fingerprint() const { return servers_->manifest().fingerprint(); }
   std::vector<std::string> class_names() const { return servers_->manifest().class_names(); }
   std::string policy_name() const { return policy_ ? policy_->name() : ""; }
 
@@ -523,6 +532,7 @@ PYBIND11_MODULE(_sophon, m) {
       .def("next", &PyLoader::Next)
       .def("num_batches", &PyLoader::num_batches)
       .def("num_samples", &PyLoader::num_samples)
+      .def("dataset_fingerprint", &PyLoader::dataset_fingerprint)
       .def("class_names", &PyLoader::class_names)
       .def("policy_name", &PyLoader::policy_name)
       .def("report", &PyLoader::Report)
