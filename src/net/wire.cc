@@ -19,14 +19,26 @@ v1::AugmentConfig ToProto(const AugmentOptions& options) {
 }
 
 absl::StatusOr<AugmentOptions> FromProto(const v1::AugmentConfig& config) {
+  // Beyond any valid size, and beyond an int: refused with the value sent,
+  // before it is narrowed.
+  constexpr uint32_t kMaxSide = 1u << 30;
+  if (config.crop_size() > kMaxSide) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("crop size must be in [1, 4096], got ", config.crop_size()));
+  }
+  if (config.eval_resize() > kMaxSide) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "evaluation resize must be 0 (random crops) or in [crop size, 16384], got ",
+        config.eval_resize()));
+  }
   AugmentOptions o;
-  o.crop_size = static_cast<int>(std::min<uint32_t>(config.crop_size(), 1u << 30));
+  o.crop_size = static_cast<int>(config.crop_size());
   o.scale_min = config.scale_min();
   o.scale_max = config.scale_max();
   o.ratio_min = config.ratio_min();
   o.ratio_max = config.ratio_max();
   o.flip_probability = config.flip_probability();
-  o.eval_resize = static_cast<int>(std::min<uint32_t>(config.eval_resize(), 1u << 30));
+  o.eval_resize = static_cast<int>(config.eval_resize());
   if (absl::Status s = o.Validate(); !s.ok()) return s;
   return o;
 }

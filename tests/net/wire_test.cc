@@ -122,6 +122,14 @@ TEST(WireTest, AugmentConfigIsValidated) {
   EXPECT_FALSE(FromProto(bad).ok());
   bad.set_eval_resize(4000000000u);
   EXPECT_FALSE(FromProto(bad).ok());
+  // The value sent is the value reported, not what an int could hold of it.
+  bad.set_eval_resize(4294967295u);
+  absl::StatusOr<AugmentOptions> huge = FromProto(bad);
+  EXPECT_NE(huge.status().message().find("got 4294967295"), std::string::npos) << huge.status();
+  bad = ToProto(o);
+  bad.set_crop_size(3000000000u);
+  huge = FromProto(bad);
+  EXPECT_NE(huge.status().message().find("got 3000000000"), std::string::npos) << huge.status();
 }
 
 TEST(WireTest, SampleStatusRoundTrips) {
