@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -59,6 +60,19 @@ DatasetProfile WithStages(DatasetProfile profile, StageSet allowed) {
 }  // namespace
 
 absl::Status SmartoffOptions::Validate() const {
+  // Every figure must be a finite number: an infinite bandwidth or step
+  // time would make every plan's cost infinite or zero.
+  for (const auto& [name, value] :
+       {std::pair<const char*, double>{"net_bw_mbit", net_bw_mbit},
+        {"remote_cpus", remote_cpus},
+        {"replan_threshold", replan_threshold},
+        {"gpu_batch_seconds", gpu_batch_seconds},
+        {"measured_gpu_batch_seconds", measured_gpu_batch_seconds}}) {
+    if (!std::isfinite(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SmartoffOptions.", name, " must be a finite number, got ", value));
+    }
+  }
   if (!(net_bw_mbit >= 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("SmartoffOptions.net_bw_mbit must be >= 0 (0 = measure), got ", net_bw_mbit));

@@ -1,7 +1,11 @@
 #include "client/offload/smartoff_policy.h"
 
+#include <functional>
+#include <limits>
 #include <memory>
 #include <numeric>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -268,6 +272,23 @@ TEST(SmartoffOptionsTest, ValidateNamesTheOption) {
   o.measured_gpu_batch_seconds = -1;
   EXPECT_NE(o.Validate().message().find("SmartoffOptions.measured_gpu_batch_seconds"),
             std::string::npos);
+  // Infinities and NaNs are refused by name, whatever the field's range.
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (auto [field, set] : std::vector<std::pair<std::string, std::function<void(double)>>>{
+           {"net_bw_mbit", [&](double v) { o.net_bw_mbit = v; }},
+           {"remote_cpus", [&](double v) { o.remote_cpus = v; }},
+           {"replan_threshold", [&](double v) { o.replan_threshold = v; }},
+           {"gpu_batch_seconds", [&](double v) { o.gpu_batch_seconds = v; }}}) {
+    for (double bad : {inf, -inf, nan}) {
+      o = SmartoffOptions();
+      set(bad);
+      const absl::Status s = o.Validate();
+      EXPECT_NE(s.message().find("SmartoffOptions." + field + " must be a finite number"),
+                std::string::npos)
+          << field << " = " << bad << ": " << s;
+    }
+  }
 }
 
 }  // namespace
