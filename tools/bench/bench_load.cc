@@ -24,7 +24,9 @@ ABSL_FLAG(std::string, label, "server", "Name of this run in the report. Default
 ABSL_FLAG(int, server_pid, 0,
           "The server's process id, to sample its RSS, threads and CPU from /proc; 0 = none. "
           "Default 0.");
-ABSL_FLAG(int, trainers, 16, "Trainer streams, each reading its shard of the manifest. Default 16.");
+ABSL_FLAG(int, trainers, 16,
+          "Trainer streams, each reading its shard of the manifest; 0 = none: the --attack "
+          "alone, until it ends by itself (--attack-time or its count). Default 16.");
 ABSL_FLAG(int, epochs, 1, "Epochs per trainer (one stream each). Default 1.");
 ABSL_FLAG(std::string, stage, "cropped", "Stage the trainers request. Default cropped.");
 ABSL_FLAG(int, crop_size, 224, "The trainers' crop size. Default 224.");

@@ -29,7 +29,11 @@ absl::Status LoadOptions::Validate() const {
   if (connect_timeout <= absl::ZeroDuration()) {
     return bad("connect_timeout", "> 0", absl::FormatDuration(connect_timeout));
   }
-  if (trainers < 1) return bad("trainers", ">= 1", trainers);
+  if (trainers < 0) return bad("trainers", ">= 0", trainers);
+  if (trainers == 0 && attack.kind == AttackKind::kNone) {
+    return absl::InvalidArgumentError(
+        "LoadOptions.trainers may be 0 only with an attack (AttackOptions.kind)");
+  }
   if (epochs < 1) return bad("epochs", ">= 1", epochs);
   if (crop_size < 1) return bad("crop_size", ">= 1", crop_size);
   if (ids_per_request < 1) return bad("ids_per_request", ">= 1", ids_per_request);
@@ -237,6 +241,8 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
   r.trainers.resize(T);
   for (int t = 0; t < T; ++t) start_epoch(t, 0);
 
+  // No trainers: the attack alone, until it ends by itself (its count or time).
+  if (T == 0) attack->Join();
   int running = T;
   bool first_done = false;
   while (running > 0) {
@@ -283,6 +289,7 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options) {
   r.client_cpu_seconds = ProcessCpuSeconds() - client_cpu_start;
 
   // The server's own account, if it still answers.
+  if (trainer_conns.empty()) trainer_conns.push_back(connect());
   {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));

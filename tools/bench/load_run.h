@@ -26,7 +26,8 @@ struct LoadOptions {
   absl::Duration connect_timeout = absl::Seconds(30);  // to reach it at the start
   std::string label;     // names the run in the report ("base", "main", ...)
   pid_t server_pid = 0;  // 0: no /proc sampling
-  int trainers = 16;     // Fetch streams reading their shard as fast as they can
+  int trainers = 16;     // Fetch streams reading their shard as fast as they can; 0: the
+                         // attack alone, until it ends by itself (needs one)
   int epochs = 1;        // per trainer; one stream per epoch
   Stage stage = Stage::kCropped;
   int crop_size = 224;

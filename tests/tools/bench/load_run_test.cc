@@ -67,6 +67,13 @@ TEST(LoadOptionsTest, NamesTheBadField) {
   o = LoadOptions();
   o.address = "nowhere";
   EXPECT_NE(o.Validate().message().find("LoadOptions.address"), std::string::npos);
+  o = LoadOptions();
+  o.address = "127.0.0.1:1";
+  o.trainers = 0;  // no trainers and no attack: nothing to run
+  EXPECT_NE(o.Validate().message().find("LoadOptions.trainers"), std::string::npos);
+  o.attack.kind = AttackKind::kHalfSent;
+  o.attack.port = 1;  // RunLoad takes it from the address
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
 }
 
 TEST(LoadRunTest, TrainersGetEverySampleOnceBesideIdleAndHostileStreams) {
@@ -397,6 +404,29 @@ TEST(LoadRunTest, TrainersRunBesideAHog) {
   const std::string json = LoadJson(*r);
   EXPECT_NE(json.find("\"attack\": \"hog\""), std::string::npos) << json;
   EXPECT_NE(LoadSummary(*r).find("attack hog"), std::string::npos);
+  server->Shutdown();
+}
+
+TEST(LoadRunTest, NoTrainersRunsTheAttackAloneUntilItsTime) {
+  std::unique_ptr<StorageServer> server = StartTestServer("bench_load_attack_only");
+  ASSERT_NE(server, nullptr);
+  LoadOptions o;
+  o.address = server->address();
+  o.trainers = 0;
+  o.idle = 0;
+  o.idle_settle = absl::ZeroDuration();
+  o.attack.kind = AttackKind::kUnreadUnary;
+  o.attack.streams = 20;
+  o.attack.time = absl::Seconds(2);  // it holds its calls until then
+  o.max_time = absl::Milliseconds(100);  // the trainers' limit: not the attack's
+  absl::StatusOr<LoadResult> r = RunLoad(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->attack_ran);
+  EXPECT_EQ(r->attack.streams_started, 20u);
+  EXPECT_GE(r->attack.seconds, 1.9);  // joined, not stopped with the (absent) trainers
+  EXPECT_TRUE(r->trainers.empty());
+  EXPECT_TRUE(r->stats_ok);
+  EXPECT_NE(LoadJson(*r).find("\"attack\": \"unreadunary\""), std::string::npos);
   server->Shutdown();
 }
 
