@@ -255,6 +255,7 @@ absl::Status Loader::StartEpoch(uint64_t epoch, int64_t max_batches, int64_t sta
   const int64_t b = options_.batch_size;
   num_batches_ = options_.drop_last ? n / b : (n + b - 1) / b;
   if (max_batches > 0) num_batches_ = std::min(num_batches_, max_batches);
+  if (absl::Status s = ProbeDownServers(); !s.ok()) return s;
   std::vector<int> live;
   {
     absl::MutexLock lock(&mu_);
@@ -302,6 +303,62 @@ absl::Status Loader::StartEpoch(uint64_t epoch, int64_t max_batches, int64_t sta
   for (int i = 0; i < options_.workers; ++i) {
     threads_.emplace_back([this] { WorkerLoop(); });
     NameThread(threads_.back(), absl::StrCat("sophon-prep-", i));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Loader::ProbeDownServers() {
+  std::vector<int> down;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const Link& link : links_) {
+      if (link.lost || link.client->IsDown()) down.push_back(link.server);
+    }
+  }
+  if (down.empty()) return absl::OkStatus();
+  // Once each, all at once: a refused connection answers at once, a host
+  // that is away costs SampleClient::kProbeTimeout.
+  std::vector<absl::Status> probes(down.size());
+  {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < down.size(); ++i) {
+      threads.emplace_back([&, i] { probes[i] = servers_->client(down[i])->Probe(); });
+      NameThread(threads.back(), absl::StrCat("sophon-probe-", down[i]));
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  const GlobalManifest& m = servers_->manifest();
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < down.size(); ++i) {
+    Link& link = links_[down[i]];
+    if (probes[i].code() == absl::StatusCode::kFailedPrecondition) return probes[i];  // other data
+    if (probes[i].ok()) {
+      if (link.lost) {
+        spdlog::info("storage server {} is back: it serves again from epoch {}",
+                     link.client->address(), epoch_);
+      }
+      link.lost = false;
+    }
+  }
+  for (size_t i = 0; i < down.size(); ++i) {
+    Link& link = links_[down[i]];
+    if (link.lost || !link.client->IsDown()) continue;
+    // Down and not given up on yet: not waited for while a replica serves.
+    if (HasLiveReplicaLocked(down[i])) {
+      link.lost = true;
+      spdlog::warn("storage server {} is down ({}); epoch {} goes on without it",
+                   link.client->address(), std::string(probes[i].message()), epoch_);
+    }
+  }
+  // A shard none of whose servers is left is waited for (up to
+  // connect_timeout, as any server that broke) rather than failed at once:
+  // one of them may be back by then.
+  for (const Shard& shard : m.shards()) {
+    bool any = false;
+    for (int s : shard.servers) any = any || !links_[s].lost;
+    if (!any) {
+      for (int s : shard.servers) links_[s].lost = false;
+    }
   }
   return absl::OkStatus();
 }
@@ -532,19 +589,43 @@ bool StreamBreakIsRetryable(const absl::Status& status) {
     case absl::StatusCode::kCancelled:
       return true;
     case absl::StatusCode::kResourceExhausted:
+      // Not the server's own limits on a request (max_request_bytes,
+      // max_ids_per_request, max_stream_inflight_bytes), nor gRPC's message
+      // size: the same request would be refused again.
       return IsStreamSlotRefusal(status) ||
              absl::StrContains(status.message(), "RST_STREAM with error code 11") ||
+             absl::StrContains(status.message(), "ENHANCE_YOUR_CALM") ||
+             absl::StrContains(status.message(), "GOAWAY") ||
+             absl::StrContains(status.message(), "Buffers full") ||
              absl::StrContains(status.message(), "write_stall_timeout");
     default:
       return false;
   }
 }
 
+BackoffOptions ResetBackoff() {
+  BackoffOptions backoff;
+  backoff.initial = absl::Milliseconds(50);
+  backoff.max = absl::Seconds(1);
+  backoff.multiplier = 2;
+  backoff.jitter = 0.5;
+  return backoff;
+}
+
 }  // namespace
+
+bool Loader::HasLiveReplicaLocked(int server) const {
+  const GlobalManifest& m = servers_->manifest();
+  for (int r : m.shards()[m.ShardOfServer(server)].servers) {
+    if (r != server && !links_[r].lost && !links_[r].client->IsDown()) return true;
+  }
+  return false;
+}
 
 void Loader::LoseServerLocked(int server, const absl::Status& why) {
   Link& link = links_[server];
   link.lost = true;
+  link.client->MarkDown(why);  // statistics calls skip it too
   stats_.servers[server].lost = true;
   const GlobalManifest& m = servers_->manifest();
   const int shard_index = m.ShardOfServer(server);
@@ -590,15 +671,14 @@ void Loader::LoseServerLocked(int server, const absl::Status& why) {
   stats_.servers[server].failed_over += moved;
   std::vector<std::string> names;
   for (int r : to) names.push_back(links_[r].client->address());
-  spdlog::warn("storage server {} did not come back ({}); going on without it for the rest of the "
-               "run: its {} samples owed go to {}, and its shard's next samples to the other "
-               "servers that hold it",
+  spdlog::warn("storage server {} is down ({}); going on without it: its {} samples owed go to "
+               "{}, and its shard's next samples to the other servers that hold it (it is "
+               "probed again when an epoch starts)",
                link.client->address(), std::string(why.message()), moved,
                names.empty() ? std::string("none") : absl::StrJoin(names, ", "));
 }
 
 void Loader::ReceiveLoop(int server) {
-  constexpr int kMaxFruitlessReconnects = 3;  // breaks in a row that delivered nothing owed
   SampleClient* const client = servers_->client(server);
   const std::string& address = client->address();
   v1::FetchResponse response;
@@ -610,8 +690,10 @@ void Loader::ReceiveLoop(int server) {
     call = links_[server].call;
     key_offset = links_[server].key_offset;
   }
-  int fruitless = 0;  // re-opened streams in a row that delivered nothing
   Backoff refusal_backoff(SampleClient::RetryBackoff());
+  // Between streams a live server ended (reset under memory pressure, shed):
+  // exponential up to 1 s, restarted by a stream that delivered something.
+  Backoff reset_backoff(ResetBackoff());
   int refusals = 0;  // streams refused in a row for want of a slot
   absl::Time refused_since;
   while (true) {
@@ -693,21 +775,10 @@ void Loader::ReceiveLoop(int server) {
         refusals = 0;
         stats_.stream_breaks++;
         ss.stream_breaks++;
-        // Only a break with samples owed and none delivered counts as fruitless.
-        if (delivered > 0) {
-          fruitless = 0;
-        } else if (outstanding > 0) {
-          ++fruitless;
-        }
-        const std::string what = absl::StrCat("fetch stream from storage server ", address,
-                                              " failed: ", status.message());
-        if (!StreamBreakIsRetryable(status) || fruitless >= kMaxFruitlessReconnects) {
-          FailLocked(absl::Status(
-              status.code(),
-              fruitless >= kMaxFruitlessReconnects
-                  ? absl::StrCat(what, " (it broke ", fruitless,
-                                 " times in a row without delivering a sample)")
-                  : what));
+        if (!StreamBreakIsRetryable(status)) {
+          FailLocked(absl::Status(status.code(),
+                                  absl::StrCat("fetch stream from storage server ", address,
+                                               " failed: ", status.message())));
           break;
         }
       }
@@ -730,6 +801,63 @@ void Loader::ReceiveLoop(int server) {
       ++links_[server].gen;  // the writer requests again what had not arrived
       continue;
     }
+    const std::string broke_with = absl::StrCat(
+        "its fetch stream failed (", absl::StatusCodeToString(status.code()), ": ",
+        status.message(), ")");
+    if (call->ServerDraining()) {
+      // Stopping (a rolling restart): it hands back what it had not started.
+      absl::MutexLock lock(&mu_);
+      if (stopping_ || !error_.ok()) break;
+      if (HasLiveReplicaLocked(server)) {
+        LoseServerLocked(server,
+                         absl::UnavailableError(absl::StrCat(broke_with, ": it is draining")));
+        break;
+      }
+    }
+    // Does the server still answer? A live one that reset the stream does at
+    // once; one whose process is gone refuses the connection at once.
+    if (delivered > 0) reset_backoff.Reset();
+    const absl::Status ping = client->Ping();
+    if (ping.ok() || ping.code() == absl::StatusCode::kResourceExhausted) {
+      // Alive (RESOURCE_EXHAUSTED: answering, but short of memory): a new
+      // stream after a backoff, and everything it owes requested again.
+      // However often: only a server that stops answering is given up on.
+      const absl::Duration wait = reset_backoff.Next();
+      client->LogRetry(absl::StrCat("the fetch stream from storage server ", address, " (",
+                                    outstanding, " requested samples not received; the server "
+                                    "still answers)"),
+                       status, wait);
+      {
+        absl::MutexLock lock(&mu_);
+        auto done = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_ || !error_.ok(); };
+        mu_.AwaitWithTimeout(absl::Condition(&done), wait);
+        if (stopping_ || !error_.ok()) break;
+      }
+      std::shared_ptr<FetchCall> fresh = client->OpenFetch();
+      absl::MutexLock lock(&mu_);
+      if (stopping_ || !error_.ok()) break;
+      links_[server].call = fresh;
+      call = std::move(fresh);
+      ++links_[server].gen;
+      stats_.reconnects++;
+      stats_.servers[server].reconnects++;
+      continue;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_ || !error_.ok()) break;
+      if (ping.code() == absl::StatusCode::kFailedPrecondition) {  // another dataset
+        FailLocked(ping);
+        break;
+      }
+      // Unreachable (the connection refused: the process is gone) while a
+      // replica can serve: its samples go there now, not after connect_timeout.
+      if (ping.code() == absl::StatusCode::kUnavailable && HasLiveReplicaLocked(server)) {
+        LoseServerLocked(server, absl::UnavailableError(absl::StrCat(
+                                     broke_with, " and it does not answer: ", ping.message())));
+        break;
+      }
+    }
     spdlog::warn("fetch stream from storage server {} broke ({}: {}) with {} requested samples "
                  "not received; waiting up to {} for it to come back, then requesting those "
                  "again with any requested while it is away",
@@ -748,7 +876,10 @@ void Loader::ReceiveLoop(int server) {
       // Gone for good: a changed dataset fails the run; a server that did
       // not come back hands its samples to its replicas, if any.
       if (back.code() == absl::StatusCode::kUnavailable) {
-        LoseServerLocked(server, back);
+        LoseServerLocked(server, absl::UnavailableError(absl::StrCat(
+                                     broke_with, " and it did not answer again within ",
+                                     absl::FormatDuration(client->connect_timeout()),
+                                     " (ClientOptions.connect_timeout): ", back.message())));
       } else {
         FailLocked(std::move(back));
       }

@@ -105,10 +105,13 @@ struct ServerLoadStats {
   int reconnects = 0;
   int streams_refused = 0;
   uint64_t resent = 0;
-  // Samples owed by this server that went to a replica because it did not
-  // come back within the client's connect_timeout.
+  // Samples owed by this server that went to a replica because it was down
+  // (it refused connections, or did not come back within the client's
+  // connect_timeout).
   uint64_t failed_over = 0;
-  bool lost = false;  // given up on (the replicated layout goes on without it)
+  // Down in this epoch (at its start or since): the replicated layout goes on
+  // without it; probed again when the next epoch starts.
+  bool lost = false;
 };
 
 struct LoaderEpochStats {
@@ -187,20 +190,28 @@ class Loader {
   // in every step.
   // Each server has its own stream; a slow or broken one holds back only the
   // batches that wait for its samples.
-  // A stream that breaks because the server went away or restarted
-  // (UNAVAILABLE, ABORTED, CANCELLED by the server) is re-opened once the
-  // server answers again with the same dataset (within the client's
-  // connect_timeout), and every requested sample that had not arrived is
-  // requested again, so each still arrives exactly once. A server that does
-  // not come back: its samples go to the other servers of its shard
-  // (replicas), for the rest of the run; with no replica left the epoch ends
-  // with UNAVAILABLE naming the server and its samples missing. Three breaks in a row
-  // that owed samples and delivered none end the epoch with the last error.
+  // A stream that breaks for a transient reason (UNAVAILABLE, ABORTED,
+  // CANCELLED; RESOURCE_EXHAUSTED from gRPC shedding load: RST_STREAM code 11,
+  // GOAWAY) is followed by one quick call (SampleClient::Ping):
+  //   - the server answers (it reset the stream; alive): a new stream after
+  //     a backoff (exponential, up to 1 s), however often it happens;
+  //   - it does not (the connection refused: its process is gone) and
+  //     another server of its shard (a replica) is up: it is down, and what
+  //     it owes goes to the replicas at once, as its shard's later samples;
+  //   - otherwise it is awaited up to the client's connect_timeout
+  //     (AwaitSameServer); not back by then, it is down as above, or with no
+  //     replica the epoch ends with UNAVAILABLE naming the server, what
+  //     happened and the samples missing.
+  // On every new stream each requested sample that had not arrived is
+  // requested again, so each still arrives exactly once. A server that is
+  // down is probed once, cheaply, when a later epoch starts
+  // (SampleClient::Probe) and takes part again if it answers.
   // A stream the server refuses because it is full (RESOURCE_EXHAUSTED naming
   // its max_streams or max_streams_per_peer) is opened again after a backoff
   // with jitter, for up to the client's connect_timeout since the first
   // refusal in a row; then RESOURCE_EXHAUSTED naming the server. Any other
-  // error ends the epoch at once, naming the server.
+  // error (INVALID_ARGUMENT, PERMISSION_DENIED, the server's limits on a
+  // request...) ends the epoch at once, naming the server.
   // `batch`'s previous image buffer is recycled for a later batch (every slot
   // is overwritten, so buffers are neither zeroed nor faulted in anew).
   absl::StatusOr<bool> Next(Batch* batch);
@@ -256,7 +267,7 @@ class Loader {
     std::deque<std::pair<uint64_t, Stage>> outbox;  // registered, not yet written (global ids)
     int64_t owed = 0;            // requested from it, not arrived
     bool stream_done = false;    // the receiver ended
-    bool lost = false;           // did not come back: its samples go to replicas
+    bool lost = false;           // down: its samples go to replicas (until a probe finds it back)
     Stage max_stage = kLastStage;  // ServedStage (constant)
     // When the stream last broke or was refused: batches registered before it.
     int64_t opened_at_break = 0;
@@ -266,6 +277,12 @@ class Loader {
   // 2k for PREDICTIONS; 0 otherwise).
   Loader(ServerSet* servers, const LoaderOptions& options, OffloadPolicy* policy,
          int vector_size);
+  // At the start of an epoch: probes each server lost or marked down, once
+  // (SampleClient::Probe); one that answers takes part again, one that does
+  // not is left out of the epoch while a replica of its shard is up (a shard
+  // with none is awaited as a broken stream is). FAILED_PRECONDITION if one
+  // came back with another dataset.
+  absl::Status ProbeDownServers();
   // The stage to ask `server` for a sample planned at `stage`.
   Stage StageFor(int server, Stage stage) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendLoop();
@@ -287,8 +304,11 @@ class Loader {
   // itself unless it is lost (then the live replica of its shard that owes
   // least); -1 if wanted does not hold the sample or no replica is left.
   int RouteLocked(uint64_t id, int wanted) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `server` did not come back: moves what it owes to replicas, or fails the
-  // epoch naming it and the samples missing when its shard has none left.
+  // Another server of `server`'s shard is neither lost nor marked down.
+  bool HasLiveReplicaLocked(int server) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `server` is down: moves what it owes to replicas, or fails the epoch
+  // naming it and the samples missing when its shard has none left. Marks
+  // its client down (SampleClient::MarkDown).
   void LoseServerLocked(int server, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every requested sample has arrived and every batch is registered.
   bool AllReceivedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

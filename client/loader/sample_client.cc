@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "client/loader/manifest_reader.h"
 #include "sophon/base/status_macros.h"
+#include "sophon/net/draining.h"
 #include "sophon/net/grpc_util.h"
 #include "spdlog/spdlog.h"
 
@@ -48,6 +49,26 @@ absl::Status WithConnectHint(const absl::Status& status, const ClientOptions& op
       absl::StrCat(status.message(), ". Check that a storage server runs at ", options.address,
                    " and that both sides use the same transport: this client uses ",
                    DescribeCredentials(c, CredentialsSide::kChannel), causes));
+}
+
+// The channel arguments of every connection to a storage server.
+grpc::ChannelArguments ServerChannelArguments() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(64 << 20);
+  // gRPC's own reconnect backoff grows to 120 s by default: a restarted
+  // storage server would sit unused that long. Ours tops out at 2 s.
+  // (The minimum, which is also the connect timeout, keeps its default.)
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  return args;
+}
+
+// Whether the channel could not reach the server (as opposed to a server
+// that answered with an error).
+bool Unreachable(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable ||
+         status.code() == absl::StatusCode::kDeadlineExceeded;
 }
 
 }  // namespace
@@ -97,6 +118,12 @@ RetryOptions SampleClient::LoggedRetryOptions(absl::string_view what) {
   return retry;
 }
 void FetchCall::Cancel() { context_.TryCancel(); }
+
+bool FetchCall::ServerDraining() const {
+  const auto& trailers = context_.GetServerTrailingMetadata();
+  auto it = trailers.find(kDrainingMetadataKey);
+  return it != trailers.end() && it->second == "1";
+}
 
 // The manifest's calls over the client's stub: each with the unary deadline,
 // retried (with backoff, logged) while the server is unreachable, for up to
@@ -148,16 +175,8 @@ absl::StatusOr<std::unique_ptr<SampleClient>> SampleClient::Connect(const Client
   }
   std::unique_ptr<SampleClient> client(new SampleClient());
   client->options_ = options;
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetMaxSendMessageSize(64 << 20);
-  // gRPC's own reconnect backoff grows to 120 s by default: a restarted
-  // storage server would sit unused that long. Ours tops out at 2 s.
-  // (The minimum, which is also the connect timeout, keeps its default.)
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      CreateChannel(options.address, options.credentials, args);
+      CreateChannel(options.address, options.credentials, ServerChannelArguments());
   if (!channel.ok()) return channel.status();
   client->channel_ = *std::move(channel);
   client->stub_ = v1::SampleService::NewStub(client->channel_);
@@ -169,18 +188,94 @@ absl::StatusOr<std::unique_ptr<SampleClient>> SampleClient::Connect(const Client
 }
 
 absl::StatusOr<v1::ServerStats> SampleClient::GetStats() {
-  v1::ServerStats stats;
   const std::string what = absl::StrCat("GetStats from storage server ", options_.address);
-  RETURN_IF_ERROR(Retry(
-      [&] {
-        grpc::ClientContext context;
-        SetDeadline(&context, options_.rpc_timeout);
-        stats.Clear();
-        return WrapError(what, stub_->GetStats(&context, {}, &stats));
-      },
-      absl::StrCat("get stats from storage server ", options_.address),
-      absl::Now() + options_.rpc_timeout));
+  {
+    absl::MutexLock lock(&down_mu_);
+    if (down_) {
+      return absl::UnavailableError(absl::StrCat(
+          what, ": not asked, the server has been down since ",
+          absl::FormatTime("%H:%M:%S", down_since_, absl::LocalTimeZone()), " (",
+          down_why_.message(), ")"));
+    }
+  }
+  v1::ServerStats stats;
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.rpc_timeout);
+  absl::Status status = WrapError(what, stub_->GetStats(&context, {}, &stats));
+  if (status.ok()) return stats;
+  if (!Unreachable(status)) return status;
+  // The channel may still be backing off after an earlier failure while the
+  // server is back: a connection of its own tells.
+  absl::StatusOr<v1::ServerStats> fresh =
+      StatsOnFreshConnection(absl::Now() + std::min(options_.rpc_timeout, kProbeTimeout));
+  if (fresh.ok()) return fresh;
+  MarkDown(fresh.status());
+  return fresh.status();
+}
+
+absl::StatusOr<v1::ServerStats> SampleClient::StatsOnFreshConnection(absl::Time deadline) {
+  const std::string what = absl::StrCat("GetStats from storage server ", options_.address,
+                                        " (on a new connection)");
+  // A local subchannel pool: gRPC would otherwise share the client channel's
+  // connection, and its backoff.
+  grpc::ChannelArguments args = ServerChannelArguments();
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      CreateChannel(options_.address, options_.credentials, args);
+  if (!channel.ok()) return channel.status();
+  std::unique_ptr<v1::SampleService::Stub> stub = v1::SampleService::NewStub(*channel);
+  v1::ServerStats stats;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  RETURN_IF_ERROR(WrapError(what, stub->GetStats(&context, {}, &stats)));
+  grpc::experimental::ChannelResetConnectionBackoff(channel_.get());
   return stats;
+}
+
+absl::Status SampleClient::Probe() {
+  const absl::Time deadline = absl::Now() + std::min(options_.rpc_timeout, kProbeTimeout);
+  absl::StatusOr<v1::ServerStats> stats = StatsOnFreshConnection(deadline);
+  if (stats.ok() && !channel_->WaitForConnected(absl::ToChronoTime(deadline))) {
+    stats = absl::UnavailableError(absl::StrCat(
+        "storage server ", options_.address,
+        " answered on a new connection, but the client's channel did not reconnect within ",
+        absl::FormatDuration(std::min(options_.rpc_timeout, kProbeTimeout))));
+  }
+  if (!stats.ok()) {
+    MarkDown(stats.status());
+    return stats.status();
+  }
+  RETURN_IF_ERROR(CheckSameDataset(*stats));
+  MarkUp();
+  return absl::OkStatus();
+}
+
+absl::Status SampleClient::Ping() {
+  v1::ServerStats stats;
+  grpc::ClientContext context;
+  SetDeadline(&context, std::min(options_.rpc_timeout, kProbeTimeout));
+  RETURN_IF_ERROR(WrapError(absl::StrCat("GetStats from storage server ", options_.address),
+                            stub_->GetStats(&context, {}, &stats)));
+  return CheckSameDataset(stats);
+}
+
+void SampleClient::MarkDown(const absl::Status& why) {
+  absl::MutexLock lock(&down_mu_);
+  if (down_) return;  // keeps the first reason and time
+  down_ = true;
+  down_why_ = why;
+  down_since_ = absl::Now();
+}
+
+void SampleClient::MarkUp() {
+  absl::MutexLock lock(&down_mu_);
+  down_ = false;
+  down_why_ = absl::OkStatus();
+}
+
+bool SampleClient::IsDown() const {
+  absl::MutexLock lock(&down_mu_);
+  return down_;
 }
 
 absl::StatusOr<std::vector<std::string>> SampleClient::RelativePaths(
@@ -242,7 +337,9 @@ absl::Status SampleClient::AwaitSameServer(const std::function<bool()>& stop) {
     }
     return status;
   }
-  return CheckSameDataset(stats);
+  RETURN_IF_ERROR(CheckSameDataset(stats));
+  MarkUp();
+  return absl::OkStatus();
 }
 
 std::unique_ptr<FetchCall> SampleClient::OpenFetch() {

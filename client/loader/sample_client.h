@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/loader/server_manifest.h"
 #include "sophon/base/rate_limiter.h"
@@ -23,8 +25,9 @@ struct ClientOptions {
   std::string address;                          // HOST:PORT of sophon-server
   CredentialsOptions credentials;               // transport security; default insecure
   // Retry budget, with backoff and jitter, while the server is unreachable:
-  // at start (Connect), after a Fetch stream broke (AwaitSameServer), and
-  // while it refuses Fetch streams because it is full (its max_streams or
+  // at start (Connect), after a Fetch stream broke and the server does not
+  // answer while no replica can serve (AwaitSameServer), and while it refuses
+  // Fetch streams because it is full (its max_streams or
   // max_streams_per_peer; the loader retries those).
   absl::Duration connect_timeout = absl::Seconds(30);
   absl::Duration rpc_timeout = absl::Seconds(30);      // deadline of each unary call
@@ -43,6 +46,10 @@ class FetchCall {
   // larger than max" (a request over what the server accepts) gets a hint
   // naming the server's --max-request-bytes.
   absl::Status Finish();
+  // After Finish: the server ended or refused the stream because it is
+  // draining before it stops (the sophon-draining trailer): it will not
+  // serve this client's samples again until it is restarted.
+  bool ServerDraining() const;
   // Ends the call early from any thread.
   void Cancel();
 
@@ -65,7 +72,36 @@ class SampleClient {
   const std::string& address() const { return options_.address; }
   absl::Duration connect_timeout() const { return options_.connect_timeout; }
 
+  // The server's statistics, for reports and measurements: one call with the
+  // unary deadline and no retries, so a server that is gone costs no wait.
+  // A server marked down (MarkDown) is not asked: UNAVAILABLE at once, naming
+  // the address and why it is down. One the channel cannot reach is tried
+  // once more on a connection of its own (as Probe, so that a channel still
+  // backing off from an earlier failure is not mistaken for a dead server);
+  // if that fails too the server is marked down. Errors name the address.
   absl::StatusOr<v1::ServerStats> GetStats();
+  // One cheap check whether a server marked down (or any) is up again: a
+  // GetStats on a connection of its own (a refused connection shows at once,
+  // not hidden by the channel's reconnect backoff), without waiting for
+  // ready, no retries, within kProbeTimeout. Once it answers, the channel is
+  // made to reconnect at once and awaited (within the same time), the dataset
+  // checked (FAILED_PRECONDITION if it changed) and the down mark cleared.
+  // A failure marks the server down. Errors name the address.
+  absl::Status Probe();
+  static constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
+  // After a Fetch stream ended with an error: does the server still answer?
+  // One GetStats on the client's channel, without waiting for ready, no
+  // retries, a deadline of at most kProbeTimeout. A live server that reset the
+  // stream answers (over the same connection, or a new one at once); one whose
+  // process is gone refuses the connection: UNAVAILABLE, at once.
+  // FAILED_PRECONDITION if it now serves another dataset. Errors name the
+  // address.
+  absl::Status Ping();
+  // Marks the server down (the loader goes on without it, or it could not be
+  // reached): GetStats does not ask it until Probe or AwaitSameServer finds it
+  // back. Thread-safe, as IsDown.
+  void MarkDown(const absl::Status& why);
+  bool IsDown() const;
   // For messages: the relative paths of samples `ids` (at most 16) of this
   // server's manifest, in one call without retries, with a deadline of at
   // most 5 s. Errors name the address; FAILED_PRECONDITION if the server now
@@ -80,7 +116,7 @@ class SampleClient {
   // until the server answers again and checks that it serves the same dataset
   // (CheckSameDataset). Errors name the address: UNAVAILABLE if it did not
   // come back, FAILED_PRECONDITION if its dataset changed, CANCELLED once
-  // `stop` returns true.
+  // `stop` returns true. Back, it is no longer marked down.
   absl::Status AwaitSameServer(const std::function<bool()>& stop);
   // Logs (warn, at most one line per 5 s, counting the others) that
   // `what` failed with `reason` and is tried again in `wait`. Thread-safe.
@@ -91,6 +127,10 @@ class SampleClient {
  private:
   SampleClient() = default;
   RetryOptions LoggedRetryOptions(absl::string_view what);
+  // GetStats on a channel of its own (see Probe); `deadline` bounds it. On
+  // success the client's channel is told to reconnect at once.
+  absl::StatusOr<v1::ServerStats> StatsOnFreshConnection(absl::Time deadline);
+  void MarkUp();
   class Rpcs;  // ManifestRpcs over stub_
 
   ClientOptions options_;
@@ -98,6 +138,11 @@ class SampleClient {
   std::unique_ptr<v1::SampleService::Stub> stub_;
   ServerManifest manifest_;
   RateLimiter retry_log_{1, absl::Seconds(5)};
+
+  mutable absl::Mutex down_mu_;
+  bool down_ ABSL_GUARDED_BY(down_mu_) = false;
+  absl::Status down_why_ ABSL_GUARDED_BY(down_mu_);
+  absl::Time down_since_ ABSL_GUARDED_BY(down_mu_);
 };
 
 }  // namespace sophon

@@ -2,6 +2,7 @@
 // several data-parallel ranks' loaders: sharded, replicated and mixed layouts,
 // a server lost mid-epoch, and resuming at a data cursor with another world
 // size.
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -226,16 +227,28 @@ TEST_F(MultiServerTest, MixedLayoutTwoRanks) {
 TEST_F(MultiServerTest, ReplicaLostMidEpochItsSamplesGoToTheOthersExactlyOnce) {
   const std::string full = testing::MakeTestDataset("ms_failover", SmallDataset());
   auto gate = std::make_shared<absl::Notification>();
+  auto held = std::make_shared<std::atomic<int>>(0);
   // Server 1 holds its samples at the gate until it is shut down.
-  StartServers({full, full, full}, {nullptr, [gate](uint64_t) { gate->WaitForNotification(); }},
+  StartServers({full, full, full},
+               {nullptr,
+                [gate, held](uint64_t) {
+                  ++*held;
+                  gate->WaitForNotification();
+                }},
                /*connect_timeout=*/absl::Seconds(1));
   FixedPolicy policy(Stage::kFlipped, "resizeoff");
   absl::StatusOr<std::unique_ptr<Loader>> loader =
       Loader::Create(set_.get(), Options(4, 0, 1), &policy);
   ASSERT_TRUE(loader.ok()) << loader.status();
   ASSERT_TRUE((*loader)->StartEpoch(0).ok());
-  std::thread stopper([this] { servers_[1]->Shutdown(absl::ZeroDuration()); });
+  // Server 1 owes samples when it goes (they move to the others at once).
   const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (*held == 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+  if (*held == 0) {
+    gate->Notify();
+    FAIL() << "server 1 was sent no sample";
+  }
+  std::thread stopper([this] { servers_[1]->Shutdown(absl::ZeroDuration()); });
   while ((*loader)->stats().servers[1].stream_breaks == 0 && absl::Now() < give_up) {
     absl::SleepFor(absl::Milliseconds(10));
   }
