@@ -10,6 +10,7 @@
 #include "sophon/base/status_macros.h"
 #include "sophon/net/draining.h"
 #include "sophon/net/grpc_util.h"
+#include "sophon/net/health_check.h"
 #include "spdlog/spdlog.h"
 
 namespace sophon {
@@ -240,6 +241,19 @@ absl::Status SampleClient::Probe() {
         "storage server ", options_.address,
         " answered on a new connection, but the client's channel did not reconnect within ",
         absl::FormatDuration(std::min(options_.rpc_timeout, kProbeTimeout))));
+  }
+  if (stats.ok()) {
+    // A server that drains still answers calls but takes no new streams: it
+    // is back only once its health service says SERVING again (a server
+    // without the health service counts as serving).
+    absl::StatusOr<ServingStatus> health = CheckHealth(
+        channel_, v1::SampleService::service_full_name(),
+        std::max(absl::Milliseconds(1), deadline - absl::Now()));
+    if (health.ok() && *health != ServingStatus::kServing) {
+      stats = absl::UnavailableError(
+          absl::StrCat("storage server ", options_.address, " answers but is ",
+                       ServingStatusName(*health), " on its health service (draining)"));
+    }
   }
   if (!stats.ok()) {
     MarkDown(stats.status());
