@@ -240,6 +240,16 @@ absl::Status Loader::StartEpoch(uint64_t epoch, int64_t max_batches, int64_t sta
         absl::StrCat("epoch start position must be >= 0 (got ", start_position, ")"));
   }
   const GlobalManifest& manifest = servers_->manifest();
+  // A position past the epoch's end (the order padded to a multiple of the
+  // world size) is no position of this dataset: refused rather than read as
+  // an empty epoch. The end itself is an epoch already finished.
+  const int64_t epoch_length = PaddedEpochLength(manifest.num_samples(), options_.world);
+  if (start_position > epoch_length) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "epoch start position ", start_position, " is past the end of the epoch (",
+        epoch_length, " positions: ", manifest.num_samples(), " samples over ", options_.world,
+        " ranks); was the checkpoint made for another dataset?"));
+  }
   epoch_ = epoch;
   start_position_ = start_position;
   order_ = RankSlice(options_.shuffle && options_.shuffle_window > 0

@@ -349,6 +349,20 @@ TEST_F(MultiServerTest, ResumingAtTheCursorWithAnotherWorldSizeSeesEverySampleOn
   }
 }
 
+TEST_F(MultiServerTest, AStartPositionPastTheEpochsEndIsRefusedNotAnEmptyEpoch) {
+  const std::string full = testing::MakeTestDataset("ms_past_end", SmallDataset());
+  StartServers({full});
+  const int64_t n = static_cast<int64_t>(set_->manifest().num_samples());
+  // The end itself is an epoch already finished: no batches.
+  absl::StatusOr<RankEpoch> at_end = RunRank(PlannerKind::kNoOff, Options(4, 0, 1), 0, n);
+  ASSERT_TRUE(at_end.ok()) << at_end.status();
+  EXPECT_TRUE(at_end->batches.empty());
+  absl::StatusOr<RankEpoch> past = RunRank(PlannerKind::kNoOff, Options(4, 0, 1), 0, n + 1);
+  EXPECT_EQ(past.status().code(), absl::StatusCode::kInvalidArgument) << past.status();
+  EXPECT_NE(past.status().message().find("past the end of the epoch"), std::string::npos)
+      << past.status();
+}
+
 TEST_F(MultiServerTest, SmartoffPlansEveryServersSamplesAndMatchesNoOffByteForByte) {
   const std::string full = testing::MakeTestDataset("ms_smartoff_full", SmallDataset());
   const std::vector<std::string> roots = SplitIntoShards(full, 2, "ms_smartoff");
