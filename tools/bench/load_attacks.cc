@@ -329,10 +329,14 @@ class Runner {
 
   // Opens the hog's streams on `c`, each asking for its samples; the
   // requests go into `out`.
-  void OpenHogStreams(H2RawConnection* c, std::vector<Outgoing>* out) {
+  // Opens hog streams [first, first + count) on `c`, each asking for its
+  // samples; the asked bytes are added to the report.
+  void OpenHogStreams(H2RawConnection* c, std::vector<Outgoing>* out, int first = 0,
+                      int count = -1) {
     const uint64_t n = std::max<uint64_t>(1, manifest_->num_samples());
     double asked = 0;
-    for (int s = 0; s < streams_; ++s) {
+    const int end = count < 0 ? streams_ : std::min(streams_, first + count);
+    for (int s = first; s < end; ++s) {
       std::vector<uint64_t> ids;
       for (int k = 0; k < o_.samples_per_stream; ++k) {
         ids.push_back((static_cast<uint64_t>(s) * o_.samples_per_stream + k) % n);
@@ -348,11 +352,17 @@ class Runner {
     r_.figures["sample_bytes_asked"] += asked;
   }
 
+  // The hog's streams spread over its connections (one address each when
+  // sources allow: --attack-connections=4 --attack-sources=4).
   void Hog() {
-    H2RawConnection* c = Connect();
-    if (c == nullptr) return;
+    for (int i = 0; i < conns_wanted_ && !Stopped(); ++i) Connect();
+    if (conns_.empty()) return;
+    const int per = (streams_ + static_cast<int>(conns_.size()) - 1) /
+                    static_cast<int>(conns_.size());
     std::vector<Outgoing> out;
-    OpenHogStreams(c, &out);
+    for (size_t i = 0; i < conns_.size(); ++i) {
+      OpenHogStreams(conns_[i].get(), &out, static_cast<int>(i) * per, per);
+    }
     SendAll(out);
     Hold();
   }
@@ -409,14 +419,19 @@ class Runner {
     Hold();
   }
 
+  // GetStats calls whose answers are never taken, spread over the attack's
+  // connections (one address each when sources allow); a connection the
+  // server closes is left, the others go on.
   void UnreadUnary() {
-    H2RawConnection* c = Connect();
-    if (c == nullptr) return;
+    for (int i = 0; i < conns_wanted_ && !Stopped(); ++i) Connect();
+    if (conns_.empty()) return;
     buffers_.push_back(H2RawConnection::GrpcPrefix(0));  // an empty GetStatsRequest
     const absl::string_view empty = buffers_.back();
     std::vector<Outgoing> out;
     uint64_t whole = 0;
-    for (int s = 0; s < streams_ && !Stopped() && !c->closed(); ++s) {
+    for (int s = 0; s < streams_ && !Stopped(); ++s) {
+      H2RawConnection* c = conns_[static_cast<size_t>(s) % conns_.size()].get();
+      if (c->closed()) continue;
       out.push_back({c, c->StartCall(kGetStatsPath, false), empty, 0, true});
       if (out.size() >= 1024) whole += SendAll(out);
     }
@@ -425,8 +440,15 @@ class Runner {
     r_.figures["seconds_to_send"] = absl::ToDoubleSeconds(absl::Now() - t0_);
     Hold();
     // Answers the server began (headers); their messages it must keep.
-    r_.figures["calls_answered_headers"] =
-        static_cast<double>(c->counters().streams_with_headers);
+    double headers = 0, ended = 0, closed = 0;
+    for (auto& c : conns_) {
+      headers += static_cast<double>(c->counters().streams_with_headers);
+      ended += static_cast<double>(c->counters().streams_ended_by_peer);
+      closed += c->closed() ? 1 : 0;
+    }
+    r_.figures["calls_answered_headers"] = headers;
+    r_.figures["calls_ended_by_server"] = ended;
+    r_.figures["connections_closed_by_server"] = closed;
   }
 
   void Slots() {
