@@ -17,6 +17,7 @@ namespace {
 
 using jpeg_internal::CheckMarkers;
 using jpeg_internal::CoefficientBytes;
+using jpeg_internal::DefineSampleRows;
 using jpeg_internal::ErrorManager;
 using jpeg_internal::InitGuard;
 using jpeg_internal::JumpedStatus;
@@ -89,6 +90,7 @@ absl::Status Decode(absl::string_view bytes, const DecodeLimits& limits,
     return JumpedStatus(err);
   }
   jpeg_create_decompress(&cinfo);
+  DefineSampleRows(&cinfo);  // libjpeg's SIMD padding, never output: see jpeg_guard.cc
   cinfo.mem->max_memory_to_use = static_cast<long>(limits.max_memory_bytes);
   cinfo.progress = &monitor.pub;
   jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()),

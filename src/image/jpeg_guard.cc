@@ -5,6 +5,7 @@
 // clang-format on
 
 #include <algorithm>
+#include <cstring>
 
 namespace sophon::jpeg_internal {
 namespace {
@@ -87,7 +88,40 @@ void MonitorScans(j_common_ptr cinfo) {
   }
 }
 
+// libjpeg-turbo's SIMD kernels work on whole vectors (32 samples with AVX2):
+// its upsamplers and colour converters load, compute and drop the samples past
+// the last column a decode writes, up to the rounding of libjpeg's sample rows
+// (64 samples). Nothing ever writes those bytes: they are malloc'd padding, and
+// past a cropped region's last iMCU column also the columns it never decodes.
+// Their values never reach a pixel (a decode gives the same bytes whether the
+// rows start as 0x00, 0x80 or 0xFF), but memcheck models some of those kernels'
+// instructions (PMADDWD) over 64 bits, so a real pixel packed beside a dropped
+// one is reported as undefined: the last column of a 4:2:0 image or region whose
+// width is 14 mod 16, for one, and then the bytes the server sends. So the rows
+// are zeroed when libjpeg allocates them, padding that must be defined for a
+// memory checker to find nothing. It costs one memset of the decoder's row
+// buffers (tens of KiB) per decode; the rows are reused for every iMCU row.
+constexpr JDIMENSION kSampleRowRounding = 64;  // libjpeg-turbo's: 2 x 32-byte SIMD alignment
+
+JSAMPARRAY AllocDefinedSampleRows(j_common_ptr cinfo, int pool_id, JDIMENSION samplesperrow,
+                                  JDIMENSION numrows) {
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  // Ask for the rounded width, so that every byte of each row is one we zero.
+  JDIMENSION width = (samplesperrow + kSampleRowRounding - 1) / kSampleRowRounding *
+                     kSampleRowRounding;
+  if (width < samplesperrow) width = samplesperrow;  // wrapped: libjpeg refuses it
+  JSAMPARRAY rows = err->alloc_sarray(cinfo, pool_id, width, numrows);
+  for (JDIMENSION r = 0; r < numrows; ++r) std::memset(rows[r], 0, width * sizeof(JSAMPLE));
+  return rows;
+}
+
 }  // namespace
+
+void DefineSampleRows(j_decompress_ptr cinfo) {
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  err->alloc_sarray = cinfo->mem->alloc_sarray;
+  cinfo->mem->alloc_sarray = AllocDefinedSampleRows;
+}
 
 void InitGuard(const DecodeLimits& limits, ErrorManager* err, ScanMonitor* monitor) {
   jpeg_std_error(&err->pub);
@@ -98,6 +132,7 @@ void InitGuard(const DecodeLimits& limits, ErrorManager* err, ScanMonitor* monit
   err->data_cut = false;
   err->corrupt_warnings = 0;
   err->max_memory_bytes = limits.max_memory_bytes;
+  err->alloc_sarray = nullptr;
   err->code = absl::StatusCode::kInvalidArgument;
   err->message[0] = '\0';
   monitor->pub.progress_monitor = MonitorScans;

@@ -36,6 +36,9 @@ struct ErrorManager {
   // Corrupt-data warnings seen (those a lenient decode lets through).
   int corrupt_warnings;
   int64_t max_memory_bytes;
+  // libjpeg's own alloc_sarray, which DefineSampleRows wraps (null until then).
+  JSAMPARRAY (*alloc_sarray)(j_common_ptr cinfo, int pool_id, JDIMENSION samplesperrow,
+                             JDIMENSION numrows);
 };
 
 // Counts the scans of an image as libjpeg reaches them, and the samples
@@ -53,6 +56,14 @@ struct ScanMonitor {
 // Fills both for `limits`; the caller then sets cinfo.err = &err->pub (via
 // jpeg_std_error, done here) and cinfo.progress = &monitor->pub.
 void InitGuard(const DecodeLimits& limits, ErrorManager* err, ScanMonitor* monitor);
+
+// Makes every sample row that the decode of `cinfo` allocates (the decoder's
+// component and upsampled rows) start zeroed, padding included. libjpeg-turbo's
+// SIMD kernels read and compute past the last column a decode writes and drop
+// what they computed there; see jpeg_guard.cc for why those bytes must still be
+// defined. REQUIRES: cinfo->err is the ErrorManager of this decode; called
+// after jpeg_create_decompress and before jpeg_start_decompress.
+void DefineSampleRows(j_decompress_ptr cinfo);
 
 // The status of the error that jumped.
 inline absl::Status JumpedStatus(const ErrorManager& err) {

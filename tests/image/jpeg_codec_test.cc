@@ -1,6 +1,13 @@
 #include "sophon/image/jpeg_codec.h"
 
 #include <cmath>
+#include <cstdint>
+
+#if __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#else  // no valgrind headers: nothing runs under memcheck
+#define VALGRIND_CHECK_MEM_IS_DEFINED(addr, len) 0
+#endif
 
 #include "gtest/gtest.h"
 #include "sophon/ops/augment.h"
@@ -14,6 +21,7 @@ using testing::EncodeJpeg;
 using testing::EncodeOptions;
 using testing::JpegColor;
 using testing::MakeTestImage;
+using testing::Sampling;
 
 // Mean absolute error per channel between two RGB images of one size.
 std::array<double, 3> MeanAbsError(const Image8& a, const Image8& b) {
@@ -199,6 +207,59 @@ TEST(JpegCodecTest, SmallCropIsUpscaledFromFullResolution) {
   EXPECT_EQ(region->scale_num, 8);
   EXPECT_NEAR(region->x1 - region->x0, 60, 1e-9);
   EXPECT_NEAR(region->y1 - region->y0, 50, 1e-9);
+}
+
+// Offset of the first byte of `image` that memcheck sees as undefined (and
+// reports), or -1; always -1 when not run under memcheck (ctest runs this test
+// under it as memcheck_jpeg_codec_test, tools/memcheck.sh).
+int64_t FirstUndefinedByte(const Image8& image) {
+  const size_t n = static_cast<size_t>(image.height) * image.width * image.channels;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(image.pixels.data());
+  const uintptr_t bad = VALGRIND_CHECK_MEM_IS_DEFINED(image.pixels.data(), n);
+  return bad == 0 ? -1 : static_cast<int64_t>(bad - start);
+}
+
+// libjpeg-turbo's AVX2 kernels compute on the padding past a decode's last
+// column, and memcheck spreads those bytes to the pixel packed beside them: the
+// last column of a 4:2:0 or 4:2:2 image or region whose width is 14 mod 16, the
+// last two of a 4:4:0 one. The decoder zeroes libjpeg's sample rows
+// (DefineSampleRows, jpeg_guard.cc), so every byte it hands out is defined:
+// whole images, whole-width regions at 1/1 and 1/8, and cropped regions. The
+// whole-width region has the whole decode's pixels.
+TEST(JpegCodecTest, EveryByteIsDefinedAtEdgeWidthsThatSimdOverruns) {
+  for (Sampling sampling : {Sampling::k420, Sampling::k422, Sampling::k440}) {
+    for (int width : {302, 350, 654}) {
+      SCOPED_TRACE(::testing::Message() << "sampling " << static_cast<int>(sampling) << " width "
+                                      << width);
+      EncodeOptions opts;
+      opts.sampling = sampling;
+      const std::string jpeg = EncodeJpeg(MakeTestImage(40, width, width), opts);
+      absl::StatusOr<Image8> full = DecodeJpeg(jpeg, DecodeLimits());
+      ASSERT_TRUE(full.ok()) << full.status();
+      EXPECT_EQ(FirstUndefinedByte(*full), -1);
+      // 16 px in from each side: a crop whose width is still 14 mod 16.
+      for (const CropBox& box : {CropBox{0, 0, 40, width}, CropBox{0, 16, 40, width - 32}}) {
+        for (int min_side : {224, 1}) {  // 1/1, then 1/8
+          absl::StatusOr<DecodedRegion> region = DecodeJpegRegion(jpeg, box, min_side,
+                                                                  DecodeLimits());
+          ASSERT_TRUE(region.ok()) << region.status();
+          EXPECT_EQ(region->scale_num, min_side == 1 ? 1 : 8);
+          EXPECT_EQ(FirstUndefinedByte(region->image), -1)
+              << "box left " << box.left << ", scale " << region->scale_num << "/8";
+        }
+      }
+      absl::StatusOr<DecodedRegion> whole =
+          DecodeJpegRegion(jpeg, CropBox{0, 0, 40, width}, 224, DecodeLimits());
+      ASSERT_TRUE(whole.ok()) << whole.status();
+      ASSERT_EQ(whole->image.width, width);
+      ASSERT_EQ(whole->image.height, 40);
+      for (size_t i = 0; i < static_cast<size_t>(40) * width; ++i) {
+        for (int c = 0; c < 3; ++c) {
+          ASSERT_EQ(whole->image.pixels[4 * i + c], full->pixels[3 * i + c]) << "pixel " << i;
+        }
+      }
+    }
+  }
 }
 
 TEST(JpegCodecTest, RejectsBadInputWithClearErrors) {
