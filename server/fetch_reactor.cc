@@ -92,6 +92,19 @@ void FetchReactor::FailLocked(absl::Status status) {
     awaiting_grant_ = false;
     Unref();  // the budget's; never the last: whoever fails us holds one
   }
+  ReleaseSlotIfDoneLocked();
+}
+
+void FetchReactor::ReleaseSlotIfDoneLocked() {
+  if (slot_ != Slot::kWaiting && slot_ != Slot::kHeld) return;
+  // A read outstanding still receives (the slot goes back once it is done).
+  if (reading_) return;
+  if (error_.ok() && !draining_ && !reads_done_ && !finished_) return;
+  slot_ = Slot::kDone;
+  // Queued: the slots' reference comes back (never the last: whoever calls
+  // us holds one). Being asked for (Acquire not returned yet): Pump gives
+  // it back once it returns.
+  if (service_->read_slots().Release(this)) Unref();
 }
 
 absl::Status FetchReactor::HandleRequestLocked(Limit* limit) {
@@ -124,7 +137,10 @@ StreamActivity FetchReactor::ActivityLocked() const {
   StreamActivity a;
   a.writing = writing_;
   a.write_started = write_started_;
-  a.server_busy = !pending_.empty() || awaiting_grant_ || jobs_running_ > 0 || !ready_.empty();
+  // Waiting for a read slot is the server's turn too: whatever the client
+  // sent is not being read.
+  a.server_busy = !pending_.empty() || awaiting_grant_ || jobs_running_ > 0 ||
+                  !ready_.empty() || slot_ == Slot::kWaiting;
   a.last_activity = last_activity_;
   return a;
 }
@@ -140,6 +156,7 @@ void FetchReactor::Pump() {
     Message job_message;
     v1::FetchResponse response;
     bool start_write = false, start_read = false, cancel = false, finish = false;
+    bool ask_slot = false;
     bool drain_finish = false;  // tells the client so in the trailing metadata
     absl::Status finish_status;
     {
@@ -200,19 +217,26 @@ void FetchReactor::Pump() {
         write_started_ = now;  // the client's turn from here
         start_write = true;
       }
-      // Read the next request once this one is admitted and there is room.
+      // Read the next request once this one is admitted and there is room,
+      // holding a read slot (asked for before the first read).
       if (error_.ok() && !draining_ && !reading_ && !reads_done_ && pending_.empty() &&
           inflight_samples_ < options.max_inflight_per_stream &&
           stream_bytes_ < options.max_stream_inflight_bytes) {
-        reading_ = true;
-        start_read = true;
+        if (slot_ == Slot::kHeld) {
+          reading_ = true;
+          read_started_ = now;
+          start_read = true;
+        } else if (slot_ == Slot::kNone) {
+          slot_ = Slot::kWaiting;
+          ask_slot = true;
+        }
       }
       // A write the client does not take can only be ended by a cancel.
       if (cancel_wanted_ && !cancel_sent_ && writing_) {
         cancel_sent_ = true;
         cancel = true;
       }
-      if (start_write || start_read || cancel) {
+      if (start_write || start_read || cancel || ask_slot) {
         ++issuing_;
       } else if (issuing_ == 0 && !writing_ &&
                  (!error_.ok() || ((reads_done_ || draining_) && pending_.empty() &&
@@ -251,7 +275,7 @@ void FetchReactor::Pump() {
       Finish(ToGrpcStatus(finish_status));
       return;
     }
-    if (!start_write && !start_read && !cancel) return;
+    if (!start_write && !start_read && !cancel && !ask_slot) return;
     if (start_write) {
       bool own = false;
       grpc::ByteBuffer encoded;
@@ -269,9 +293,31 @@ void FetchReactor::Pump() {
     }
     if (start_read) StartRead(&read_buf_);
     if (cancel) context_->TryCancel();
+    if (ask_slot) AskForSlot();
     absl::MutexLock lock(&mu_);
     --issuing_;
   }
+}
+
+void FetchReactor::AskForSlot() {
+  Ref();  // the slots' while we wait; given back at once if granted now
+  const bool granted = service_->read_slots().Acquire(peer_address_, peer_, this);
+  bool give_back = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (granted && slot_ == Slot::kWaiting) {
+      slot_ = Slot::kHeld;
+    } else if (slot_ == Slot::kDone) {
+      // The stream stopped reading while we asked.
+      give_back = true;
+    }
+    // Otherwise queued (kWaiting), or already granted on the notifier (kHeld).
+  }
+  // Queued when released: the slots' reference comes back. Held: a grant
+  // already made may still be delivered (OnSlotGranted gives its reference
+  // back).
+  if (give_back && service_->read_slots().Release(this)) Unref();
+  if (granted) Unref();  // never the last: whoever runs Pump holds one
 }
 
 void FetchReactor::OnSampleDone(v1::Sample sample, int64_t bytes) {
@@ -303,7 +349,9 @@ void FetchReactor::OnReadDone(bool ok) {
       reads_done_ = true;  // half-close, or the call ended
     } else if (error_.ok() && !finished_) {
       rejected = HandleRequestLocked(&limit);
+      if (rejected.ok()) service_->read_slots().MessageCompleted(this);
     }
+    ReleaseSlotIfDoneLocked();
   }
   if (!rejected.ok()) service_->RecordRejection(limit, peer_, rejected);
   Pump();
@@ -391,7 +439,35 @@ void FetchReactor::Drain(absl::Status why) {
       awaiting_grant_ = false;
       Unref();  // the budget's; never the last: the registry's caller holds one
     }
+    ReleaseSlotIfDoneLocked();  // reads no more
   }
+  Pump();
+}
+
+void FetchReactor::OnSlotGranted() {
+  bool give_back = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (slot_ == Slot::kWaiting) {
+      slot_ = Slot::kHeld;
+    } else if (slot_ == Slot::kDone) {
+      give_back = true;  // stopped reading meanwhile (never released while queued)
+    }
+  }
+  if (give_back) service_->read_slots().Release(this);
+  Pump();
+  Unref();  // the slots'
+}
+
+void FetchReactor::OnSlotTaken(absl::Status why) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (slot_ == Slot::kHeld) slot_ = Slot::kDone;  // no longer ours to give back
+    if (finished_) return;
+    if (error_.ok()) FailLocked(why);
+    if (writing_) cancel_wanted_ = true;
+  }
+  service_->RecordRejection(Limit::kReadSlotTaken, peer_, why);
   Pump();
 }
 
@@ -413,6 +489,9 @@ void FetchReactor::CheckIdle(absl::Time now) {
       }
     } else {
       const absl::Duration idle = ClientIdleFor(ActivityLocked(), now);
+      // A stream's first request is due at once; later ones may take longer.
+      const absl::Duration read_limit =
+          requests_ == 0 ? options.FirstRequestTimeout() : options.read_stall_timeout;
       if (writing_ && idle >= options.write_stall_timeout &&
           service_->budget().waiters() > (awaiting_grant_ ? 1 : 0)) {
         // Others wait for bytes this stream holds in a write its client does not take.
@@ -422,6 +501,20 @@ void FetchReactor::CheckIdle(absl::Time now) {
             " while other streams waited for the server's memory, over the server's "
             "write_stall_timeout limit (",
             absl::FormatDuration(options.write_stall_timeout), ")"));
+      } else if (reading_ && slot_ == Slot::kHeld && now - read_started_ >= read_limit &&
+                 service_->read_slots().Contended(this)) {
+        // Others wait for the read slot this stream holds with no request coming.
+        limit = Limit::kReadStallTimeout;
+        status = absl::ResourceExhaustedError(absl::StrCat(
+            "the stream's read waited ",
+            absl::FormatDuration(absl::Trunc(now - read_started_, absl::Milliseconds(1))),
+            " for a complete request (", requests_,
+            " received before) while it held a read slot another stream waited for, over the "
+            "server's read_stall_timeout limit (",
+            requests_ == 0 ? absl::StrCat(absl::FormatDuration(read_limit),
+                                          " for a stream's first request")
+                           : absl::FormatDuration(read_limit),
+            ")"));
       } else if (idle >= options.idle_stream_timeout) {
         status = absl::ResourceExhaustedError(absl::StrCat(
             "the stream was idle for ", absl::FormatDuration(idle),
@@ -450,6 +543,11 @@ void FetchReactor::OnDone() {
     }
     Unref();  // the budget's reference; gRPC's below keeps us alive
   }
+  {
+    absl::MutexLock lock(&mu_);
+    slot_ = Slot::kDone;  // a grant still on its way gives its slot back
+  }
+  if (service_->read_slots().Release(this)) Unref();  // queued: the slots' reference
   if (registered_) {
     std::string line;
     {

@@ -1,8 +1,10 @@
 // One Fetch stream, served by gRPC's callback API: no thread of its own.
 // Requests are read only while the stream has room (samples and bytes in
-// flight), samples are admitted against the server's byte budget before any
-// work starts, prepared on the prep pool and written in batches as they
-// finish. An idle stream holds no thread and no sample memory.
+// flight) and holds one of the server's read slots (taken before its first
+// read and kept until it reads no more), samples are admitted against the
+// server's byte budget before any work starts, prepared on the prep pool and
+// written in batches as they finish. An idle stream holds no thread and no
+// sample memory.
 #ifndef SOPHON_SERVER_FETCH_REACTOR_H_
 #define SOPHON_SERVER_FETCH_REACTOR_H_
 
@@ -21,6 +23,7 @@
 #include "absl/time/time.h"
 #include "server/byte_budget.h"
 #include "server/fetch_request.h"
+#include "server/read_slots.h"
 #include "server/service_impl.h"
 #include "server/stream_activity.h"
 #include "server/stream_registry.h"
@@ -29,7 +32,8 @@ namespace sophon {
 
 class FetchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
                            public StreamRegistry::Member,
-                           public ByteBudget::Waiter {
+                           public ByteBudget::Waiter,
+                           public ReadSlots::Member {
  public:
   // Starts serving the stream (or refuses it when the server or the peer
   // has too many open). Deletes itself once gRPC is done with it and no
@@ -47,11 +51,19 @@ class FetchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   void Evict(absl::Status why) override;
   void Drain(absl::Status why) override;
   void OnBytesGranted(int64_t bytes) override;
+  void OnSlotGranted() override;
+  void OnSlotTaken(absl::Status why) override;
 
  private:
   struct Ready {  // a finished sample waiting to be written
     v1::Sample sample;
     int64_t bytes = 0;  // reserved from the budget until written
+  };
+  enum class Slot {  // the stream's read slot
+    kNone,     // not asked for yet
+    kWaiting,  // asked for (queued, or being asked: Acquire not returned yet)
+    kHeld,
+    kDone,     // given back or taken: the stream reads no more
   };
   struct Message {  // what the samples of one request message share
     std::shared_ptr<const PipelineOptions> pipeline;
@@ -71,9 +83,14 @@ class FetchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   // refused request ends the stream, and its status is returned for logging.
   absl::Status HandleRequestLocked(Limit* limit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnSampleDone(v1::Sample sample, int64_t bytes);
+  // Asks the read slots for a slot (Pump decided it, setting kWaiting).
+  void AskForSlot();
   // Drops the pending samples, and their memory from the server's count.
   void ClearPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   StreamActivity ActivityLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives the read slot back (or the place in its queue) once the stream will
+  // read no more and no read is outstanding.
+  void ReleaseSlotIfDoneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   SampleServiceImpl* const service_;
   grpc::CallbackServerContext* const context_;
@@ -106,6 +123,8 @@ class FetchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   int write_samples_ ABSL_GUARDED_BY(mu_) = 0;     // in the outstanding write
   int64_t write_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool awaiting_grant_ ABSL_GUARDED_BY(mu_) = false;  // queued in the budget (holds a ref)
+  Slot slot_ ABSL_GUARDED_BY(mu_) = Slot::kNone;  // kWaiting holds a ref for the slots
+  absl::Time read_started_ ABSL_GUARDED_BY(mu_);  // the outstanding read's start
   bool front_paid_ ABSL_GUARDED_BY(mu_) = false;  // pending_.front()'s bytes were granted
   int issuing_ ABSL_GUARDED_BY(mu_) = 0;  // Pump passes starting gRPC operations: no Finish
   bool cancel_wanted_ ABSL_GUARDED_BY(mu_) = false;  // end an outstanding write by cancelling

@@ -17,6 +17,8 @@ const char* LimitName(Limit limit) {
     case Limit::kDraining: return "draining";
     case Limit::kMaxUnaryCallsPerPeer: return "max_unary_calls_per_peer";
     case Limit::kMaxUnaryCalls: return "max_unary_calls";
+    case Limit::kReadStallTimeout: return "read_stall_timeout";
+    case Limit::kReadSlotTaken: return "max_reading_streams_taken";
   }
   return "unknown";
 }

@@ -21,8 +21,10 @@ enum class Limit : int {
   kDraining,               // not a limit: the server is draining before it stops
   kMaxUnaryCallsPerPeer,
   kMaxUnaryCalls,
+  kReadStallTimeout,       // a read slot held with no request coming while others wait
+  kReadSlotTaken,          // a stream arriving took the read slot of one not using it
 };
-inline constexpr int kNumLimits = 13;
+inline constexpr int kNumLimits = 15;
 const char* LimitName(Limit limit);
 
 }  // namespace sophon

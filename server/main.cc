@@ -67,6 +67,18 @@ ABSL_FLAG(int64_t, stream_window_bytes, 16 << 10,
           "client can make the server buffer on a call it is not reading. Default 16384.");
 ABSL_FLAG(int, max_streams_per_peer, 256,
           "Open Fetch streams from one client address; more are refused. Default 256.");
+ABSL_FLAG(int, max_reading_streams_per_peer, 32,
+          "Fetch streams of one client address that may have a request read outstanding at "
+          "once (a read slot each, kept for the stream's life); the others wait without being "
+          "read. gRPC receives all of a request a stream announces once a read is outstanding, "
+          "so this bounds what one address can make the server buffer. The slots in all: as "
+          "many requests of --max-request-bytes + 4 KiB as a quarter of "
+          "--transport-memory-bytes holds (127 at the defaults). A training node needs one per "
+          "rank and server it reads from. Default 32.");
+ABSL_FLAG(absl::Duration, read_stall_timeout, absl::Seconds(5),
+          "A stream holding a read slot that has had no complete request for this long (1s, or "
+          "this if shorter, for its first request), while another stream waits for a slot it "
+          "could take, is ended. Default 5s.");
 ABSL_FLAG(absl::Duration, idle_stream_timeout, absl::Minutes(5),
           "A stream that sends no request and takes no response for this long is ended. "
           "Default 5m.");
@@ -189,6 +201,8 @@ const sophon::FlagNames kFlagNames = {
     {"ServiceOptions.max_calls_per_connection", "--max-calls-per-connection"},
     {"ServiceOptions.max_streams", "--max-streams"},
     {"ServiceOptions.max_streams_per_peer", "--max-streams-per-peer"},
+    {"ServiceOptions.max_reading_streams_per_peer", "--max-reading-streams-per-peer"},
+    {"ServiceOptions.read_stall_timeout", "--read-stall-timeout"},
     {"ServiceOptions.idle_stream_timeout", "--idle-stream-timeout"},
     {"ServiceOptions.max_ids_per_request", "--max-ids-per-request"},
     {"ServiceOptions.max_request_bytes", "--max-request-bytes"},
@@ -258,6 +272,9 @@ int main(int argc, char** argv) {
   options.service.unread_connection_timeout = absl::GetFlag(FLAGS_unread_connection_timeout);
   options.service.stream_window_bytes = absl::GetFlag(FLAGS_stream_window_bytes);
   options.service.max_streams_per_peer = absl::GetFlag(FLAGS_max_streams_per_peer);
+  options.service.max_reading_streams_per_peer =
+      absl::GetFlag(FLAGS_max_reading_streams_per_peer);
+  options.service.read_stall_timeout = absl::GetFlag(FLAGS_read_stall_timeout);
   options.service.idle_stream_timeout = absl::GetFlag(FLAGS_idle_stream_timeout);
   options.service.max_ids_per_request = absl::GetFlag(FLAGS_max_ids_per_request);
   options.service.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);

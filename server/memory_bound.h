@@ -16,7 +16,10 @@ namespace sophon {
 struct ServerMemoryBound {
   int64_t base = 0;        // code, libraries, threads' stacks, the manifest (x2: as built, as held)
   int64_t samples = 0;     // the byte budget, and one sample admitted into an empty budget
-  int64_t transport = 0;   // gRPC's buffers and call state (the resource quota); -1 = unbounded
+  // gRPC's buffers and call state (the resource quota); -1 = unbounded. Fetch
+  // requests being received are in it: a quarter of it in read slots
+  // (ServiceOptions::ReadingStreams), stream_window_bytes per other stream.
+  int64_t transport = 0;
   int64_t requests = 0;    // pending request messages: max_streams x max_ids_per_request x 32 B
   int64_t streams = 0;     // each open stream's own state: max_streams x kStreamStateBytes
   int64_t unary = 0;       // unary calls whose answers wait: max_unary_calls x kUnaryCallBytes

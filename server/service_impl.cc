@@ -30,6 +30,14 @@ ByteBudget::Options BudgetOptions(const ServiceOptions& options) {
   return o;
 }
 
+ReadSlots::Options SlotOptions(const ServiceOptions& options) {
+  ReadSlots::Options o;
+  o.slots = options.ReadingStreams();
+  o.max_per_peer = options.ReadingStreamsPerPeer();
+  o.probation = options.FirstRequestTimeout();
+  return o;
+}
+
 // The manifest header's fields that are the server's, not the dataset's.
 v1::Manifest ServerSettings(const ServiceOptions& options) {
   v1::Manifest settings;
@@ -56,10 +64,13 @@ SampleServiceImpl::SampleServiceImpl(const SampleSource* source, const ServiceOp
       declined_files_(source->size()),
       memory_releaser_(options.memory_release),
       budget_(BudgetOptions(options), [this](bool busy) { OnBusyChange(busy); }),
+      read_slots_(SlotOptions(options), [this] { return Now(); }),
       unary_calls_(options.max_unary_calls, options.max_unary_calls_per_peer,
                    [this](bool busy) { OnBusyChange(busy); }),
       registry_(options.max_streams, options.max_streams_per_peer,
-                ReaperPeriod(std::min(options.idle_stream_timeout, options.write_stall_timeout)),
+                ReaperPeriod(std::min({options.idle_stream_timeout, options.write_stall_timeout,
+                                       options.read_stall_timeout,
+                                       options.FirstRequestTimeout()})),
                 [this] { return Now(); }),
       pool_(options.prep_workers, /*queue_capacity=*/options.prep_workers * 4) {}
 

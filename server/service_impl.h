@@ -1,6 +1,6 @@
 // The storage node's service state and logic shared by every call: the
-// manifest, the stats, the prep pool, the byte budget and the stream
-// registry, and the preparation of one sample. No gRPC types: grpc_service.h
+// manifest, the stats, the prep pool, the byte budget, the read slots and the
+// stream registry, and the preparation of one sample. No gRPC types: grpc_service.h
 // and fetch_reactor.h adapt it to gRPC.
 #ifndef SOPHON_SERVER_SERVICE_IMPL_H_
 #define SOPHON_SERVER_SERVICE_IMPL_H_
@@ -14,6 +14,7 @@
 #include "server/fetch_request.h"
 #include "server/manifest_pages.h"
 #include "server/prep_pool.h"
+#include "server/read_slots.h"
 #include "server/server_stats.h"
 #include "server/service_options.h"
 #include "server/stream_registry.h"
@@ -66,6 +67,7 @@ class SampleServiceImpl {
   ServerStats& stats() { return stats_; }
   PrepPool& pool() { return pool_; }
   ByteBudget& budget() { return budget_; }
+  ReadSlots& read_slots() { return read_slots_; }
   StreamRegistry& registry() { return registry_; }
   UnaryCalls& unary_calls() { return unary_calls_; }
 
@@ -80,6 +82,7 @@ class SampleServiceImpl {
   std::atomic<int> busy_sources_{0};
   void OnBusyChange(bool busy);
   ByteBudget budget_;
+  ReadSlots read_slots_;  // streams call it: outlives the registry's reaper
   UnaryCalls unary_calls_;
   RateLimiter rejection_log_{10, absl::Seconds(10)};
   RateLimiter failure_log_{20, absl::Seconds(10)};  // failed samples: a client can repeat them

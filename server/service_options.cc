@@ -24,6 +24,21 @@ int64_t ServiceOptions::PeerInflightBytes() const {
   return std::max(max_stream_inflight_bytes, inflight_budget_bytes / 2);
 }
 
+int ServiceOptions::ReadingStreams() const {
+  if (transport_memory_bytes <= 0) return max_streams;
+  const int64_t slots = transport_memory_bytes / kReadSlotQuotaShare /
+                        (max_request_bytes + kGrpcMessageSlackBytes);
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(max_streams, slots)));
+}
+
+int ServiceOptions::ReadingStreamsPerPeer() const {
+  return std::min(max_reading_streams_per_peer, ReadingStreams());
+}
+
+absl::Duration ServiceOptions::FirstRequestTimeout() const {
+  return std::min(absl::Seconds(1), read_stall_timeout);
+}
+
 absl::Status ServiceOptions::Validate() const {
   if (prep_workers < 1 || prep_workers > 1024) {
     return absl::InvalidArgumentError(
@@ -46,6 +61,7 @@ absl::Status ServiceOptions::Validate() const {
            {"stream_window_bytes", stream_window_bytes, 1 << 10},
            {"max_streams", max_streams, 1},
            {"max_streams_per_peer", max_streams_per_peer, 1},
+           {"max_reading_streams_per_peer", max_reading_streams_per_peer, 1},
            {"max_ids_per_request", max_ids_per_request, 1},
            {"max_request_bytes", max_request_bytes, 64},
            {"max_crop_size", max_crop_size, 1},
@@ -72,6 +88,19 @@ absl::Status ServiceOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "ServiceOptions.transport_memory_bytes must be 0 (no quota) or at least 16 MiB, got ",
         transport_memory_bytes));
+  }
+  if (transport_memory_bytes > 0 &&
+      transport_memory_bytes / kReadSlotQuotaShare < max_request_bytes + kGrpcMessageSlackBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServiceOptions.transport_memory_bytes (", transport_memory_bytes,
+        ") must be at least ", kReadSlotQuotaShare,
+        " times ServiceOptions.max_request_bytes + 4 KiB (", max_request_bytes,
+        " + 4096): a quarter of it bounds the request messages being received"));
+  }
+  if (read_stall_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServiceOptions.read_stall_timeout must be positive, got ",
+        absl::FormatDuration(read_stall_timeout)));
   }
   if (write_stall_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(

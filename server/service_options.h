@@ -18,6 +18,13 @@
 
 namespace sophon {
 
+// What gRPC accepts of a request message beyond max_request_bytes (its
+// max_receive_message_size, set in StorageServer::Start): the service refuses
+// what lies between with a message that names its limit.
+inline constexpr int64_t kGrpcMessageSlackBytes = 4096;
+// Read slots take at most 1/kReadSlotQuotaShare of transport_memory_bytes.
+inline constexpr int kReadSlotQuotaShare = 4;
+
 struct ServiceOptions {
   int prep_workers = 4;  // threads that decode/transform; >= 1
   // CPUs of time this server may use, as reported to clients for planning;
@@ -61,6 +68,20 @@ struct ServiceOptions {
   // being sent, per-call state); over it gRPC shrinks its windows, then ends
   // calls. 0 = no quota (gRPC's default).
   int64_t transport_memory_bytes = int64_t{512} << 20;
+  // Fetch streams of one client address that may have a request read
+  // outstanding at once (a read slot each, kept for the stream's life; the
+  // others wait, reading nothing, their requests held in their
+  // stream_window_bytes). gRPC lets a stream with a read outstanding receive
+  // all of a request message it announced, so this bounds what one address
+  // can make the server buffer: about this many x the messages it announces
+  // (64 MB at 2 MB each). A training node needs one per rank and server it
+  // reads from. The server-wide count is ReadingStreams().
+  int max_reading_streams_per_peer = 32;
+  // A stream holding a read slot whose read has been outstanding this long
+  // with no complete request, while another stream waits for a slot it
+  // could take, is ended (RESOURCE_EXHAUSTED); FirstRequestTimeout() for a
+  // stream that has sent no complete request since it got its slot.
+  absl::Duration read_stall_timeout = absl::Seconds(5);
   // Concurrent calls (streams and unary calls) on one connection.
   int max_calls_per_connection = 256;
   // Unary calls (manifest, pages, paths, stats) in progress, from the service
@@ -113,6 +134,17 @@ struct ServiceOptions {
 
   // max_peer_inflight_bytes with its default applied.
   int64_t PeerInflightBytes() const;
+  // Read slots in all: as many request messages of max_request_bytes + 4 KiB
+  // (what gRPC accepts) as a quarter of transport_memory_bytes holds (127 at
+  // the defaults), at most max_streams; max_streams without a quota.
+  int ReadingStreams() const;
+  // max_reading_streams_per_peer, at most ReadingStreams().
+  int ReadingStreamsPerPeer() const;
+  // The stall limit of a stream that has sent no complete request since it
+  // got its read slot: 1 s, or read_stall_timeout if shorter. A stream
+  // arriving without a free slot also takes the slot of such a stream at
+  // once (see server/read_slots.h).
+  absl::Duration FirstRequestTimeout() const;
 
   // InvalidArgument naming the first field out of range
   // ("ServiceOptions.max_streams must be ...").

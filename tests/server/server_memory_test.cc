@@ -106,12 +106,18 @@ TEST(ServerMemoryTest, PeakMemoryWithEveryStreamHoldingAMaximalPendingRequestIsU
   service.max_ids_per_request = kIds;
   service.inflight_budget_bytes = 16 << 20;
   service.max_stream_inflight_bytes = 1 << 20;
-  service.transport_memory_bytes = 256 << 20;  // room for 4096 calls: no stream reset under pressure
+  // Every stream reads its request: a read slot each, and so a quota of
+  // four times their messages (4096 x (32 + 4) KiB x 4 = 576 MiB); room for
+  // 4096 calls too (no stream reset under pressure).
+  service.max_request_bytes = 32 << 10;  // a request of 4096 ids takes about 28 KiB
+  service.max_reading_streams_per_peer = kStreams;
+  service.transport_memory_bytes = int64_t{576} << 20;
   service.max_crop_size = 64;
   service.limits.max_memory_bytes = 16 << 20;
   service.max_calls_per_connection = kPerConnection;
   const int64_t max_file_bytes = 1 << 20;
   ASSERT_TRUE(service.Validate().ok()) << service.Validate();
+  ASSERT_EQ(service.ReadingStreams(), kStreams);
   const std::vector<std::string> flags = {
       "--data=" + root, "--port=0", "--stats-interval=0", "--log-level=warn",
       absl::StrCat("--prep-workers=", service.prep_workers),
@@ -122,6 +128,8 @@ TEST(ServerMemoryTest, PeakMemoryWithEveryStreamHoldingAMaximalPendingRequestIsU
       absl::StrCat("--inflight-budget-bytes=", service.inflight_budget_bytes),
       absl::StrCat("--max-stream-inflight-bytes=", service.max_stream_inflight_bytes),
       absl::StrCat("--transport-memory-bytes=", service.transport_memory_bytes),
+      absl::StrCat("--max-request-bytes=", service.max_request_bytes),
+      absl::StrCat("--max-reading-streams-per-peer=", service.max_reading_streams_per_peer),
       absl::StrCat("--max-crop-size=", service.max_crop_size),
       absl::StrCat("--max-decoder-memory-bytes=", service.limits.max_memory_bytes),
       absl::StrCat("--max-calls-per-connection=", service.max_calls_per_connection),
@@ -154,6 +162,7 @@ TEST(ServerMemoryTest, PeakMemoryWithEveryStreamHoldingAMaximalPendingRequestIsU
     s->set_id(static_cast<uint64_t>(i) % manifest.num_samples());
     s->set_target_stage(v1::STAGE_RAW);
   }
+  ASSERT_LE(static_cast<int64_t>(request.ByteSizeLong()), service.max_request_bytes);
   // kStreams streams over connections of kPerConnection calls each; none reads.
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   std::vector<std::unique_ptr<v1::SampleService::Stub>> stubs;
