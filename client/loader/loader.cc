@@ -607,7 +607,13 @@ bool StreamBreakIsRetryable(const absl::Status& status) {
              absl::StrContains(status.message(), "ENHANCE_YOUR_CALM") ||
              absl::StrContains(status.message(), "GOAWAY") ||
              absl::StrContains(status.message(), "Buffers full") ||
-             absl::StrContains(status.message(), "write_stall_timeout");
+             // The server ended the stream for its state, not its requests:
+             // a new stream is served (idle streams, read slots taken back
+             // or held without a request while others waited).
+             absl::StrContains(status.message(), "write_stall_timeout") ||
+             absl::StrContains(status.message(), "idle_stream_timeout") ||
+             absl::StrContains(status.message(), "read_stall_timeout") ||
+             absl::StrContains(status.message(), "read slot");
     default:
       return false;
   }
