@@ -799,22 +799,27 @@ void Loader::ReceiveLoop(int server) {
         }
       }
     }
-    if (refusal_wait > absl::ZeroDuration()) {
-      client->LogRetry(absl::StrCat("opening a fetch stream from storage server ", address),
-                       status, refusal_wait);
+    // Waits `wait` (cut short if the loader stops or fails meanwhile), then
+    // puts a new stream in the link's place; false if the loader stopped.
+    auto reopen_after = [&](absl::Duration wait) -> bool {
       {
-        // The backoff, cut short if the loader stops or fails meanwhile.
         absl::MutexLock lock(&mu_);
         auto done = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_ || !error_.ok(); };
-        mu_.AwaitWithTimeout(absl::Condition(&done), refusal_wait);
-        if (stopping_ || !error_.ok()) break;
+        mu_.AwaitWithTimeout(absl::Condition(&done), wait);
+        if (stopping_ || !error_.ok()) return false;
       }
       std::shared_ptr<FetchCall> fresh = client->OpenFetch();
       absl::MutexLock lock(&mu_);
-      if (stopping_ || !error_.ok()) break;
+      if (stopping_ || !error_.ok()) return false;
       links_[server].call = fresh;
       call = std::move(fresh);
       ++links_[server].gen;  // the writer requests again what had not arrived
+      return true;
+    };
+    if (refusal_wait > absl::ZeroDuration()) {
+      client->LogRetry(absl::StrCat("opening a fetch stream from storage server ", address),
+                       status, refusal_wait);
+      if (!reopen_after(refusal_wait)) break;
       continue;
     }
     const std::string broke_with = absl::StrCat(
@@ -843,18 +848,8 @@ void Loader::ReceiveLoop(int server) {
                                     outstanding, " requested samples not received; the server "
                                     "still answers)"),
                        status, wait);
-      {
-        absl::MutexLock lock(&mu_);
-        auto done = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_ || !error_.ok(); };
-        mu_.AwaitWithTimeout(absl::Condition(&done), wait);
-        if (stopping_ || !error_.ok()) break;
-      }
-      std::shared_ptr<FetchCall> fresh = client->OpenFetch();
+      if (!reopen_after(wait)) break;
       absl::MutexLock lock(&mu_);
-      if (stopping_ || !error_.ok()) break;
-      links_[server].call = fresh;
-      call = std::move(fresh);
-      ++links_[server].gen;
       stats_.reconnects++;
       stats_.servers[server].reconnects++;
       continue;
