@@ -95,8 +95,11 @@ TEST_F(DrainTest, StartedSamplesAreSentTheRestHandedBackAndNewStreamsRefused) {
     release.WaitForNotification();
   };
   Start(o, absl::Seconds(30));
+  // The prep workers wait on `release`: the server (and its workers) must be
+  // gone before this test's notifications are.
   absl::Cleanup let_go = [&] {
     if (!release.HasBeenNotified()) release.Notify();
+    server_.reset();
   };
   grpc::ClientContext a_context;
   auto a = stub_->Fetch(&a_context);
@@ -160,8 +163,11 @@ TEST_F(DrainTest, ADrainThatRunsOutOfTimeEndsTheStreamsLeft) {
     release.WaitForNotification();
   };
   Start(o, absl::Milliseconds(300));
+  // The prep workers wait on `release`: the server (and its workers) must be
+  // gone before this test's notifications are.
   absl::Cleanup let_go = [&] {
     if (!release.HasBeenNotified()) release.Notify();
+    server_.reset();
   };
   grpc::ClientContext context;
   auto a = stub_->Fetch(&context);
@@ -178,7 +184,6 @@ TEST_F(DrainTest, ADrainThatRunsOutOfTimeEndsTheStreamsLeft) {
   EXPECT_NE(status.error_message().find("drain_timeout"), std::string::npos)
       << status.error_message();
   EXPECT_TRUE(HasDrainingTrailer(context));
-  release.Notify();
 }
 
 }  // namespace
