@@ -20,6 +20,7 @@
 namespace sophon {
 namespace {
 
+using ::sophon::testing::ConnectLoopback;
 using ::sophon::testing::HttpGet;
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
@@ -35,22 +36,9 @@ std::unique_ptr<HttpEndpoint> StartEndpoint(HttpEndpointOptions options = {},
   return endpoint.ok() ? *std::move(endpoint) : nullptr;
 }
 
-int Connect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // Sends `request` raw and reads until the server closes.
 std::string Exchange(int port, const std::string& request) {
-  const int fd = Connect(port);
+  const int fd = ConnectLoopback(port);
   if (fd < 0) return "<no connection>";
   send(fd, request.data(), request.size(), MSG_NOSIGNAL);
   std::string response;
@@ -133,7 +121,7 @@ TEST(HttpEndpointTest, SilentConnectionsDelayNoScrapeAndAreClosedAtTheTimeout) {
   ASSERT_NE(endpoint, nullptr);
   // Connections that send nothing, and one that sends half a request.
   std::vector<int> silent;
-  for (int i = 0; i < 8; ++i) silent.push_back(Connect(endpoint->port()));
+  for (int i = 0; i < 8; ++i) silent.push_back(ConnectLoopback(endpoint->port()));
   const std::string half = "GET /metrics HTTP/1.0\r\n";
   send(silent[0], half.data(), half.size(), MSG_NOSIGNAL);
   const absl::Time start = absl::Now();
@@ -159,8 +147,8 @@ TEST(HttpEndpointTest, ConnectionsBeyondTheCapWaitTheirTurn) {
   options.connection_timeout = absl::Milliseconds(300);
   std::unique_ptr<HttpEndpoint> endpoint = StartEndpoint(options);
   ASSERT_NE(endpoint, nullptr);
-  const int a = Connect(endpoint->port());
-  const int b = Connect(endpoint->port());
+  const int a = ConnectLoopback(endpoint->port());
+  const int b = ConnectLoopback(endpoint->port());
   absl::SleepFor(absl::Milliseconds(50));  // both accepted: the cap is reached
   // A third client is served once a silent one times out.
   const absl::Time start = absl::Now();
@@ -235,14 +223,14 @@ TEST(HttpEndpointTest, DestructionClosesOpenConnections) {
   std::unique_ptr<HttpEndpoint> endpoint = StartEndpoint();
   ASSERT_NE(endpoint, nullptr);
   const int port = endpoint->port();
-  const int fd = Connect(port);
+  const int fd = ConnectLoopback(port);
   ASSERT_GE(fd, 0);
   absl::SleepFor(absl::Milliseconds(50));
   endpoint.reset();
   char c;
   EXPECT_LE(read(fd, &c, 1), 0);
   close(fd);
-  EXPECT_LT(Connect(port), 0);  // no longer listening
+  EXPECT_LT(ConnectLoopback(port), 0);  // no longer listening
 }
 
 }  // namespace
