@@ -288,20 +288,25 @@ TEST(AttackTest, HalfSentHoldsEveryMessageOneByteShort) {
   o.streams = 4;
   o.connections = 2;
   o.message_bytes = 100'000;  // more than the initial 64 KiB window
-  o.time = absl::Seconds(30);
+  // It sends what the server's windows let it, then holds until its time is
+  // up: no Stop() racing the sending on a loaded machine.
+  o.time = absl::Seconds(3);
   Attack attack(o, &manifest);
   attack.Start();
   ASSERT_TRUE(attack.WaitStarted(absl::Seconds(10)));
   EXPECT_TRUE(WaitForStats(*server, [](const v1::ServerStats& s) {
     return s.active_streams() == 4;
   }));
-  // Stop ends the sending if the server never opened its windows that far.
-  attack.Stop();
+  attack.Join();
   const AttackResult r = attack.result();
   EXPECT_EQ(r.streams_started, 4u);
   EXPECT_EQ(r.streams_reset_by_server + r.streams_ended_by_server, 0u);
   EXPECT_LE(r.request_bytes_sent, 4u * (5 + 99'999));
-  EXPECT_GE(r.request_bytes_sent, 4u * 65'535u / 2);
+  // Four streams are well within the read slots an address gets: each has a
+  // read pending, so the server opens its window to the announced message
+  // and every byte but the last arrives.
+  EXPECT_EQ(r.figures.at("streams_with_all_but_last_byte"), 4) << r.request_bytes_sent;
+  EXPECT_EQ(r.request_bytes_sent, 4u * (5 + 99'999));
   EXPECT_EQ(Stats(*server).requests_rejected(), 0u);  // no message was ever whole
   server->Shutdown();
 }
