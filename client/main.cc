@@ -47,7 +47,11 @@ ABSL_FLAG(std::string, servers_file, "",
 ABSL_FLAG(int, world_size, -1,
           "Data-parallel ranks (processes) of the job; -1 = $WORLD_SIZE (torchrun), else 1. "
           "Each rank takes a disjoint share of every epoch; gradients are all-reduced over "
-          "c10d (Gloo) every step. Default -1.");
+          "c10d (--dist-backend) every step. Default -1.");
+ABSL_FLAG(std::string, dist_backend, "auto",
+          "c10d backend of the ranks' collectives: auto (nccl when --device is cuda and this "
+          "build has NCCL, else gloo), nccl (CUDA only) or gloo. A backend the build lacks is "
+          "refused by name at start. Default auto.");
 ABSL_FLAG(int, rank, -1, "This process's rank in [0, --world-size); -1 = $RANK, else 0. Default -1.");
 ABSL_FLAG(std::string, master_addr, "",
           "Address of rank 0, which hosts the c10d store; empty = $MASTER_ADDR, else 127.0.0.1. "
@@ -341,6 +345,7 @@ const sophon::FlagNames kFlagNames = {
     {"DistributedOptions.master_addr", "--master-addr"},
     {"DistributedOptions.master_port", "--master-port"},
     {"DistributedOptions.collective_timeout", "--collective-timeout"},
+    {"DistributedOptions.backend", "--dist-backend"},
     {"LoaderOptions.rank", "--rank"},
 };
 
@@ -390,6 +395,7 @@ absl::StatusOr<sophon::DistributedOptions> DistributedFromFlags() {
   flags.master_port = absl::GetFlag(FLAGS_master_port);
   sophon::DistributedOptions base;
   base.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
+  base.backend = absl::GetFlag(FLAGS_dist_backend);
   return sophon::ResolveLaunch(flags, base, [](const char* name) { return std::getenv(name); });
 }
 

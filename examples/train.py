@@ -3,8 +3,12 @@
 
     # one process
     PYTHONPATH=build/python examples/train.py --servers=127.0.0.1:50051 --epochs=2
-    # two data-parallel ranks on Gloo (DistributedDataParallel), torchrun-style variables
+    # two data-parallel ranks (DistributedDataParallel; NCCL on cuda, else Gloo), torch 2.x
     PYTHONPATH=build/python torchrun --nproc-per-node=2 examples/train.py --servers=...
+    # Debian 12's torch 1.13: its torchrun wants --nproc_per_node and fails under Python
+    # 3.11, so each rank is started by hand with the variables torchrun would set
+    for r in 0 1; do WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 \
+        MASTER_PORT=29500 PYTHONPATH=build/python examples/train.py --servers=... & done
 
 Each rank gets its own share of every epoch (sophon.Loader takes the rank and the
 world size from torch.distributed). --device=cuda trains on the GPU when the installed
@@ -35,6 +39,8 @@ def main():
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--max-batches", type=int, default=0, help="per epoch; 0 = all")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--dist-backend", default="auto", choices=["auto", "nccl", "gloo"],
+                    help="c10d backend of the ranks (torchrun): auto = nccl on cuda, else gloo")
     ap.add_argument("--output", default="",
                     help="float32 (normalised on the host) or uint8 (normalised on the device); "
                          "default uint8 on cuda, float32 on cpu")
@@ -42,10 +48,19 @@ def main():
     args = ap.parse_args()
 
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    if distributed:
-        dist.init_process_group("gloo")
-    rank = dist.get_rank() if distributed else 0
     device = torch.device(args.device)
+    if device.type == "cuda" and device.index is None and distributed:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    if distributed:
+        backend = args.dist_backend
+        if backend == "auto":
+            backend = "nccl" if device.type == "cuda" else "gloo"
+        if backend == "nccl" and device.type != "cuda":
+            ap.error("--dist-backend=nccl needs --device=cuda")
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend)
+    rank = dist.get_rank() if distributed else 0
     output = args.output or ("uint8" if device.type == "cuda" else "float32")
 
     with sophon.Loader(args.servers, batch_size=args.batch_size, mode=args.mode,
@@ -55,7 +70,8 @@ def main():
         model = getattr(torchvision.models, args.arch)(num_classes=len(loader.classes))
         model = model.to(device)
         if distributed:
-            model = torch.nn.parallel.DistributedDataParallel(model)
+            model = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[device.index] if device.type == "cuda" else None)
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9,
                                     weight_decay=1e-4)
         loss_fn = torch.nn.CrossEntropyLoss()

@@ -7,6 +7,7 @@ packages=(
   cmake g++ make pkg-config
   clang  # the thread-safety analysis test (tools/thread_safety.sh)
   lld  # links the programs and tests several times faster than GNU ld
+  iproute2  # the netlink tests: network namespaces, veth pairs, tbf (tools/netlink)
   valgrind  # the memcheck_* tests (tools/memcheck.sh); skipped without it
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libssl-dev openssl
   zlib1g-dev libjpeg62-turbo-dev libturbojpeg0-dev libabsl-dev libspdlog-dev libgtest-dev libgmock-dev

@@ -7,4 +7,9 @@ start=$(date +%s)
 tools/build.sh
 echo "test.sh: build took $(( $(date +%s) - start ))s" >&2
 cd "${BUILD_DIR:-build}"
-ctest --output-on-failure -j "${JOBS:-$(nproc)}"
+start=$(date +%s)
+# CTEST_ARGS: more ctest arguments (-R REGEX, -E REGEX, -L LABEL, ...).
+rc=0
+ctest --output-on-failure -j "${JOBS:-$(nproc)}" ${CTEST_ARGS:-} || rc=$?
+echo "test.sh: tests took $(( $(date +%s) - start ))s" >&2
+exit "$rc"

@@ -1,8 +1,13 @@
 #include "client/train/process_group.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if SOPHON_WITH_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#if SOPHON_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 #include <torch/utils.h>
 
 #include <csignal>
@@ -10,6 +15,8 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -20,8 +27,12 @@
 #include "sophon/base/status_macros.h"
 #include "spdlog/spdlog.h"
 
-#ifndef USE_C10D_GLOO
-#error "LibTorch's c10d Gloo backend is needed: link the torch target (it defines USE_C10D_GLOO)"
+// CMake defines both (0 or 1) from what it found (CMakeLists.txt, "c10d backends").
+#if !defined(SOPHON_WITH_GLOO) || !defined(SOPHON_WITH_NCCL)
+#error "SOPHON_WITH_GLOO and SOPHON_WITH_NCCL must be defined (0 or 1) by the build"
+#endif
+#if SOPHON_WITH_GLOO && !defined(USE_C10D_GLOO)
+#error "SOPHON_WITH_GLOO needs USE_C10D_GLOO (LibTorch's c10d Gloo declarations)"
 #endif
 
 namespace sophon {
@@ -68,6 +79,44 @@ void Unflatten(const torch::Tensor& flat, const std::vector<torch::Tensor>& tens
 
 }  // namespace
 
+CollectiveBackends BuiltBackends() {
+  CollectiveBackends b;
+  b.gloo = SOPHON_WITH_GLOO != 0;
+  b.nccl = SOPHON_WITH_NCCL != 0;
+  return b;
+}
+
+absl::StatusOr<std::string> ChooseBackend(const DistributedOptions& options,
+                                          absl::string_view device,
+                                          const CollectiveBackends& built) {
+  const bool cuda = absl::StartsWith(device, "cuda");
+  std::string backend = options.backend;
+  if (backend == "auto") backend = cuda && built.nccl ? "nccl" : "gloo";
+  if (backend == "nccl") {
+    if (!cuda) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "DistributedOptions.backend nccl (--dist-backend) needs the model on CUDA, not '",
+          device, "': use --device=cuda or --dist-backend=gloo"));
+    }
+    if (!built.nccl) {
+      return absl::FailedPreconditionError(
+          "DistributedOptions.backend nccl (--dist-backend): this build of Sophon has no NCCL "
+          "backend (its LibTorch is not a CUDA build with c10d's NCCL); use --dist-backend=gloo");
+    }
+    return backend;
+  }
+  if (backend == "gloo" && !built.gloo) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "DistributedOptions.backend gloo (--dist-backend", options.backend == "auto" ? "=auto" : "",
+        ") for ranks on '", device,
+        "': this build of Sophon has no Gloo backend (its LibTorch came without gloo headers, as a "
+        "pip wheel does: rebuild with them on the include path or against Debian's libtorch-dev "
+        "and libgloo-dev)",
+        built.nccl ? "; ranks on CUDA can use --dist-backend=nccl" : ""));
+  }
+  return backend;
+}
+
 std::vector<std::vector<size_t>> BucketsOf(const std::vector<torch::Tensor>& tensors,
                                            int64_t bucket_bytes) {
   std::vector<std::vector<size_t>> buckets;
@@ -94,8 +143,36 @@ std::vector<std::vector<size_t>> BucketsOf(const std::vector<torch::Tensor>& ten
 class DataParallel::Group {
  public:
   c10::intrusive_ptr<c10d::TCPStore> store;
+  // One of the two: the backend of DistributedOptions.backend.
+#if SOPHON_WITH_GLOO
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
+#endif
+#if SOPHON_WITH_NCCL
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;
+#endif
+  std::string backend;
   std::unique_ptr<RankHeartbeat> heartbeat;
+
+  c10::intrusive_ptr<c10d::Work> Broadcast(std::vector<at::Tensor>& io,
+                                           const c10d::BroadcastOptions& opts) {
+#if SOPHON_WITH_GLOO
+    if (gloo) return gloo->broadcast(io, opts);
+#endif
+#if SOPHON_WITH_NCCL
+    if (nccl) return nccl->broadcast(io, opts);
+#endif
+    throw std::logic_error("no c10d backend");
+  }
+  c10::intrusive_ptr<c10d::Work> AllReduce(std::vector<at::Tensor>& io,
+                                           const c10d::AllreduceOptions& opts) {
+#if SOPHON_WITH_GLOO
+    if (gloo) return gloo->allreduce(io, opts);
+#endif
+#if SOPHON_WITH_NCCL
+    if (nccl) return nccl->allreduce(io, opts);
+#endif
+    throw std::logic_error("no c10d backend");
+  }
 };
 
 DataParallel::DataParallel(const DistributedOptions& options, std::unique_ptr<Group> group)
@@ -104,12 +181,13 @@ DataParallel::DataParallel(const DistributedOptions& options, std::unique_ptr<Gr
 DataParallel::~DataParallel() = default;
 
 absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(
-    const DistributedOptions& options) {
+    const DistributedOptions& options, absl::string_view device) {
   RETURN_IF_ERROR(options.Validate());
   if (options.world_size < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a process group needs DistributedOptions.world_size >= 2, got ", options.world_size));
   }
+  ASSIGN_OR_RETURN(const std::string backend, ChooseBackend(options, device, BuiltBackends()));
   // c10d's store and Gloo write to sockets without MSG_NOSIGNAL: a write to a
   // rank that died would raise SIGPIPE and kill this process before the
   // failed collective could name the rank. Ignored process-wide (gRPC
@@ -122,6 +200,7 @@ absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(
       absl::StrCat(" (DistributedOptions.collective_timeout ",
                    absl::FormatDuration(options.collective_timeout), ")");
   auto group = std::make_unique<Group>();
+  group->backend = backend;
   // LibTorch 1.13's TCPStore client stops retrying its connection well before
   // its timeout (with 1 s it does not retry at all): a rank that starts before
   // rank 0 listens tries again until the whole timeout has passed.
@@ -174,23 +253,38 @@ absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(
 
   const bool loopback = IsLoopback(options.master_addr);
   try {
-    auto gloo_options =
-        c10d::ProcessGroupGloo::Options::create(ToChrono(options.collective_timeout));
-    gloo_options->devices.push_back(
-        loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                 : c10d::ProcessGroupGloo::createDefaultDevice());
-    group->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(
-        c10::make_intrusive<c10d::PrefixStore>("sophon/gloo", group->store), options.rank,
-        options.world_size, gloo_options);
+#if SOPHON_WITH_NCCL
+    if (backend == "nccl") {
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+      nccl_options->timeout = ToChrono(options.collective_timeout);
+      group->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(
+          c10::make_intrusive<c10d::PrefixStore>("sophon/nccl", group->store), options.rank,
+          options.world_size, nccl_options);
+    }
+#endif
+#if SOPHON_WITH_GLOO
+    if (backend == "gloo") {
+      auto gloo_options =
+          c10d::ProcessGroupGloo::Options::create(ToChrono(options.collective_timeout));
+      gloo_options->devices.push_back(
+          loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                   : c10d::ProcessGroupGloo::createDefaultDevice());
+      group->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(
+          c10::make_intrusive<c10d::PrefixStore>("sophon/gloo", group->store), options.rank,
+          options.world_size, gloo_options);
+    }
+#endif
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat(where, " (Gloo's connections) failed", within,
-                                               ": ", group->heartbeat->DescribeSilentRanks(),
-                                               "; ", ExceptionText(e)));
+    return absl::UnavailableError(absl::StrCat(where, " (", backend, "'s connections) failed",
+                                               within, ": ",
+                                               group->heartbeat->DescribeSilentRanks(), "; ",
+                                               ExceptionText(e)));
   }
   spdlog::info(
-      "data parallel: rank {} of {}, c10d TCPStore at {} (hosted by rank 0), Gloo over {}, "
+      "data parallel: rank {} of {}, c10d TCPStore at {} (hosted by rank 0), {} over {}, "
       "collective timeout {}, gradient buckets of {} bytes, heartbeat every {}",
-      options.rank, options.world_size, address, loopback ? "loopback" : "this host's address",
+      options.rank, options.world_size, address, backend == "nccl" ? "NCCL" : "Gloo",
+      backend == "nccl" ? "CUDA" : loopback ? "loopback" : "this host's address",
       absl::FormatDuration(options.collective_timeout), options.bucket_bytes,
       absl::FormatDuration(heartbeat_options.interval));
   return std::unique_ptr<DataParallel>(new DataParallel(options, std::move(group)));
@@ -208,13 +302,13 @@ absl::Status DataParallel::Collective(bool broadcast, torch::Tensor& flat,
       opts.rootTensor = 0;
       opts.timeout = timeout;
       ++stats_.broadcasts;
-      work = group_->gloo->broadcast(io, opts);
+      work = group_->Broadcast(io, opts);
     } else {
       c10d::AllreduceOptions opts;
       opts.reduceOp = c10d::ReduceOp::SUM;
       opts.timeout = timeout;
       ++stats_.all_reduces;
-      work = group_->gloo->allreduce(io, opts);
+      work = group_->AllReduce(io, opts);
     }
     work->wait();
   } catch (const std::exception& e) {

@@ -1,4 +1,4 @@
-// Data-parallel ranks on PyTorch's c10d with the Gloo backend: the
+// Data-parallel ranks on PyTorch's c10d (Gloo, or NCCL on CUDA): the
 // rendezvous (a TCPStore hosted by rank 0), broadcasts from rank 0 and the
 // bucketed all-reduce of gradients, every one bounded by
 // DistributedOptions.collective_timeout, with errors that name the rank that
@@ -22,6 +22,25 @@
 
 namespace sophon {
 
+// The c10d backends this build of Sophon was compiled with: Gloo where
+// LibTorch has it and its headers were found (Debian's libtorch-dev with
+// libgloo-dev; a pip wheel ships no gloo headers), NCCL where LibTorch is a
+// CUDA build with c10d's NCCL.
+struct CollectiveBackends {
+  bool gloo = false;
+  bool nccl = false;
+};
+CollectiveBackends BuiltBackends();
+
+// The backend ranks use: DistributedOptions.backend ("auto": nccl when
+// `device` is CUDA and nccl is built, else gloo) checked against `built` and
+// `device` ("cpu", "cuda", "cuda:N"). FailedPrecondition naming the backend,
+// the device and what to do when the choice cannot work (no Gloo on CPU, NCCL
+// without CUDA or not built).
+absl::StatusOr<std::string> ChooseBackend(const DistributedOptions& options,
+                                          absl::string_view device,
+                                          const CollectiveBackends& built);
+
 // Groups tensors into buckets for collectives: consecutive tensors of one
 // dtype and device whose bytes add up to at most `bucket_bytes` (a tensor
 // larger than that is a bucket of its own). Returns the tensors' indices.
@@ -41,7 +60,10 @@ class DataParallel {
   // collective_timeout.
   // InvalidArgument for bad options or world_size < 2; Unavailable naming
   // the rank, address and port when the rendezvous fails.
-  static absl::StatusOr<std::unique_ptr<DataParallel>> Create(const DistributedOptions& options);
+  // `device` is where the model's tensors are: it decides the backend of
+  // DistributedOptions.backend "auto" (ChooseBackend with BuiltBackends()).
+  static absl::StatusOr<std::unique_ptr<DataParallel>> Create(const DistributedOptions& options,
+                                                              absl::string_view device = "cpu");
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;

@@ -2,6 +2,7 @@
 
 #include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
+#include <torch/version.h>
 
 #include <cstdint>
 #include <string>
@@ -147,19 +148,49 @@ void ToChannelsLast(torch::nn::Module& module) {
   }
 }
 
+namespace {
+
+// Autocast's state per device type: LibTorch 2.4 replaced the per-device
+// functions (set_enabled, set_cpu_enabled, ...) by ones that take the type.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+bool AutocastEnabled(bool cuda) {
+  return at::autocast::is_autocast_enabled(cuda ? at::kCUDA : at::kCPU);
+}
+void SetAutocast(bool cuda, bool enabled) {
+  at::autocast::set_autocast_enabled(cuda ? at::kCUDA : at::kCPU, enabled);
+}
+void SetAutocastType(bool cuda, at::ScalarType type) {
+  at::autocast::set_autocast_dtype(cuda ? at::kCUDA : at::kCPU, type);
+}
+#else
+bool AutocastEnabled(bool cuda) {
+  return cuda ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+}
+void SetAutocast(bool cuda, bool enabled) {
+  if (cuda) {
+    at::autocast::set_enabled(enabled);
+  } else {
+    at::autocast::set_cpu_enabled(enabled);
+  }
+}
+void SetAutocastType(bool cuda, at::ScalarType type) {
+  if (cuda) {
+    at::autocast::set_autocast_gpu_dtype(type);
+  } else {
+    at::autocast::set_autocast_cpu_dtype(type);
+  }
+}
+#endif
+
+}  // namespace
+
 AutocastScope::AutocastScope(const std::string& amp, const torch::Device& device)
     : on_(amp != "off"), cuda_(device.is_cuda()) {
   if (!on_) return;
   const at::ScalarType type = amp == "fp16" ? at::kHalf : at::kBFloat16;
-  if (cuda_) {
-    previous_ = at::autocast::is_enabled();
-    at::autocast::set_enabled(true);
-    at::autocast::set_autocast_gpu_dtype(type);
-  } else {
-    previous_ = at::autocast::is_cpu_enabled();
-    at::autocast::set_cpu_enabled(true);
-    at::autocast::set_autocast_cpu_dtype(type);
-  }
+  previous_ = AutocastEnabled(cuda_);
+  SetAutocast(cuda_, true);
+  SetAutocastType(cuda_, type);
   at::autocast::increment_nesting();
 }
 
@@ -167,11 +198,7 @@ AutocastScope::~AutocastScope() {
   if (!on_) return;
   // The casts of the weights autocast kept for this pass are dropped with it.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  if (cuda_) {
-    at::autocast::set_enabled(previous_);
-  } else {
-    at::autocast::set_cpu_enabled(previous_);
-  }
+  SetAutocast(cuda_, previous_);
 }
 
 std::string ExceptionText(const std::exception& e) {

@@ -216,7 +216,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
     // timeout.
     std::unique_ptr<DataParallel> data_parallel;
     if (options.distributed.world_size > 1) {
-      ASSIGN_OR_RETURN(data_parallel, DataParallel::Create(options.distributed));
+      ASSIGN_OR_RETURN(data_parallel, DataParallel::Create(options.distributed, options.device));
     }
     std::unique_ptr<TorchTrainerBase> trainer;
     if (options.fused) {

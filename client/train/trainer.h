@@ -63,6 +63,10 @@ struct DistributedOptions {
   int master_port = 29500;
   absl::Duration collective_timeout = absl::Minutes(5);  // every collective and the rendezvous (>= 1 s)
   int64_t bucket_bytes = 25 << 20;  // gradients all-reduced in buckets of about this size
+  // c10d backend of the collectives: "auto" (NCCL when the model is on CUDA
+  // and this build has it, else Gloo), "nccl" (CUDA only) or "gloo". A
+  // backend this build lacks is refused by name (process_group.h).
+  std::string backend = "auto";
   absl::Status Validate() const;  // errors name the field: "DistributedOptions.rank must be ..."
 };
 

@@ -72,6 +72,10 @@ absl::Status DistributedOptions::Validate() const {
                                                    world_size, ") (world_size ", world_size,
                                                    "), got ", rank));
   }
+  if (backend != "auto" && backend != "nccl" && backend != "gloo") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DistributedOptions.backend must be auto, nccl or gloo, got '", backend, "'"));
+  }
   if (world_size == 1) return absl::OkStatus();  // no process group: the rest is unused
   if (master_addr.empty()) {
     return absl::InvalidArgumentError(

@@ -21,6 +21,7 @@ using jpeg_internal::DefineSampleRows;
 using jpeg_internal::ErrorManager;
 using jpeg_internal::InitGuard;
 using jpeg_internal::JumpedStatus;
+using jpeg_internal::OutputRowsPerImcuRow;
 using jpeg_internal::ScanMonitor;
 
 // CMYK from libjpeg (Adobe files store it inverted) to RGB or RGBX (out_channels
@@ -188,7 +189,7 @@ absl::Status Decode(absl::string_view bytes, const DecodeLimits& limits,
   // the box's (what a lossless crop of the file keeps, jpeg_crop.h).
   int skip = row0;
   if (cinfo.upsample != nullptr && cinfo.upsample->need_context_rows) {
-    const int lines_per_imcu_row = cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size;
+    const int lines_per_imcu_row = OutputRowsPerImcuRow(cinfo);
     skip = row0 / lines_per_imcu_row * lines_per_imcu_row;
   }
   if (skip > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(skip));

@@ -21,6 +21,17 @@
 
 namespace sophon::jpeg_internal {
 
+// Output rows in one iMCU row of the decoder (after scaling). libjpeg-turbo
+// builds with either API: jpeg62 (Debian) has one min_DCT_scaled_size, the
+// jpeg7/8 API (Ubuntu's libjpeg-turbo8) a horizontal and a vertical one.
+inline int OutputRowsPerImcuRow(const jpeg_decompress_struct& cinfo) {
+#if JPEG_LIB_VERSION >= 70
+  return cinfo.max_v_samp_factor * cinfo.min_DCT_v_scaled_size;
+#else
+  return cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size;
+#endif
+}
+
 // libjpeg's error manager with the jump target and the status of the error
 // that jumped. Set up by InitGuard; `jump` by the caller's setjmp.
 struct ErrorManager {

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "client/loader/sample_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -4,6 +4,7 @@ SOPHON_BUILD_DIR=build."""
 
 import os
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -209,7 +210,7 @@ def test_the_training_example_runs(server, tmp_path):
     example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "train.py")
     env = dict(os.environ, WORLD_SIZE="1")
     out = subprocess.run(
-        ["/usr/bin/python3", example, f"--servers={server.address}", "--arch=resnet18",
+        [sys.executable, example, f"--servers={server.address}", "--arch=resnet18",
          "--batch-size=4", "--crop-size=32", "--mode=nooff", "--max-batches=2", "--epochs=2",
          "--output=uint8"],
         env=env, capture_output=True, text=True, timeout=300)
@@ -229,7 +230,7 @@ def test_the_training_example_on_two_gloo_ranks(server):
         env = dict(os.environ, WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         procs.append(subprocess.Popen(
-            ["/usr/bin/python3", example, f"--servers={server.address}", "--arch=resnet18",
+            [sys.executable, example, f"--servers={server.address}", "--arch=resnet18",
              "--batch-size=4", "--crop-size=32", "--mode=nooff", "--epochs=1"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=300) for p in procs]
@@ -304,7 +305,7 @@ def test_ctrl_c_interrupts_a_wait_for_a_batch(server):
     must raise KeyboardInterrupt in it promptly, not after the server answers."""
     import signal
     child = subprocess.Popen(
-        ["/usr/bin/python3", "-c", "\n".join([
+        [sys.executable, "-c", "\n".join([
             "import sys, sophon",
             f"loader = sophon.Loader(['{server.address}'], batch_size=4, mode='nooff',"
             " crop_size=24, workers=1)",
@@ -383,7 +384,7 @@ def test_pip_install_offline(tmp_path):
     that sees Debian's packages), reusing the CMake build; it then works from any folder."""
     source = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
     venv = tmp_path / "venv"
-    subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", str(venv)],
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
                    check=True, timeout=120)
     env = dict(os.environ, SOPHON_BUILD_DIR=os.path.abspath(BUILD))
     env.pop("PYTHONPATH", None)

@@ -50,6 +50,54 @@ TEST(DataParallelTest, OneRankIsNoGroup) {
               HasSubstr("DistributedOptions.rank"));
 }
 
+TEST(ChooseBackendTest, AutoIsNcclOnCudaWhereBuiltElseGloo) {
+  DistributedOptions options;
+  options.world_size = 2;
+  const CollectiveBackends both{/*gloo=*/true, /*nccl=*/true};
+  const CollectiveBackends gloo_only{/*gloo=*/true, /*nccl=*/false};
+  const CollectiveBackends nccl_only{/*gloo=*/false, /*nccl=*/true};
+  EXPECT_EQ(*ChooseBackend(options, "cpu", both), "gloo");
+  EXPECT_EQ(*ChooseBackend(options, "cuda", both), "nccl");
+  EXPECT_EQ(*ChooseBackend(options, "cuda:1", both), "nccl");
+  EXPECT_EQ(*ChooseBackend(options, "cuda", gloo_only), "gloo");
+  EXPECT_EQ(*ChooseBackend(options, "cuda", nccl_only), "nccl");
+  options.backend = "gloo";
+  EXPECT_EQ(*ChooseBackend(options, "cuda", both), "gloo");
+}
+
+TEST(ChooseBackendTest, WhatCannotWorkIsRefusedByName) {
+  DistributedOptions options;
+  options.world_size = 2;
+  const CollectiveBackends nccl_only{/*gloo=*/false, /*nccl=*/true};
+  const CollectiveBackends gloo_only{/*gloo=*/true, /*nccl=*/false};
+  // A build without Gloo (a pip wheel's LibTorch) refuses ranks on CPU.
+  absl::StatusOr<std::string> b = ChooseBackend(options, "cpu", nccl_only);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(b.status().message(), HasSubstr("no Gloo backend"));
+  EXPECT_THAT(b.status().message(), HasSubstr("'cpu'"));
+  EXPECT_THAT(b.status().message(), HasSubstr("--dist-backend=nccl"));
+  options.backend = "nccl";
+  EXPECT_THAT(ChooseBackend(options, "cpu", nccl_only).status().message(),
+              HasSubstr("needs the model on CUDA"));
+  EXPECT_THAT(ChooseBackend(options, "cuda", gloo_only).status().message(),
+              HasSubstr("no NCCL backend"));
+  options.backend = "mpi";
+  EXPECT_THAT(options.Validate().message(), HasSubstr("DistributedOptions.backend"));
+}
+
+TEST(ChooseBackendTest, CreateUsesWhatThisBuildHas) {
+  DistributedOptions options = RankOptions(0, 2, FreePort(), absl::Seconds(1));
+  options.backend = "nccl";
+  // NCCL never serves a model on CPU, whatever the build has.
+  EXPECT_THAT(DataParallel::Create(options, "cpu").status().message(),
+              HasSubstr("needs the model on CUDA"));
+  if (!BuiltBackends().gloo) {
+    options.backend = "auto";
+    EXPECT_THAT(DataParallel::Create(options, "cpu").status().message(),
+                HasSubstr("no Gloo backend"));
+  }
+}
+
 // Rank r's tensors: values that differ by rank.
 std::vector<torch::Tensor> RankTensors(int rank) {
   return {torch::full({3, 2}, 1.0 + rank), torch::arange(5, torch::kFloat) * (rank + 1),

@@ -49,6 +49,12 @@ class GoneStore final : public c10d::Store {
   int64_t getNumKeys() override { Fail(); }
   void wait(const std::vector<std::string>&) override { Fail(); }
   void wait(const std::vector<std::string>&, const std::chrono::milliseconds&) override { Fail(); }
+  // Pure virtual in newer LibTorch (2.x after Debian 13's 2.6), absent in
+  // 1.13: declared without `override` so that it overrides where the base
+  // has it and is a plain member where it does not.
+  c10::intrusive_ptr<c10d::Store> clone() {  // NOLINT(modernize-use-override)
+    return c10::make_intrusive<GoneStore>();
+  }
 
  private:
   [[noreturn]] static void Fail() { throw std::runtime_error("Broken pipe"); }
