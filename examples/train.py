@@ -59,7 +59,15 @@ def main():
             ap.error("--dist-backend=nccl needs --device=cuda")
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        dist.init_process_group(backend)
+        try:
+            dist.init_process_group(backend)
+        except RuntimeError as e:
+            # torch 2.4 and later default to the libuv TCPStore, which a torch built without
+            # libuv (Debian 13's 2.6) refuses; its classic store works everywhere.
+            if "libuv" not in str(e):
+                raise
+            os.environ["USE_LIBUV"] = "0"
+            dist.init_process_group(backend)
     rank = dist.get_rank() if distributed else 0
     output = args.output or ("uint8" if device.type == "cuda" else "float32")
 

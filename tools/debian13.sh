@@ -76,6 +76,8 @@ in_root() {
   done
   unshare --mount --propagation private -- bash -euo pipefail -c '
     root=$1 src=$2; shift 2
+    # The root a mount point of its own: `ip netns exec` makes / a slave mount.
+    mount --bind "$root" "$root"
     mount -t proc proc "$root/proc"
     mount -t sysfs sys "$root/sys" || mount --rbind /sys "$root/sys"
     mount --rbind /dev "$root/dev"

@@ -46,6 +46,30 @@ bool IsLoopback(const std::string& address) {
   return address == "localhost" || address == "::1" || absl::StartsWith(address, "127.");
 }
 
+// TCPStoreOptions.useLibUV: LibTorch 2.4 and later default to the libuv
+// store, which a LibTorch built without libuv (Debian 13's 2.6) refuses to
+// make ("use_libuv was requested but PyTorch was build without libuv
+// support"); 1.13 has no such option. Both sides of a store must agree.
+template <typename Options>
+auto SetLibUv(Options& options, bool on, int) -> decltype(options.useLibUV = on, void()) {
+  options.useLibUV = on;
+}
+template <typename Options>
+void SetLibUv(Options&, bool, long) {}
+
+// A TCPStore, with the libuv store where this LibTorch has it, else the
+// classic one.
+c10::intrusive_ptr<c10d::TCPStore> MakeStore(const std::string& address,
+                                             c10d::TCPStoreOptions options) {
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(address, options);
+  } catch (const std::exception& e) {
+    if (std::string(e.what()).find("libuv") == std::string::npos) throw;
+  }
+  SetLibUv(options, false, 0);
+  return c10::make_intrusive<c10d::TCPStore>(address, options);
+}
+
 // A client of the store at address:port that counts for no rank (the
 // heartbeat's own connections).
 c10::intrusive_ptr<c10d::TCPStore> StoreClient(const std::string& address, int port,
@@ -55,7 +79,7 @@ c10::intrusive_ptr<c10d::TCPStore> StoreClient(const std::string& address, int p
   options.isServer = false;
   options.waitWorkers = false;
   options.timeout = ToChrono(timeout);
-  return c10::make_intrusive<c10d::TCPStore>(address, options);
+  return MakeStore(address, options);
 }
 
 // The bucket's tensors flattened and concatenated (a copy).
@@ -216,7 +240,7 @@ absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(
       store_options.waitWorkers = false;
       store_options.timeout = ToChrono(
           std::max(absl::Seconds(1), std::min(deadline - absl::Now(), options.collective_timeout)));
-      group->store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+      group->store = MakeStore(options.master_addr, store_options);
     } catch (const std::exception& e) {
       constexpr absl::Duration kRetryDelay = absl::Milliseconds(100);
       if (options.rank == 0 || absl::Now() + kRetryDelay >= deadline) {
