@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "sophon/planning/planner.h"
 #include "tests/client/train/ranks.h"
+#include "tests/client/train/skip_without_gloo.h"
 #include "tests/client/train/saved_models.h"
 #include "tests/cluster/local_cluster.h"
 #include "tests/test_util.h"
@@ -121,6 +122,7 @@ class DistributedTrainingTest : public ::testing::Test {
 };
 
 TEST_F(DistributedTrainingTest, TwoRanksEndIdenticalAndEqualToOneProcessOnTheCombinedBatches) {
+  SOPHON_SKIP_WITHOUT_GLOO();
   const std::string dir = testing::MakeTempDir("dist_models");
   // The ranks are built in threads at once, so their initialisations draw
   // from LibTorch's global generator in turns: rank 0's weights (broadcast
@@ -152,6 +154,7 @@ TEST_F(DistributedTrainingTest, TwoRanksEndIdenticalAndEqualToOneProcessOnTheCom
 }
 
 TEST_F(DistributedTrainingTest, StoppedAndResumedEndsAsTheUninterruptedRun) {
+  SOPHON_SKIP_WITHOUT_GLOO();
   const std::string dir = testing::MakeTempDir("dist_resume");
   // Uninterrupted: 2 epochs of 3 steps.
   std::vector<RankRun> whole = Train(1, 8, Looping(2, 8));

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "tests/client/train/noise_batch.h"
 #include "tests/client/train/ranks.h"
+#include "tests/client/train/skip_without_gloo.h"
 
 extern char** environ;
 
@@ -101,6 +102,7 @@ Batch StepBatch(int step, int rank) {
 }
 
 TEST(DeadRankTest, AKilledRankIsNamed) {
+  SOPHON_SKIP_WITHOUT_GLOO();
   const int port = testing::FreePort();
   RankProcess other(/*rank=*/1, port, /*steps=*/1);
   ASSERT_TRUE(other.started());
@@ -125,6 +127,7 @@ TEST(DeadRankTest, AKilledRankIsNamed) {
 }
 
 TEST(DeadRankTest, AStoppedRankIsNamedAfterTheTimeout) {
+  SOPHON_SKIP_WITHOUT_GLOO();
   const int port = testing::FreePort();
   RankProcess other(/*rank=*/1, port, /*steps=*/1);
   ASSERT_TRUE(other.started());
@@ -146,6 +149,7 @@ TEST(DeadRankTest, AStoppedRankIsNamedAfterTheTimeout) {
 }
 
 TEST(DeadRankTest, AKilledStoreHostIsNamed) {
+  SOPHON_SKIP_WITHOUT_GLOO();
   const int port = testing::FreePort();
   RankProcess other(/*rank=*/0, port, /*steps=*/1);
   ASSERT_TRUE(other.started());

@@ -17,6 +17,7 @@
 #include "sophon/data/batch.h"
 #include "tests/client/train/noise_batch.h"
 #include "tests/client/train/ranks.h"
+#include "tests/client/train/skip_without_gloo.h"
 #include "tests/client/train/saved_models.h"
 #include "tests/test_util.h"
 
@@ -149,6 +150,7 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 class TwoRanksTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(TwoRanksTest, RanksAgreeBitwiseAndMatchOneProcessOnTheCombinedBatches) {
+  SOPHON_SKIP_WITHOUT_GLOO();
   const std::string dir = testing::MakeTempDir("two_ranks_" + GetParam().name);
   // tinymlp has no BatchNorm, whose batch statistics would differ between a
   // rank's half batch and the combined batch.
@@ -175,6 +177,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return info.param.name; });
 
 TEST(TwoRanksBatchNormTest, BuffersFollowRankZeroBeforeEachForward) {
+  SOPHON_SKIP_WITHOUT_GLOO();
   // Step 0 on different batches, then the same batch on both ranks: with rank
   // 0's buffers broadcast before each forward, both ranks run step 1 from the
   // same buffers and parameters, so they end with the same buffers too.
@@ -190,6 +193,7 @@ TEST(TwoRanksBatchNormTest, BuffersFollowRankZeroBeforeEachForward) {
 }
 
 TEST(TwoRanksEmptyBatchTest, ARankWithoutSamplesContributesZeroGradients) {
+  SOPHON_SKIP_WITHOUT_GLOO();
   for (const int fused_models : {0, 2}) {
     SCOPED_TRACE(fused_models);
     const std::string dir = testing::MakeTempDir("two_ranks_empty");

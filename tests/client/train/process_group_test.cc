@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/train/ranks.h"
+#include "tests/client/train/skip_without_gloo.h"
 
 namespace sophon {
 namespace {
@@ -105,6 +106,7 @@ std::vector<torch::Tensor> RankTensors(int rank) {
 }
 
 TEST(DataParallelTest, BroadcastCopiesRankZerosTensors) {
+  SOPHON_SKIP_WITHOUT_GLOO();
   const int port = FreePort();
   std::vector<std::vector<torch::Tensor>> after(2);
   OnRanks(2, [&](int rank) {
@@ -130,6 +132,7 @@ TEST(DataParallelTest, BroadcastCopiesRankZerosTensors) {
 }
 
 TEST(DataParallelTest, GradientsAreAveragedInBuckets) {
+  SOPHON_SKIP_WITHOUT_GLOO();
   const int port = FreePort();
   std::vector<std::vector<torch::Tensor>> grads(2);
   std::vector<DataParallel::Stats> stats(2);
@@ -169,6 +172,7 @@ TEST(DataParallelTest, GradientsAreAveragedInBuckets) {
 }
 
 TEST(DataParallelTest, RendezvousWithoutRankZeroFailsNamingRankAndAddress) {
+  SOPHON_SKIP_WITHOUT_GLOO();
   const int port = FreePort();
   auto group = DataParallel::Create(RankOptions(1, 2, port, absl::Seconds(1)));
   ASSERT_FALSE(group.ok());
@@ -180,6 +184,7 @@ TEST(DataParallelTest, RendezvousWithoutRankZeroFailsNamingRankAndAddress) {
 }
 
 TEST(DataParallelTest, RendezvousWithoutTheOtherRanksFailsOnRankZero) {
+  SOPHON_SKIP_WITHOUT_GLOO();
   const int port = FreePort();
   auto group = DataParallel::Create(RankOptions(0, 3, port, absl::Seconds(1)));
   ASSERT_FALSE(group.ok());
