@@ -17,7 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "client/offload/cluster_policy.h"
 #include "client/offload/fixed_policy.h"
-#include "client/train/backbone.h"
+#include "sophon/model/backbone.h"
 #include "client/train/inference.h"
 #include "server/storage_server.h"
 #include "sophon/base/allocator.h"

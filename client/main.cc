@@ -15,7 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "client/train/backbone.h"
+#include "sophon/model/backbone.h"
 #include "client/train/emulated_trainer.h"
 #include "client/loader/loader.h"
 #include "client/loader/sample_client.h"

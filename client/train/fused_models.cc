@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/train/architectures.h"
+#include "model/architectures.h"
 
 namespace sophon {
 namespace {

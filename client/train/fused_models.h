@@ -24,7 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "client/train/models.h"
+#include "model/models.h"
 
 namespace sophon {
 

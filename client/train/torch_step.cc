@@ -11,7 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/train/device_ops.h"
-#include "client/train/models.h"
+#include "model/models.h"
 
 namespace sophon {
 

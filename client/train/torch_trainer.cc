@@ -20,7 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "client/train/fused_models.h"
 #include "client/train/fused_trainer.h"
-#include "client/train/models.h"
+#include "model/models.h"
 #include "client/train/process_group.h"
 #include "client/train/torch_step.h"
 #include "client/train/torch_trainer_base.h"

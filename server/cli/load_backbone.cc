@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 
 #if SOPHON_BACKBONE
-#include "client/train/backbone.h"
+#include "sophon/model/backbone.h"
 #endif
 
 namespace sophon {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "client/train/models.h"
+#include "model/models.h"
 #include "client/train/trainer.h"
 #include "gtest/gtest.h"
 #include "tests/client/train/saved_models.h"

@@ -23,7 +23,7 @@
 
 #include "client/train/fused_optimizer.h"
 #include "sophon/base/allocator.h"
-#include "client/train/models.h"
+#include "model/models.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

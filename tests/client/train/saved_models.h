@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "client/train/models.h"
+#include "model/models.h"
 #include "client/train/trainer.h"
 #include "gtest/gtest.h"
 

@@ -1,4 +1,4 @@
-#include "client/train/backbone.h"
+#include "sophon/model/backbone.h"
 
 #include <torch/serialize.h>
 #include <torch/types.h>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "client/train/models.h"
+#include "model/models.h"
 #include "gtest/gtest.h"
 #include "sophon/base/half.h"
 #include "tests/test_util.h"

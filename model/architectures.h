@@ -14,9 +14,9 @@
 //   Flatten(x) -> the input of the classifier head from [N, B*C, h, w]
 // Modules are a ModuleHolder or a shared_ptr of a module with forward(Tensor).
 //
-// Only sophon_torch's files include this header: it pulls in LibTorch.
-#ifndef SOPHON_CLIENT_TRAIN_ARCHITECTURES_H_
-#define SOPHON_CLIENT_TRAIN_ARCHITECTURES_H_
+// Only the files of sophon_model and sophon_torch include this header: it pulls in LibTorch.
+#ifndef SOPHON_MODEL_ARCHITECTURES_H_
+#define SOPHON_MODEL_ARCHITECTURES_H_
 
 #include <torch/nn.h>
 
@@ -254,4 +254,4 @@ class TinyMlp final : public L::Base {
 
 }  // namespace sophon::architectures
 
-#endif  // SOPHON_CLIENT_TRAIN_ARCHITECTURES_H_
+#endif  // SOPHON_MODEL_ARCHITECTURES_H_

@@ -6,9 +6,9 @@
 // CNN for tests and CPU demos; `tinymlp` a tinier model without BatchNorm, for
 // tests that compare data-parallel ranks with one process.
 //
-// Only sophon_torch's files include this header: it pulls in LibTorch.
-#ifndef SOPHON_CLIENT_TRAIN_MODELS_H_
-#define SOPHON_CLIENT_TRAIN_MODELS_H_
+// Only the files of sophon_model and sophon_torch include this header: it pulls in LibTorch.
+#ifndef SOPHON_MODEL_MODELS_H_
+#define SOPHON_MODEL_MODELS_H_
 
 #include <torch/nn.h>
 
@@ -114,4 +114,4 @@ absl::StatusOr<Classifier> LoadForFinetuning(const std::string& path, const std:
 
 }  // namespace sophon
 
-#endif  // SOPHON_CLIENT_TRAIN_MODELS_H_
+#endif  // SOPHON_MODEL_MODELS_H_

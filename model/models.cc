@@ -1,4 +1,4 @@
-#include "client/train/models.h"
+#include "model/models.h"
 
 #include <torch/serialize.h>
 
@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "client/train/architectures.h"
+#include "model/architectures.h"
 
 namespace sophon {
 namespace {

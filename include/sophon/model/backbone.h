@@ -4,9 +4,10 @@
 // extraction, and what a training node runs when it extracts features
 // itself; both give the same floats for the same checkpoint and images.
 //
-// Only sophon_torch's files include models.h; this header does not.
-#ifndef SOPHON_CLIENT_TRAIN_BACKBONE_H_
-#define SOPHON_CLIENT_TRAIN_BACKBONE_H_
+// LibTorch-free: the storage node includes it (server/cli/load_backbone.cc);
+// model/models.h, which pulls in LibTorch, is for the LibTorch libraries only.
+#ifndef SOPHON_MODEL_BACKBONE_H_
+#define SOPHON_MODEL_BACKBONE_H_
 
 #include <memory>
 #include <cstdint>
@@ -65,4 +66,4 @@ class Backbone final : public FeatureExtractor {
 
 }  // namespace sophon
 
-#endif  // SOPHON_CLIENT_TRAIN_BACKBONE_H_
+#endif  // SOPHON_MODEL_BACKBONE_H_

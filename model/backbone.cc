@@ -1,4 +1,4 @@
-#include "client/train/backbone.h"
+#include "sophon/model/backbone.h"
 
 #include <torch/utils.h>
 
@@ -7,7 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/train/models.h"
+#include "model/models.h"
 
 namespace sophon {
 
