@@ -37,7 +37,7 @@
 #include "client/train/device_ops.h"
 #include "client/train/fused_models.h"
 #include "client/train/fused_optimizer.h"
-#include "client/train/models.h"
+#include "model/models.h"
 #include "sophon/base/allocator.h"
 
 ABSL_FLAG(std::string, arch, "resnet18", "Architecture whose parameters the optimizers update.");
