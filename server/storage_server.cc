@@ -168,20 +168,23 @@ void StorageServer::Wait() { shutdown_.WaitForNotification(); }
 
 void StorageServer::Drain() {
   if (server_ == nullptr) return;
-  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
-    health->SetServingStatus(false);  // every service, and the server as a whole
-  }
   StreamRegistry& registry = impl_->registry();
   const absl::Time start = absl::Now();
   v1::ServerStats stats;
   const int open = registry.open_streams();
   const uint64_t inflight =
       impl_->GetStats({}, &stats).ok() ? stats.inflight_samples() : uint64_t{0};
-  spdlog::info("draining: health NOT_SERVING, new streams refused; {} streams open with {} "
-               "samples started, waiting up to {} (--drain-timeout) for them to be sent",
-               open, inflight, absl::FormatDuration(options_.drain_timeout));
+  // New streams are refused before health says NOT_SERVING: a client that
+  // sees NOT_SERVING and opens a stream anyway is refused, never admitted
+  // as a stream the drain would then wait for.
   registry.DrainAll(absl::UnavailableError(
       absl::StrCat("the server ", address(), " is draining before it stops")));
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+    health->SetServingStatus(false);  // every service, and the server as a whole
+  }
+  spdlog::info("draining: new streams refused, health NOT_SERVING; {} streams open with {} "
+               "samples started, waiting up to {} (--drain-timeout) for them to be sent",
+               open, inflight, absl::FormatDuration(options_.drain_timeout));
   const absl::Time deadline = start + options_.drain_timeout;
   while (registry.open_streams() > 0 && absl::Now() < deadline &&
          !drain_cut_.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
