@@ -21,7 +21,7 @@
 #                      there already is reused, a missing one is made
 #   DEBIAN13_MIRROR=URL  Debian archive (default: the first deb.debian.org-style URI of this
 #                      machine's apt sources, else http://deb.debian.org/debian)
-#   BUILD_DIR, JOBS, BUILD_TYPE, CTEST_ARGS  passed on to tools/test.sh
+#   BUILD_DIR, JOBS, BUILD_TYPE, CTEST_ARGS, CMAKE_ARGS  passed on to tools/test.sh
 # The CUDA layer lives beside the chroot, in DEBIAN13_ROOT.cuda/ (made once, about 2.5 GB
 # fetched; made again when the chroot's packages change); the build's overlay is emptied at
 # each check, so the CPU build in build-debian13/ is never touched.
@@ -83,7 +83,7 @@ in_root() {
   # build/ is the machine's own build: the chroot's goes to build-debian13/.
   env+=("BUILD_DIR=${BUILD_DIR:-build-debian13}")
   local v
-  for v in JOBS BUILD_TYPE CTEST_ARGS; do
+  for v in JOBS BUILD_TYPE CTEST_ARGS CMAKE_ARGS; do
     [[ -z ${!v:-} ]] || env+=("$v=${!v}")
   done
   unshare --mount --propagation private -- bash -euo pipefail -c '
