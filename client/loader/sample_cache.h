@@ -1,0 +1,98 @@
+// The training node's cache of whole sample files, so that a later epoch need
+// not fetch a sample again: filled from samples that arrive whole (RAW), each
+// entry checksummed, every byte counted against a bound.
+//
+// Two policies. kNoEvict (the default) keeps what arrives while there is room
+// and never evicts: under random access every later epoch then hits
+// capacity / dataset of its samples, where LRU evicts the entries an epoch is
+// about to want (CoorDL's observation). kLru evicts the least recently used
+// entries to make room, for access that repeats within an epoch.
+//
+// A corrupt entry (its CRC-32 no longer matches) is dropped and reported as a
+// miss, so the sample is fetched again and never trained on.
+#ifndef SOPHON_CLIENT_LOADER_SAMPLE_CACHE_H_
+#define SOPHON_CLIENT_LOADER_SAMPLE_CACHE_H_
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+
+namespace sophon {
+
+enum class SampleCachePolicy { kNoEvict, kLru };
+
+// "noevict" or "lru"; InvalidArgument naming the valid names otherwise.
+absl::StatusOr<SampleCachePolicy> ParseSampleCachePolicy(absl::string_view name);
+const char* SampleCachePolicyName(SampleCachePolicy policy);
+
+struct SampleCacheOptions {
+  // The bound on everything the cache holds: each entry's bytes plus
+  // SampleCache::kEntryOverhead. 0 = no cache.
+  int64_t max_bytes = 0;
+  SampleCachePolicy policy = SampleCachePolicy::kNoEvict;
+
+  absl::Status Validate() const;  // names the field
+};
+
+struct SampleCacheStats {
+  uint64_t hits = 0;
+  uint64_t misses = 0;        // corrupt entries included
+  uint64_t corrupt = 0;       // entries dropped because their checksum failed
+  uint64_t inserted = 0;
+  uint64_t evicted = 0;       // kLru only
+  uint64_t rejected = 0;      // Puts not kept: no room (kNoEvict) or larger than the bound
+  uint64_t hit_bytes = 0;     // the sample bytes that hits returned (what was not fetched)
+  int64_t entries = 0;
+  int64_t bytes = 0;          // held, overhead included; <= max_bytes
+};
+
+class SampleCache {
+ public:
+  // What an entry costs beyond its bytes: its index entry, list node and
+  // string header, rounded up.
+  static constexpr int64_t kEntryOverhead = 128;
+
+  static absl::StatusOr<std::unique_ptr<SampleCache>> Create(const SampleCacheOptions& options);
+
+  // Copies sample `id`'s file into *out and returns true when it is held and
+  // intact; a corrupt entry is dropped and counted. Thread-safe.
+  bool Get(uint64_t id, std::string* out);
+  // Keeps a copy of sample `id`'s file if the policy makes room for it;
+  // returns whether it is held afterwards. A sample held already is left as
+  // it is. Thread-safe.
+  bool Put(uint64_t id, absl::string_view bytes);
+  bool Contains(uint64_t id) const;
+
+  SampleCacheStats stats() const;
+  const SampleCacheOptions& options() const { return options_; }
+
+  // Flips a byte of a held entry (tests of the checksum); false if not held.
+  bool CorruptForTest(uint64_t id);
+
+ private:
+  struct Entry {
+    std::string bytes;
+    uint32_t crc = 0;
+    std::list<uint64_t>::iterator lru;  // kLru: position in lru_
+  };
+  explicit SampleCache(const SampleCacheOptions& options) : options_(options) {}
+  void EraseLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const SampleCacheOptions options_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  std::list<uint64_t> lru_ ABSL_GUARDED_BY(mu_);  // most recently used first (kLru)
+  SampleCacheStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace sophon
+
+#endif  // SOPHON_CLIENT_LOADER_SAMPLE_CACHE_H_
