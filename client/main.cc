@@ -91,6 +91,14 @@ ABSL_FLAG(int64_t, feature_cache_bytes, 0,
           "to this many bytes of features on this node (2 bytes per feature, e.g. 1 KiB per "
           "sample for resnet18) and take a held sample from here in later epochs instead of "
           "fetching it. 0 = off. Default 0.");
+ABSL_FLAG(int64_t, local_cache_bytes, 0,
+          "Keep up to this many bytes of whole sample files on this node (each file's size plus "
+          "256 bytes of bookkeeping), filled from samples that arrive whole; a held sample is "
+          "not fetched again but prepared by this node's --workers. 0 = off. Default 0.");
+ABSL_FLAG(std::string, local_cache_policy, "noevict",
+          "What --local-cache-bytes keeps: noevict (the first files that fit, never evicted: "
+          "under a random order every later epoch hits capacity/dataset of its samples) or lru "
+          "(evicts the least recently used). Default noevict.");
 ABSL_FLAG(bool, finetune, false,
           "Train only the classifier head of --init-checkpoint's network, on the features of its "
           "frozen backbone (the features stage: the pooled activations in front of the head). A "
@@ -752,6 +760,20 @@ int main(int argc, char** argv) {
   // --finetune: the job ends at FEATURES, and this node holds the frozen
   // backbone for the samples that arrive before it.
   std::unique_ptr<sophon::Backbone> backbone;
+  if (absl::GetFlag(FLAGS_local_cache_bytes) != 0) {
+    sophon::CacheOptions cache_options;
+    cache_options.bytes = absl::GetFlag(FLAGS_local_cache_bytes);
+    absl::StatusOr<sophon::CachePolicy> policy =
+        sophon::ParseCachePolicy(absl::GetFlag(FLAGS_local_cache_policy));
+    if (!policy.ok()) return Fail(sophon::FlagError("--local-cache-policy", policy.status()));
+    cache_options.policy = *policy;
+    absl::StatusOr<std::unique_ptr<sophon::SampleCache>> cache =
+        sophon::SampleCache::Create(cache_options);
+    if (!cache.ok()) return Fail(sophon::FlagError("--local-cache-bytes", cache.status()));
+    loader_options.sample_cache = *std::move(cache);
+    spdlog::info("sample cache: up to {:.1f} MB of whole files on this node ({})",
+                 cache_options.bytes / 1e6, absl::GetFlag(FLAGS_local_cache_policy));
+  }
   if (absl::GetFlag(FLAGS_finetune)) {
     sophon::BackboneOptions backbone_options;
     backbone_options.checkpoint = absl::GetFlag(FLAGS_init_checkpoint);

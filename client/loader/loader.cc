@@ -483,10 +483,44 @@ void Loader::SendLoop() {
         }
       }
     }
+    // Samples whose files this node holds go to its prep threads, copied out
+    // of the cache before the loader's lock is taken.
+    std::vector<std::pair<int, std::string>> cached;
+    if (options_.sample_cache != nullptr) {
+      for (int i = 0; i < batch->n; ++i) {
+        if (batch->arrived[i]) continue;
+        std::string bytes;
+        if (options_.sample_cache->Get(batch->ids[i], &bytes)) {
+          cached.emplace_back(i, std::move(bytes));
+        }
+      }
+    }
     absl::MutexLock lock(&mu_);
     if (stopping_ || !error_.ok()) break;
+    for (auto& [i, bytes] : cached) {
+      const int server = RouteLocked(batch->ids[i], batch->assigned[i].server);
+      batch->arrived[i] = 1;
+      batch->assigned[i].server = std::max(server, 0);
+      batch->assigned[i].stage = kFirstStage;
+      stats_.sample_cache_hits++;
+      stats_.sample_cache_hit_bytes += bytes.size();
+      queued_payload_bytes_ += bytes.size();
+      WorkItem item;
+      item.id = batch->ids[i];
+      item.server = std::max(server, 0);
+      item.from_cache = true;
+      StageData data;
+      data.stage = kFirstStage;
+      data.data = std::move(bytes);
+      StageDataToProto(std::move(data), &item.sample);
+      item.batch = batch.get();
+      item.slot = i;
+      work_.push_back(std::move(item));
+    }
+    if (!cached.empty()) NotePeaksLocked();
+    const int cache_hits = static_cast<int>(cached.size());
     for (int i = 0; i < batch->n; ++i) {
-      if (hits > 0 && batch->arrived[i]) continue;
+      if ((hits > 0 || cache_hits > 0) && batch->arrived[i]) continue;
       const int wanted = batch->assigned[i].server;
       const int server = RouteLocked(batch->ids[i], wanted);
       if (server < 0) {
@@ -501,8 +535,8 @@ void Loader::SendLoop() {
       links_[server].outbox.emplace_back(batch->ids[i], batch->assigned[i].stage);
       links_[server].owed++;
     }
-    requested_ += batch->n - hits;
-    stats_.requested += batch->n - hits;
+    requested_ += batch->n - hits - cache_hits;
+    stats_.requested += batch->n - hits - cache_hits;
     stats_.feature_cache_hits += hits;
     batch->remaining -= hits;
     pending_[k] = std::move(batch);
@@ -929,6 +963,13 @@ void Loader::WorkerLoop() {
     absl::Status status = SampleStatus(item.sample);
     absl::StatusOr<Stage> stage = StageFromProto(item.sample.stage());
     const Stage received_stage = stage.ok() ? *stage : kFirstStage;
+    // A file that arrived whole is offered to the sample cache (before its
+    // payload moves into the pipeline).
+    bool kept = false;
+    if (status.ok() && !item.from_cache && options_.sample_cache != nullptr &&
+        received_stage == kFirstStage) {
+      kept = options_.sample_cache->Put(id, item.sample.payload());
+    }
     if (status.ok()) {
       absl::StatusOr<StageData> data = StageDataFromProto(&item.sample);
       status = data.status();
@@ -942,8 +983,10 @@ void Loader::WorkerLoop() {
           status = absl::Status(
               status.code(),
               absl::StrCat("sample ", id, " (", servers_->RelativePath(id, item.server),
-                           " from ", servers_->address(item.server), ", prepared locally from ",
-                           StageName(received_stage), "): ", status.message()));
+                           item.from_cache ? " from this node's sample cache"
+                                           : absl::StrCat(" from ", servers_->address(item.server)),
+                           ", prepared locally from ", StageName(received_stage),
+                           "): ", status.message()));
         }
       }
     }
@@ -959,12 +1002,16 @@ void Loader::WorkerLoop() {
     obs.server_read_seconds = item.sample.server_read_seconds();
     obs.cache_hit = item.sample.cache_hit();
     obs.ok = status.ok();
-    policy_->OnSample(obs);  // outside the lock: the policy has its own
+    // A cache hit crossed no link and no server: not an observation of them.
+    if (!item.from_cache) policy_->OnSample(obs);  // outside the lock: the policy has its own
     absl::MutexLock lock(&mu_);
     queued_payload_bytes_ -= std::min<uint64_t>(queued_payload_bytes_, bytes);
     stats_.local_cpu_seconds += times.Total();
     stats_.server_cpu_seconds += item.sample.server_cpu_seconds();
-    if (status.ok()) {
+    if (kept) stats_.sample_cache_inserted++;
+    if (status.ok() && item.from_cache) {
+      // Counted in sample_cache_hits, not as received.
+    } else if (status.ok()) {
       stats_.samples_by_stage[StageIndex(received_stage)]++;
       stats_.bytes_by_stage[StageIndex(received_stage)] += bytes;
     } else if (options_.on_bad_sample == BadSamplePolicy::kSkip) {
@@ -1118,8 +1165,17 @@ absl::StatusOr<bool> Loader::Next(Batch* out) {
 }
 
 LoaderEpochStats Loader::stats() const {
-  absl::MutexLock lock(&mu_);
-  return stats_;
+  LoaderEpochStats stats;
+  {
+    absl::MutexLock lock(&mu_);
+    stats = stats_;
+  }
+  if (options_.sample_cache != nullptr) {
+    const SampleCacheStats cache = options_.sample_cache->stats();
+    stats.sample_cache_entries = cache.entries;
+    stats.sample_cache_bytes = cache.bytes;
+  }
+  return stats;
 }
 
 void Loader::Stop() {

@@ -21,6 +21,7 @@
 #include "client/offload/offload_policy.h"
 #include "client/loader/sample_client.h"
 #include "client/loader/feature_cache.h"
+#include "client/loader/sample_cache.h"
 #include "client/loader/server_set.h"
 #include "sophon/data/batch.h"
 #include "sophon/ops/pipeline.h"
@@ -91,6 +92,11 @@ struct LoaderOptions {
   // across epochs, and take a held sample from here instead of asking a
   // server. 0 = off. >= 0
   int64_t feature_cache_bytes = 0;
+  // This node's cache of whole sample files (shared across epochs and with
+  // other loaders of the node; its bytes are its own bound). A sample held
+  // there is not asked for: its file goes to this node's prep threads as if it
+  // had arrived RAW. Samples that arrive RAW are offered to it. Null = none.
+  std::shared_ptr<SampleCache> sample_cache;
 
   // The one place these are checked; names the offending field.
   absl::Status Validate() const;
@@ -127,6 +133,15 @@ struct LoaderEpochStats {
   uint64_t requested = 0;         // sample requests made (once each; resends in `resent`)
   uint64_t resent = 0;            // sample requests sent again on a re-opened stream
   uint64_t feature_cache_hits = 0;  // samples taken from the feature cache, not requested
+  // The sample cache (LoaderOptions.sample_cache) in this epoch: samples taken
+  // from it instead of asked for, their bytes (what did not cross the link),
+  // and samples that arrived RAW and were kept.
+  uint64_t sample_cache_hits = 0;
+  uint64_t sample_cache_hit_bytes = 0;
+  uint64_t sample_cache_inserted = 0;
+  // What the sample cache holds when the stats are read, all epochs' fills.
+  int64_t sample_cache_entries = 0;
+  int64_t sample_cache_bytes = 0;
   // Fetch streams the server refused because it was full (its max_streams or
   // max_streams_per_peer), each retried after a backoff.
   int streams_refused = 0;
@@ -251,7 +266,8 @@ class Loader {
   struct WorkItem {
     v1::Sample sample;
     uint64_t id = 0;  // global
-    int server = 0;
+    int server = 0;   // the server that sent it (for a cache hit: the one it was routed to)
+    bool from_cache = false;  // taken from LoaderOptions.sample_cache, not received
     PendingBatch* batch = nullptr;
     int slot = 0;
   };

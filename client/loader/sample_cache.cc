@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 
 namespace sophon {
 namespace {
@@ -21,31 +20,11 @@ uint32_t Crc32(absl::string_view bytes) {
   return static_cast<uint32_t>(crc);
 }
 
-int64_t Cost(size_t bytes) { return static_cast<int64_t>(bytes) + SampleCache::kEntryOverhead; }
+int64_t Cost(size_t bytes) { return static_cast<int64_t>(bytes) + kCacheEntryOverheadBytes; }
 
 }  // namespace
 
-absl::StatusOr<SampleCachePolicy> ParseSampleCachePolicy(absl::string_view name) {
-  if (name == "noevict") return SampleCachePolicy::kNoEvict;
-  if (name == "lru") return SampleCachePolicy::kLru;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown sample cache policy '", name, "' (valid: noevict, lru)"));
-}
-
-const char* SampleCachePolicyName(SampleCachePolicy policy) {
-  return policy == SampleCachePolicy::kLru ? "lru" : "noevict";
-}
-
-absl::Status SampleCacheOptions::Validate() const {
-  if (max_bytes < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("SampleCacheOptions.max_bytes must be >= 0 (got ", max_bytes, ")"));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::unique_ptr<SampleCache>> SampleCache::Create(
-    const SampleCacheOptions& options) {
+absl::StatusOr<std::unique_ptr<SampleCache>> SampleCache::Create(const CacheOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   return std::unique_ptr<SampleCache>(new SampleCache(options));
 }
@@ -64,7 +43,7 @@ bool SampleCache::Get(uint64_t id, std::string* out) {
     EraseLocked(id);
     return false;
   }
-  if (options_.policy == SampleCachePolicy::kLru) lru_.splice(lru_.begin(), lru_, entry.lru);
+  if (options_.policy == CachePolicy::kLru) lru_.splice(lru_.begin(), lru_, entry.lru);
   *out = entry.bytes;
   ++stats_.hits;
   stats_.hit_bytes += entry.bytes.size();
@@ -77,23 +56,23 @@ bool SampleCache::Put(uint64_t id, absl::string_view bytes) {
   const uint32_t crc = Crc32(bytes);
   absl::MutexLock lock(&mu_);
   if (entries_.contains(id)) return true;
-  if (cost > options_.max_bytes) {
+  if (cost > options_.bytes) {
     ++stats_.rejected;
     return false;
   }
-  if (options_.policy == SampleCachePolicy::kLru) {
-    while (stats_.bytes + cost > options_.max_bytes && !lru_.empty()) {
+  if (options_.policy == CachePolicy::kLru) {
+    while (stats_.bytes + cost > options_.bytes && !lru_.empty()) {
       EraseLocked(lru_.back());
       ++stats_.evicted;
     }
-  } else if (stats_.bytes + cost > options_.max_bytes) {
+  } else if (stats_.bytes + cost > options_.bytes) {
     ++stats_.rejected;
     return false;
   }
   Entry entry;
   entry.bytes.assign(bytes.data(), bytes.size());
   entry.crc = crc;
-  if (options_.policy == SampleCachePolicy::kLru) {
+  if (options_.policy == CachePolicy::kLru) {
     lru_.push_front(id);
     entry.lru = lru_.begin();
   }
@@ -127,7 +106,7 @@ void SampleCache::EraseLocked(uint64_t id) {
   if (it == entries_.end()) return;
   stats_.bytes -= Cost(it->second.bytes.size());
   --stats_.entries;
-  if (options_.policy == SampleCachePolicy::kLru) lru_.erase(it->second.lru);
+  if (options_.policy == CachePolicy::kLru) lru_.erase(it->second.lru);
   entries_.erase(it);
 }
 

@@ -2,11 +2,13 @@
 // not fetch a sample again: filled from samples that arrive whole (RAW), each
 // entry checksummed, every byte counted against a bound.
 //
-// Two policies. kNoEvict (the default) keeps what arrives while there is room
-// and never evicts: under random access every later epoch then hits
-// capacity / dataset of its samples, where LRU evicts the entries an epoch is
-// about to want (CoorDL's observation). kLru evicts the least recently used
-// entries to make room, for access that repeats within an epoch.
+// It takes the storage node's cache options and policies
+// (sophon/data/cached_source.h: CacheOptions, CachePolicy, and
+// kCacheEntryOverheadBytes charged per entry). kNoEvict (the default) keeps
+// what arrives while there is room and never evicts: under random access every
+// later epoch then hits capacity / dataset of its samples, where LRU evicts
+// the entries an epoch is about to want (CoorDL's observation). kLru evicts
+// the least recently used entries to make room.
 //
 // A corrupt entry (its CRC-32 no longer matches) is dropped and reported as a
 // miss, so the sample is fetched again and never trained on.
@@ -24,23 +26,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "sophon/data/cached_source.h"
 
 namespace sophon {
-
-enum class SampleCachePolicy { kNoEvict, kLru };
-
-// "noevict" or "lru"; InvalidArgument naming the valid names otherwise.
-absl::StatusOr<SampleCachePolicy> ParseSampleCachePolicy(absl::string_view name);
-const char* SampleCachePolicyName(SampleCachePolicy policy);
-
-struct SampleCacheOptions {
-  // The bound on everything the cache holds: each entry's bytes plus
-  // SampleCache::kEntryOverhead. 0 = no cache.
-  int64_t max_bytes = 0;
-  SampleCachePolicy policy = SampleCachePolicy::kNoEvict;
-
-  absl::Status Validate() const;  // names the field
-};
 
 struct SampleCacheStats {
   uint64_t hits = 0;
@@ -51,16 +39,13 @@ struct SampleCacheStats {
   uint64_t rejected = 0;      // Puts not kept: no room (kNoEvict) or larger than the bound
   uint64_t hit_bytes = 0;     // the sample bytes that hits returned (what was not fetched)
   int64_t entries = 0;
-  int64_t bytes = 0;          // held, overhead included; <= max_bytes
+  int64_t bytes = 0;          // held, kCacheEntryOverheadBytes per entry included; <= options.bytes
 };
 
 class SampleCache {
  public:
-  // What an entry costs beyond its bytes: its index entry, list node and
-  // string header, rounded up.
-  static constexpr int64_t kEntryOverhead = 128;
-
-  static absl::StatusOr<std::unique_ptr<SampleCache>> Create(const SampleCacheOptions& options);
+  // InvalidArgument naming the field for options that do not validate.
+  static absl::StatusOr<std::unique_ptr<SampleCache>> Create(const CacheOptions& options);
 
   // Copies sample `id`'s file into *out and returns true when it is held and
   // intact; a corrupt entry is dropped and counted. Thread-safe.
@@ -72,7 +57,7 @@ class SampleCache {
   bool Contains(uint64_t id) const;
 
   SampleCacheStats stats() const;
-  const SampleCacheOptions& options() const { return options_; }
+  const CacheOptions& options() const { return options_; }
 
   // Flips a byte of a held entry (tests of the checksum); false if not held.
   bool CorruptForTest(uint64_t id);
@@ -83,10 +68,10 @@ class SampleCache {
     uint32_t crc = 0;
     std::list<uint64_t>::iterator lru;  // kLru: position in lru_
   };
-  explicit SampleCache(const SampleCacheOptions& options) : options_(options) {}
+  explicit SampleCache(const CacheOptions& options) : options_(options) {}
   void EraseLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const SampleCacheOptions options_;
+  const CacheOptions options_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::list<uint64_t> lru_ ABSL_GUARDED_BY(mu_);  // most recently used first (kLru)

@@ -384,6 +384,14 @@ std::string FormatEpochReport(const EpochReport& r, const std::vector<std::strin
     absl::StrAppendFormat(&by_stage, "%s%d from the feature cache", by_stage.empty() ? "" : ", ",
                           l.feature_cache_hits);
   }
+  if (l.sample_cache_hits > 0 || l.sample_cache_inserted > 0) {
+    absl::StrAppendFormat(&by_stage,
+                          "%ssample cache: %d hits (%.1f MB not fetched), %d kept, holds %d "
+                          "(%.1f MB)",
+                          by_stage.empty() ? "" : ", ", l.sample_cache_hits,
+                          l.sample_cache_hit_bytes / 1e6, l.sample_cache_inserted,
+                          l.sample_cache_entries, l.sample_cache_bytes / 1e6);
+  }
   std::string out = absl::StrFormat(
       "epoch %d%s: %.2fs, %d images, %.1f img/s, %.1f MB received (%.1f KB/image; %s), "
       "data wait %.2fs (%.0f%%), loss %.4f, top-1 %.3f, skipped %d",
@@ -482,6 +490,11 @@ std::string EpochReportsToJson(const std::vector<EpochReport>& reports,
     w.Key("top1").Fixed(r.top1, 6);
     w.Key("skipped").Uint(l.skipped);
     w.Key("feature_cache_hits").Uint(l.feature_cache_hits);
+    w.Key("sample_cache_hits").Uint(l.sample_cache_hits);
+    w.Key("sample_cache_hit_bytes").Uint(l.sample_cache_hit_bytes);
+    w.Key("sample_cache_inserted").Uint(l.sample_cache_inserted);
+    w.Key("sample_cache_entries").Int(l.sample_cache_entries);
+    w.Key("sample_cache_bytes").Int(l.sample_cache_bytes);
     w.Key("local_prep_cpu_seconds").Fixed(l.local_cpu_seconds, 6);
     w.Key("server_prep_cpu_seconds").Fixed(r.server_prep_busy_seconds, 6);
     w.Key("server_prep_workers").Int(r.server_prep_workers);

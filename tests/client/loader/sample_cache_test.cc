@@ -16,9 +16,9 @@ std::string File(uint64_t id, size_t size = 1000) {
   return bytes;
 }
 
-std::unique_ptr<SampleCache> Make(int64_t entries, SampleCachePolicy policy, size_t size = 1000) {
-  SampleCacheOptions options;
-  options.max_bytes = entries * (static_cast<int64_t>(size) + SampleCache::kEntryOverhead);
+std::unique_ptr<SampleCache> Make(int64_t entries, CachePolicy policy, size_t size = 1000) {
+  CacheOptions options;
+  options.bytes = entries * (static_cast<int64_t>(size) + kCacheEntryOverheadBytes);
   options.policy = policy;
   absl::StatusOr<std::unique_ptr<SampleCache>> cache = SampleCache::Create(options);
   EXPECT_TRUE(cache.ok()) << cache.status();
@@ -26,7 +26,7 @@ std::unique_ptr<SampleCache> Make(int64_t entries, SampleCachePolicy policy, siz
 }
 
 TEST(SampleCacheTest, NoEvictKeepsTheFirstThatFitAndHitsThemEveryLaterEpoch) {
-  std::unique_ptr<SampleCache> cache = Make(3, SampleCachePolicy::kNoEvict);
+  std::unique_ptr<SampleCache> cache = Make(3, CachePolicy::kNoEvict);
   const std::vector<uint64_t> epoch0 = {4, 0, 3, 1, 2};
   for (uint64_t id : epoch0) {
     std::string out;
@@ -54,11 +54,11 @@ TEST(SampleCacheTest, NoEvictKeepsTheFirstThatFitAndHitsThemEveryLaterEpoch) {
   EXPECT_EQ(stats.misses, 5u + 6u);
   EXPECT_EQ(stats.hit_bytes, 9u * 1000);
   EXPECT_EQ(stats.evicted, 0u);
-  EXPECT_EQ(stats.bytes, 3 * (1000 + SampleCache::kEntryOverhead));
+  EXPECT_EQ(stats.bytes, 3 * (1000 + kCacheEntryOverheadBytes));
 }
 
 TEST(SampleCacheTest, LruEvictsTheLeastRecentlyUsed) {
-  std::unique_ptr<SampleCache> cache = Make(2, SampleCachePolicy::kLru);
+  std::unique_ptr<SampleCache> cache = Make(2, CachePolicy::kLru);
   std::string out;
   cache->Put(0, File(0));
   cache->Put(1, File(1));
@@ -78,11 +78,11 @@ TEST(SampleCacheTest, LruEvictsTheLeastRecentlyUsed) {
   EXPECT_EQ(stats.misses, 6u);
   EXPECT_EQ(stats.evicted, 1u + 6u);
   EXPECT_EQ(stats.entries, 2);
-  EXPECT_LE(stats.bytes, cache->options().max_bytes);
+  EXPECT_LE(stats.bytes, cache->options().bytes);
 }
 
 TEST(SampleCacheTest, CorruptEntryIsDroppedAndFetchedAgain) {
-  std::unique_ptr<SampleCache> cache = Make(4, SampleCachePolicy::kNoEvict);
+  std::unique_ptr<SampleCache> cache = Make(4, CachePolicy::kNoEvict);
   cache->Put(7, File(7));
   ASSERT_TRUE(cache->CorruptForTest(7));
   std::string out = "untouched";
@@ -100,34 +100,30 @@ TEST(SampleCacheTest, CorruptEntryIsDroppedAndFetchedAgain) {
 }
 
 TEST(SampleCacheTest, BoundCountsOverheadAndRefusesWhatCannotFit) {
-  SampleCacheOptions options;
-  options.max_bytes = 1000 + SampleCache::kEntryOverhead - 1;
+  CacheOptions options;
+  options.bytes = 1000 + kCacheEntryOverheadBytes - 1;
   std::unique_ptr<SampleCache> cache = *SampleCache::Create(options);
   EXPECT_FALSE(cache->Put(1, File(1)));
   EXPECT_TRUE(cache->Put(2, File(2, 100)));
-  EXPECT_EQ(cache->stats().bytes, 100 + SampleCache::kEntryOverhead);
-  options.policy = SampleCachePolicy::kLru;
+  EXPECT_EQ(cache->stats().bytes, 100 + kCacheEntryOverheadBytes);
+  options.policy = CachePolicy::kLru;
   std::unique_ptr<SampleCache> lru = *SampleCache::Create(options);
   EXPECT_TRUE(lru->Put(2, File(2, 100)));
   EXPECT_FALSE(lru->Put(1, File(1)));  // larger than the bound: nothing evicted for it
   EXPECT_TRUE(lru->Contains(2));
 }
 
-TEST(SampleCacheTest, OptionsAndPolicyNames) {
-  SampleCacheOptions options;
-  options.max_bytes = -1;
-  EXPECT_NE(options.Validate().message().find("max_bytes"), std::string::npos);
-  EXPECT_FALSE(SampleCache::Create(options).ok());
-  EXPECT_EQ(*ParseSampleCachePolicy("noevict"), SampleCachePolicy::kNoEvict);
-  EXPECT_EQ(*ParseSampleCachePolicy("lru"), SampleCachePolicy::kLru);
-  absl::StatusOr<SampleCachePolicy> bad = ParseSampleCachePolicy("fifo");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("fifo"), std::string::npos);
-  EXPECT_STREQ(SampleCachePolicyName(SampleCachePolicy::kLru), "lru");
+TEST(SampleCacheTest, RefusesInvalidOptionsByName) {
+  CacheOptions options;
+  options.bytes = -1;
+  absl::StatusOr<std::unique_ptr<SampleCache>> cache = SampleCache::Create(options);
+  ASSERT_FALSE(cache.ok());
+  EXPECT_NE(cache.status().message().find("CacheOptions.bytes"), std::string::npos)
+      << cache.status();
 }
 
 TEST(SampleCacheTest, ConcurrentPutsAndGetsStayWithinTheBound) {
-  std::unique_ptr<SampleCache> cache = Make(50, SampleCachePolicy::kLru, 200);
+  std::unique_ptr<SampleCache> cache = Make(50, CachePolicy::kLru, 200);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&cache, t] {
@@ -144,7 +140,7 @@ TEST(SampleCacheTest, ConcurrentPutsAndGetsStayWithinTheBound) {
   }
   for (std::thread& th : threads) th.join();
   const SampleCacheStats stats = cache->stats();
-  EXPECT_LE(stats.bytes, cache->options().max_bytes);
+  EXPECT_LE(stats.bytes, cache->options().bytes);
   EXPECT_EQ(stats.hits + stats.misses, 4u * 2000);
   EXPECT_EQ(stats.corrupt, 0u);
 }
