@@ -837,6 +837,12 @@ int main(int argc, char** argv) {
   if (absl::Status s = SmartoffOptionsFromFlags(*mode, &smartoff_options); !s.ok()) {
     return Fail(s);
   }
+  if (loader_options.sample_cache != nullptr) {
+    // The plan knows what this node holds (the loader keeps the cache alive).
+    smartoff_options.held_here = [cache = loader_options.sample_cache.get()](uint64_t id) {
+      return cache->Contains(id);
+    };
+  }
   const std::string profile_out = absl::GetFlag(FLAGS_profile_out);
   const bool fixed = sophon::IsFixedKind(*mode);
   if (fixed && !profile_out.empty() && (*servers)->size() > 1) {

@@ -483,12 +483,13 @@ void Loader::SendLoop() {
         }
       }
     }
-    // Samples whose files this node holds go to its prep threads, copied out
-    // of the cache before the loader's lock is taken.
+    // Samples planned at RAW whose files this node holds go to its prep
+    // threads, copied out of the cache before the loader's lock is taken (a
+    // sample planned further is the storage node's job, held or not).
     std::vector<std::pair<int, std::string>> cached;
     if (options_.sample_cache != nullptr) {
       for (int i = 0; i < batch->n; ++i) {
-        if (batch->arrived[i]) continue;
+        if (batch->arrived[i] || batch->assigned[i].stage != kFirstStage) continue;
         std::string bytes;
         if (options_.sample_cache->Get(batch->ids[i], &bytes)) {
           cached.emplace_back(i, std::move(bytes));

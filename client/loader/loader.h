@@ -93,9 +93,10 @@ struct LoaderOptions {
   // server. 0 = off. >= 0
   int64_t feature_cache_bytes = 0;
   // This node's cache of whole sample files (shared across epochs and with
-  // other loaders of the node; its bytes are its own bound). A sample held
-  // there is not asked for: its file goes to this node's prep threads as if it
-  // had arrived RAW. Samples that arrive RAW are offered to it. Null = none.
+  // other loaders of the node; its bytes are its own bound). A sample the
+  // policy plans at RAW that is held there is not asked for: its file goes to
+  // this node's prep threads as if it had arrived. Samples that arrive RAW are
+  // offered to it. Null = none.
   std::shared_ptr<SampleCache> sample_cache;
 
   // The one place these are checked; names the offending field.

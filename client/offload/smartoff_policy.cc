@@ -182,10 +182,21 @@ void SmartoffPolicy::ResetWindowLocked() {
 }
 
 const DatasetProfile& SmartoffPolicy::PlanningProfile(DatasetProfile* scratch) const {
-  absl::MutexLock lock(&mu_);
-  if (cached_count_ == 0) return profile_;
-  *scratch = profile_;
-  for (size_t id = 0; id < cached_.size(); ++id) scratch->samples[id].cached = cached_[id] != 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (cached_count_ == 0 && !options_.held_here) return profile_;
+    *scratch = profile_;
+    for (size_t id = 0; id < cached_.size(); ++id) scratch->samples[id].cached = cached_[id] != 0;
+  }
+  // Outside the lock: the predicate takes the cache's own.
+  if (options_.held_here) {
+    uint64_t held = 0;
+    for (SampleProfile& sample : scratch->samples) {
+      sample.held_here = options_.held_here(sample.id);
+      held += sample.held_here;
+    }
+    if (held > 0) spdlog::info("smartoff: {} samples held on this node: RAW crosses no link", held);
+  }
   return *scratch;
 }
 

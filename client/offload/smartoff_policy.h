@@ -43,6 +43,11 @@ struct SmartoffOptions {
   // must hold RAW. Without JPEG_CROP, smartoff plans as it did before the
   // lossless crop existed (for comparisons).
   StageSet stages = StageSet::All();
+  // Whether this node holds a sample's file (its sample cache): such a sample
+  // is planned as costing no link and no storage node at RAW
+  // (SampleProfile.held_here). Asked for every sample before each plan. Empty
+  // = nothing is held.
+  std::function<bool(uint64_t id)> held_here;
 
   // The one place these are checked; names the offending field.
   absl::Status Validate() const;

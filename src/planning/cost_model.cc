@@ -21,6 +21,11 @@ StageCost SampleStageCost(const SampleProfile& sample, Stage stage, Stage target
   StageCost cost;
   cost.bytes = sample.bytes[stage];
   cost.raw_bytes = sample.cached ? 0 : sample.bytes[kFirstStage];
+  if (sample.held_here && stage == kFirstStage) {
+    // From this node's own cache: nothing is read, sent or received.
+    cost.bytes = 0;
+    cost.raw_bytes = 0;
+  }
   // The ops on the way to `stage` run on the storage node, those from it on
   // here (a sample sent RAW is decoded straight from the file, without the
   // lossless crop: NextOp's path).

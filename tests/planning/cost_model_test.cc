@@ -124,6 +124,27 @@ TEST(CostModelTest, ACachedSampleCostsNoRead) {
   EXPECT_DOUBLE_EQ(raw->remote_cpu_s, p.samples[0].bytes[kFirstStage] * 1e-3);
 }
 
+TEST(CostModelTest, ASampleHeldHereCostsNoLinkAndNoStorageNodeAtRaw) {
+  DatasetProfile p = TwoSamples();
+  p.samples[1].held_here = true;
+  const StageCost raw = SampleStageCost(p.samples[1], Stage::kRaw);
+  EXPECT_EQ(raw.bytes, 0u);
+  EXPECT_EQ(raw.raw_bytes, 0u);
+  EXPECT_EQ(raw.remote_ns, 0);
+  EXPECT_EQ(raw.local_ns, SampleStageCost(p.samples[0], Stage::kRaw).local_ns +
+                              CpuNanos(p.samples[1].client.Between(kFirstStage, kLastStage)) -
+                              CpuNanos(p.samples[0].client.Between(kFirstStage, kLastStage)));
+  // Planned further it is the storage node's job like any other sample.
+  const StageCost cropped = SampleStageCost(p.samples[1], Stage::kCropped);
+  EXPECT_EQ(cropped.bytes, 300u);
+  EXPECT_EQ(cropped.raw_bytes, p.samples[1].bytes[kFirstStage]);
+  Resources r = SomeResources();
+  absl::StatusOr<PlanCost> c = EvaluatePlan(p, r, {0, 1}, {Stage::kRaw, Stage::kRaw});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->wire_bytes, p.samples[0].bytes[kFirstStage]);
+  EXPECT_DOUBLE_EQ(c->net_s, p.samples[0].bytes[kFirstStage] / r.net_bytes_per_s);
+}
+
 TEST(CostModelTest, GpuCountsWholeBatches) {
   const DatasetProfile p = TwoSamples();
   Resources r = SomeResources();

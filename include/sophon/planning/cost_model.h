@@ -10,7 +10,8 @@
 //
 // A sample planned at stage k costs its stage-k payload on the wire, the ops
 // up to k on the storage node and the ops after k on the training node (RAW:
-// every op on the training node).
+// every op on the training node). One this node holds (SampleProfile.held_here)
+// costs neither wire nor storage node at RAW.
 #ifndef SOPHON_PLANNING_COST_MODEL_H_
 #define SOPHON_PLANNING_COST_MODEL_H_
 

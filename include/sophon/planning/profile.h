@@ -32,6 +32,12 @@ struct SampleProfile {
   // (sophon-server --cache-bytes): planned without a read. Not stored in
   // profile files; smartoff sets it from what the servers report.
   bool cached = false;
+  // This training node holds the sample's file (its sample cache,
+  // sophon-train --local-cache-bytes): planned at RAW it crosses no link and
+  // costs the storage node nothing; planned at a later stage it is a job for
+  // the storage node as any other. Not stored in profile files; smartoff sets
+  // it from the cache before each plan.
+  bool held_here = false;
 };
 
 // How a profile's op times were obtained.
