@@ -842,6 +842,11 @@ int main(int argc, char** argv) {
     smartoff_options.held_here = [cache = loader_options.sample_cache.get()](uint64_t id) {
       return cache->Contains(id);
     };
+    if (loader_options.sample_cache->options().policy == sophon::CachePolicy::kNoEvict) {
+      smartoff_options.cache_room_bytes = [cache = loader_options.sample_cache.get()] {
+        return cache->options().bytes - cache->stats().bytes;
+      };
+    }
   }
   const std::string profile_out = absl::GetFlag(FLAGS_profile_out);
   const bool fixed = sophon::IsFixedKind(*mode);

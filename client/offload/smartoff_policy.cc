@@ -10,6 +10,7 @@
 #include "client/offload/net_probe.h"
 #include "client/offload/profile_pass.h"
 #include "sophon/planning/profile_csv.h"
+#include "sophon/data/cached_source.h"
 #include "sophon/planning/cost_model.h"
 #include "spdlog/spdlog.h"
 
@@ -140,6 +141,7 @@ absl::Status SmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const uint64_
                  "planned without a read", cached_samples());
   }
   absl::StatusOr<PlanResult> plan = MakePlan(options_.planner, planning, r, order);
+  if (plan.ok()) PlanCacheFill(planning, r, order, &*plan);
   std::vector<Stage> stages;
   if (plan.ok()) {
     spdlog::info("smartoff {} plan ({}): {}", EpochName(epoch), PlannerKindName(options_.planner),
@@ -198,6 +200,34 @@ const DatasetProfile& SmartoffPolicy::PlanningProfile(DatasetProfile* scratch) c
     if (held > 0) spdlog::info("smartoff: {} samples held on this node: RAW crosses no link", held);
   }
   return *scratch;
+}
+
+void SmartoffPolicy::PlanCacheFill(const DatasetProfile& planning, const Resources& r,
+                                   absl::Span<const uint64_t> ids, PlanResult* plan) const {
+  if (!options_.cache_room_bytes) return;
+  int64_t room = options_.cache_room_bytes();
+  if (room <= 0) return;
+  const int64_t room_before = room;
+  int64_t filled = 0;
+  for (size_t i = 0; i < ids.size() && room > 0; ++i) {
+    if (ids[i] >= planning.samples.size()) continue;
+    const SampleProfile& sample = planning.samples[ids[i]];
+    if (sample.held_here) continue;
+    const int64_t cost =
+        static_cast<int64_t>(sample.bytes[kFirstStage]) + kCacheEntryOverheadBytes;
+    if (cost > room) continue;
+    room -= cost;  // RAW already or made RAW: it arrives whole and is kept
+    if (plan->stages[i] != kFirstStage) {
+      plan->stages[i] = kFirstStage;
+      ++filled;
+    }
+  }
+  if (filled == 0) return;
+  absl::StatusOr<PlanCost> cost = EvaluatePlan(planning, r, ids, plan->stages);
+  if (cost.ok()) plan->cost = *cost;
+  spdlog::info("smartoff: {} more samples fetched whole to fill this node's sample cache "
+               "({:.1f} of {:.1f} MB of room); predicted {:.2f} s",
+               filled, (room_before - room) / 1e6, room_before / 1e6, plan->cost.epoch_s);
 }
 
 uint64_t SmartoffPolicy::cached_samples() const {
@@ -303,11 +333,13 @@ bool SmartoffPolicy::MaybeReplan() {
   // Planning runs without the lock: the loader keeps sending meanwhile, and
   // only the positions it has not asked for yet take the new plan.
   DatasetProfile scratch;
-  absl::StatusOr<PlanResult> plan = MakePlan(options_.planner, PlanningProfile(&scratch), r, rest);
+  const DatasetProfile& planning = PlanningProfile(&scratch);
+  absl::StatusOr<PlanResult> plan = MakePlan(options_.planner, planning, r, rest);
   if (!plan.ok()) {
     spdlog::error("smartoff: re-planning failed: {}", std::string(plan.status().message()));
     return false;
   }
+  PlanCacheFill(planning, r, rest, &*plan);
   absl::MutexLock lock(&mu_);
   event.position = from;
   event.detail = absl::StrJoin(details, ", ");

@@ -48,6 +48,12 @@ struct SmartoffOptions {
   // (SampleProfile.held_here). Asked for every sample before each plan. Empty
   // = nothing is held.
   std::function<bool(uint64_t id)> held_here;
+  // The bytes this node's sample cache can still keep (a noevict cache that
+  // is not full; 0 otherwise). While there is room, each plan fetches whole
+  // (RAW) the first samples of its order that are not held, as many as fit,
+  // so that later epochs find them here: a filling epoch moves more bytes
+  // over the link, every later one fewer. Empty = no cache to fill.
+  std::function<int64_t()> cache_room_bytes;
 
   // The one place these are checked; names the offending field.
   absl::Status Validate() const;
@@ -105,6 +111,10 @@ class SmartoffPolicy final : public OffloadPolicy {
   // cache marked `cached` (planned without a read), in *scratch; profile_
   // itself when there are none.
   const DatasetProfile& PlanningProfile(DatasetProfile* scratch) const;
+  // SmartoffOptions.cache_room_bytes: the first samples of `ids` that are not
+  // held and fit the room go RAW in *plan, whose cost is evaluated again.
+  void PlanCacheFill(const DatasetProfile& planning, const Resources& r,
+                     absl::Span<const uint64_t> ids, PlanResult* plan) const;
   // If a measurement drifted beyond the threshold: updates the resources and
   // re-plans the positions not yet requested. true if it re-planned.
   bool MaybeReplan();
