@@ -1,5 +1,6 @@
 #include "client/offload/smartoff_policy.h"
 
+#include <algorithm>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "sophon/data/cached_source.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
@@ -116,6 +118,84 @@ TEST_F(SmartoffPolicyTest, CacheHitsArePlannedWithoutARead) {
   miss.id = 3;
   policy_->OnSample(miss);
   EXPECT_EQ(policy_->cached_samples(), 499u);
+}
+
+// A policy over UniformProfile at 100 Mbit/s with 2 storage CPUs: without a
+// cache it offloads samples (RAW alone would need 8 s of link).
+std::unique_ptr<SmartoffPolicy> CachePolicy(std::function<bool(uint64_t)> held,
+                                            std::function<int64_t()> room,
+                                            Resources resources = TestResources()) {
+  SmartoffOptions options;
+  options.gpu_batch_seconds = 0.01;
+  options.held_here = std::move(held);
+  options.cache_room_bytes = std::move(room);
+  return std::make_unique<SmartoffPolicy>(UniformProfile(), resources, options, 1.0,
+                                          [] { return absl::UnixEpoch(); });
+}
+
+// A slow link beside many storage CPUs: the plan offloads every sample.
+Resources SlowLink() {
+  Resources r = TestResources();
+  r.net_bytes_per_s = 1.25e5;  // 1 Mbit/s
+  r.remote_cpus = 64;
+  return r;
+}
+
+TEST(SmartoffCacheTest, SamplesHeldHereArePlannedWithoutALink) {
+  std::vector<uint64_t> order(kSamples);
+  std::iota(order.begin(), order.end(), 0);
+  std::unique_ptr<SmartoffPolicy> none = CachePolicy(nullptr, nullptr);
+  ASSERT_TRUE(none->BeginEpoch(0, order).ok());
+  std::unique_ptr<SmartoffPolicy> held =
+      CachePolicy([](uint64_t id) { return id < kSamples / 2; }, nullptr);
+  ASSERT_TRUE(held->BeginEpoch(0, order).ok());
+  // Half the set here: less on the link and a faster predicted epoch.
+  EXPECT_LT(held->last_plan().cost.wire_bytes, none->last_plan().cost.wire_bytes);
+  EXPECT_LT(held->last_plan().cost.epoch_s, none->last_plan().cost.epoch_s);
+  DatasetProfile profile = UniformProfile();
+  for (uint64_t id = 0; id < kSamples / 2; ++id) profile.samples[id].held_here = true;
+  absl::StatusOr<PlanCost> cost =
+      EvaluatePlan(profile, held->resources(), order, held->last_plan().stages);
+  ASSERT_TRUE(cost.ok());
+  EXPECT_NEAR(held->last_plan().cost.epoch_s, cost->epoch_s, 1e-9);
+}
+
+TEST(SmartoffCacheTest, ACacheWithRoomIsFilledWithTheFirstSamplesNotHeld) {
+  std::vector<uint64_t> order(kSamples);
+  std::iota(order.begin(), order.end(), 0);
+  std::reverse(order.begin(), order.end());
+  const int64_t per = 100000 + kCacheEntryOverheadBytes;
+  auto held = [](uint64_t id) { return id == kSamples - 1; };
+  // Without room nothing is fetched whole: the slow link makes the plan offload.
+  std::unique_ptr<SmartoffPolicy> held_only = CachePolicy(held, nullptr, SlowLink());
+  ASSERT_TRUE(held_only->BeginEpoch(0, order).ok());
+  for (int p = 1; p < kSamples; ++p) {
+    ASSERT_NE(held_only->last_plan().stages[p], kFirstStage) << "position " << p;
+  }
+  // Room for 10 samples; the first sample of the order (999) is held already.
+  std::unique_ptr<SmartoffPolicy> policy = CachePolicy(held, [per] { return 10 * per; }, SlowLink());
+  ASSERT_TRUE(policy->BeginEpoch(0, order).ok());
+  std::vector<SampleAssignment> out(kSamples);
+  policy->Plan(0, order, absl::MakeSpan(out));
+  for (int p = 1; p <= 10; ++p) {
+    EXPECT_EQ(out[p].stage, kFirstStage) << "position " << p << ": not fetched whole";
+  }
+  for (int p = 11; p < kSamples; ++p) {
+    EXPECT_EQ(out[p].stage, held_only->last_plan().stages[p]) << "position " << p;
+  }
+  // The prediction is the cost of the stages as planned.
+  DatasetProfile profile = UniformProfile();
+  profile.samples[kSamples - 1].held_here = true;
+  absl::StatusOr<PlanCost> cost =
+      EvaluatePlan(profile, policy->resources(), order, policy->last_plan().stages);
+  ASSERT_TRUE(cost.ok());
+  EXPECT_NEAR(policy->last_plan().cost.epoch_s, cost->epoch_s, 1e-9);
+  EXPECT_GT(policy->last_plan().cost.epoch_s, held_only->last_plan().cost.epoch_s)
+      << "filling moves more bytes over the slow link this epoch";
+  // No room: the plan is the one without filling.
+  std::unique_ptr<SmartoffPolicy> full = CachePolicy(held, [] { return int64_t{0}; }, SlowLink());
+  ASSERT_TRUE(full->BeginEpoch(0, order).ok());
+  EXPECT_EQ(full->last_plan().stages, held_only->last_plan().stages);
 }
 
 TEST_F(SmartoffPolicyTest, FasterLinkTriggersOneNetworkReplan) {
