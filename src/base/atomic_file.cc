@@ -68,10 +68,12 @@ absl::Status AtomicFileWriter::Append(const void* data, size_t size) {
   return absl::OkStatus();
 }
 
-absl::Status AtomicFileWriter::Commit() {
+absl::Status AtomicFileWriter::Commit(Sync sync) {
   if (!error_.ok()) return error_;
   if (committed_ || fd_ < 0) return absl::FailedPreconditionError("the file is already committed");
-  if (fsync(fd_) != 0) return Fail(errno, absl::StrCat("cannot fsync '", temp_path_, "'"));
+  if (sync == Sync::kDurable && fsync(fd_) != 0) {
+    return Fail(errno, absl::StrCat("cannot fsync '", temp_path_, "'"));
+  }
   const int fd = fd_;
   fd_ = -1;
   if (close(fd) != 0) return Fail(errno, absl::StrCat("cannot close '", temp_path_, "'"));
@@ -79,6 +81,7 @@ absl::Status AtomicFileWriter::Commit() {
     return Fail(errno, absl::StrCat("cannot rename '", temp_path_, "' to '", path_, "'"));
   }
   committed_ = true;
+  if (sync == Sync::kAtomicOnly) return absl::OkStatus();
   // The rename is durable once the folder's entry is on disk.
   const std::string folder = FolderOf(path_);
   const int dir = open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

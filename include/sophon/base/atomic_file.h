@@ -30,9 +30,18 @@ class AtomicFileWriter {
 
   // Appends `size` bytes. After an error every later call fails with it.
   absl::Status Append(const void* data, size_t size);
-  // fsync, close, rename over the destination, fsync of the folder. Errors
-  // name the file; the destination keeps its old content then.
-  absl::Status Commit();
+  // How Commit makes the file durable.
+  enum class Sync {
+    kDurable,  // fsync of the file before the rename and of its folder after
+    // No fsync: readers see the old content or the whole new one, but a crash
+    // of the machine may leave a short or empty file (for caches whose entries
+    // carry their own checksum).
+    kAtomicOnly,
+  };
+  // fsync (kDurable), close, rename over the destination, fsync of the
+  // folder (kDurable). Errors name the file; the destination keeps its old
+  // content then.
+  absl::Status Commit(Sync sync = Sync::kDurable);
 
   const std::string& path() const { return path_; }
   const std::string& temp_path() const { return temp_path_; }
