@@ -99,6 +99,14 @@ ABSL_FLAG(std::string, local_cache_policy, "noevict",
           "What --local-cache-bytes keeps: noevict (the first files that fit, never evicted: "
           "under a random order every later epoch hits capacity/dataset of its samples) or lru "
           "(evicts the least recently used). Default noevict.");
+ABSL_FLAG(std::string, local_cache_dir, "",
+          "A folder on this node's local disk that keeps whole sample files across runs (a "
+          "folder per dataset fingerprint: another dataset never reads them), shared by every "
+          "process of the node that names it (ranks, Python loaders): a restarted or later job "
+          "starts warm. Needs --local-cache-dir-bytes. Default: none.");
+ABSL_FLAG(int64_t, local_cache_dir_bytes, 0,
+          "What --local-cache-dir may hold for this dataset, in bytes (each file plus a 40-byte "
+          "header); once full nothing more is written. Default 0.");
 ABSL_FLAG(bool, finetune, false,
           "Train only the classifier head of --init-checkpoint's network, on the features of its "
           "frozen backbone (the features stage: the pooled activations in front of the head). A "
@@ -760,7 +768,23 @@ int main(int argc, char** argv) {
   // --finetune: the job ends at FEATURES, and this node holds the frozen
   // backbone for the samples that arrive before it.
   std::unique_ptr<sophon::Backbone> backbone;
-  if (absl::GetFlag(FLAGS_local_cache_bytes) != 0) {
+  if (absl::GetFlag(FLAGS_local_cache_bytes) != 0 || !absl::GetFlag(FLAGS_local_cache_dir).empty()) {
+    std::unique_ptr<sophon::DiskSampleCache> disk;
+    if (!absl::GetFlag(FLAGS_local_cache_dir).empty()) {
+      sophon::DiskSampleCacheOptions disk_options;
+      disk_options.dir = absl::GetFlag(FLAGS_local_cache_dir);
+      disk_options.max_bytes = absl::GetFlag(FLAGS_local_cache_dir_bytes);
+      disk_options.fingerprint = manifest.fingerprint();
+      disk_options.num_samples = manifest.num_samples();
+      absl::StatusOr<std::unique_ptr<sophon::DiskSampleCache>> opened =
+          sophon::DiskSampleCache::Open(disk_options);
+      if (!opened.ok()) {
+        return Fail(sophon::FlagError(disk_options.max_bytes <= 0 ? "--local-cache-dir-bytes"
+                                                                   : "--local-cache-dir",
+                                      opened.status()));
+      }
+      disk = *std::move(opened);
+    }
     sophon::CacheOptions cache_options;
     cache_options.bytes = absl::GetFlag(FLAGS_local_cache_bytes);
     absl::StatusOr<sophon::CachePolicy> policy =
@@ -768,7 +792,7 @@ int main(int argc, char** argv) {
     if (!policy.ok()) return Fail(sophon::FlagError("--local-cache-policy", policy.status()));
     cache_options.policy = *policy;
     absl::StatusOr<std::unique_ptr<sophon::SampleCache>> cache =
-        sophon::SampleCache::Create(cache_options);
+        sophon::SampleCache::Create(cache_options, std::move(disk));
     if (!cache.ok()) return Fail(sophon::FlagError("--local-cache-bytes", cache.status()));
     loader_options.sample_cache = *std::move(cache);
     spdlog::info("sample cache: up to {:.1f} MB of whole files on this node ({})",
@@ -844,7 +868,7 @@ int main(int argc, char** argv) {
     };
     if (loader_options.sample_cache->options().policy == sophon::CachePolicy::kNoEvict) {
       smartoff_options.cache_room_bytes = [cache = loader_options.sample_cache.get()] {
-        return cache->options().bytes - cache->stats().bytes;
+        return cache->RoomBytes();
       };
     }
   }

@@ -70,6 +70,7 @@ class DiskSampleCache {
 
   DiskSampleCacheStats stats() const;
   const std::string& folder() const { return folder_; }
+  const DiskSampleCacheOptions& options() const { return options_; }
   std::string EntryPath(uint64_t id) const;
 
   static constexpr int64_t kHeaderBytes = 40;

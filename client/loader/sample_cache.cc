@@ -24,36 +24,57 @@ int64_t Cost(size_t bytes) { return static_cast<int64_t>(bytes) + kCacheEntryOve
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SampleCache>> SampleCache::Create(const CacheOptions& options) {
+absl::StatusOr<std::unique_ptr<SampleCache>> SampleCache::Create(
+    const CacheOptions& options, std::unique_ptr<DiskSampleCache> disk) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
-  return std::unique_ptr<SampleCache>(new SampleCache(options));
+  return std::unique_ptr<SampleCache>(new SampleCache(options, std::move(disk)));
 }
 
 bool SampleCache::Get(uint64_t id, std::string* out) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(id);
+    if (it != entries_.end()) {
+      Entry& entry = it->second;
+      if (Crc32(entry.bytes) == entry.crc) {
+        if (options_.policy == CachePolicy::kLru) lru_.splice(lru_.begin(), lru_, entry.lru);
+        *out = entry.bytes;
+        ++stats_.hits;
+        stats_.hit_bytes += entry.bytes.size();
+        return true;
+      }
+      ++stats_.corrupt;
+      EraseLocked(id);
+    }
+    if (disk_ == nullptr) {
+      ++stats_.misses;
+      return false;
+    }
+  }
+  // The disk tier, without this cache's lock (it checks its own entries).
+  if (!disk_->Get(id, out)) {
+    absl::MutexLock lock(&mu_);
+    ++stats_.misses;
+    return false;
+  }
+  PutInMemory(id, *out, Crc32(*out));
   absl::MutexLock lock(&mu_);
-  auto it = entries_.find(id);
-  if (it == entries_.end()) {
-    ++stats_.misses;
-    return false;
-  }
-  Entry& entry = it->second;
-  if (Crc32(entry.bytes) != entry.crc) {
-    ++stats_.corrupt;
-    ++stats_.misses;
-    EraseLocked(id);
-    return false;
-  }
-  if (options_.policy == CachePolicy::kLru) lru_.splice(lru_.begin(), lru_, entry.lru);
-  *out = entry.bytes;
   ++stats_.hits;
-  stats_.hit_bytes += entry.bytes.size();
+  ++stats_.disk_hits;
+  stats_.hit_bytes += out->size();
   return true;
 }
 
 bool SampleCache::Put(uint64_t id, absl::string_view bytes) {
-  const int64_t cost = Cost(bytes.size());
   // The checksum outside the lock: it reads only the caller's bytes.
-  const uint32_t crc = Crc32(bytes);
+  const bool in_memory = PutInMemory(id, bytes, Crc32(bytes));
+  const bool on_disk = disk_ != nullptr && disk_->Put(id, bytes);
+  return in_memory || on_disk;
+}
+
+bool SampleCache::PutInMemory(uint64_t id, absl::string_view bytes, uint32_t crc) {
+  if (options_.bytes == 0) return false;  // no memory tier
+  const int64_t cost = Cost(bytes.size());
   absl::MutexLock lock(&mu_);
   if (entries_.contains(id)) return true;
   if (cost > options_.bytes) {
@@ -84,8 +105,20 @@ bool SampleCache::Put(uint64_t id, absl::string_view bytes) {
 }
 
 bool SampleCache::Contains(uint64_t id) const {
+  {
+    absl::MutexLock lock(&mu_);
+    if (entries_.contains(id)) return true;
+  }
+  return disk_ != nullptr && disk_->Contains(id);
+}
+
+int64_t SampleCache::RoomBytes() const {
+  if (disk_ != nullptr) {
+    return std::max<int64_t>(0, disk_->options().max_bytes - disk_->stats().usage_bytes);
+  }
+  if (options_.policy != CachePolicy::kNoEvict) return 0;
   absl::MutexLock lock(&mu_);
-  return entries_.contains(id);
+  return std::max<int64_t>(0, options_.bytes - stats_.bytes);
 }
 
 SampleCacheStats SampleCache::stats() const {

@@ -12,6 +12,11 @@
 //
 // A corrupt entry (its CRC-32 no longer matches) is dropped and reported as a
 // miss, so the sample is fetched again and never trained on.
+//
+// With a disk tier (DiskSampleCache: kept across runs, shared by the
+// processes of a node), a sample missing in memory is looked up on disk (and
+// kept in memory if there is room), and every file kept is also written
+// there. Memory may then be 0 bytes: the page cache holds what is read.
 #ifndef SOPHON_CLIENT_LOADER_SAMPLE_CACHE_H_
 #define SOPHON_CLIENT_LOADER_SAMPLE_CACHE_H_
 
@@ -26,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "client/loader/disk_sample_cache.h"
 #include "sophon/data/cached_source.h"
 
 namespace sophon {
@@ -38,6 +44,7 @@ struct SampleCacheStats {
   uint64_t evicted = 0;       // kLru only
   uint64_t rejected = 0;      // Puts not kept: no room (kNoEvict) or larger than the bound
   uint64_t hit_bytes = 0;     // the sample bytes that hits returned (what was not fetched)
+  uint64_t disk_hits = 0;     // hits found on the disk tier (counted in hits too)
   int64_t entries = 0;
   int64_t bytes = 0;          // held, kCacheEntryOverheadBytes per entry included; <= options.bytes
 };
@@ -45,7 +52,9 @@ struct SampleCacheStats {
 class SampleCache {
  public:
   // InvalidArgument naming the field for options that do not validate.
-  static absl::StatusOr<std::unique_ptr<SampleCache>> Create(const CacheOptions& options);
+  // `disk`: the disk tier, or null.
+  static absl::StatusOr<std::unique_ptr<SampleCache>> Create(
+      const CacheOptions& options, std::unique_ptr<DiskSampleCache> disk = nullptr);
 
   // Copies sample `id`'s file into *out and returns true when it is held and
   // intact; a corrupt entry is dropped and counted. Thread-safe.
@@ -54,10 +63,14 @@ class SampleCache {
   // returns whether it is held afterwards. A sample held already is left as
   // it is. Thread-safe.
   bool Put(uint64_t id, absl::string_view bytes);
-  bool Contains(uint64_t id) const;
+  bool Contains(uint64_t id) const;  // in memory or known on disk
+  const DiskSampleCache* disk() const { return disk_.get(); }
 
   SampleCacheStats stats() const;
   const CacheOptions& options() const { return options_; }
+  // What a noevict cache can still keep: the disk tier's room when there is
+  // one (it keeps every file kept), else memory's; 0 for LRU.
+  int64_t RoomBytes() const;
 
   // Flips a byte of a held entry (tests of the checksum); false if not held.
   bool CorruptForTest(uint64_t id);
@@ -68,10 +81,14 @@ class SampleCache {
     uint32_t crc = 0;
     std::list<uint64_t>::iterator lru;  // kLru: position in lru_
   };
-  explicit SampleCache(const CacheOptions& options) : options_(options) {}
+  SampleCache(const CacheOptions& options, std::unique_ptr<DiskSampleCache> disk)
+      : options_(options), disk_(std::move(disk)) {}
   void EraseLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The memory tier's part of Put.
+  bool PutInMemory(uint64_t id, absl::string_view bytes, uint32_t crc);
 
   const CacheOptions options_;
+  const std::unique_ptr<DiskSampleCache> disk_;  // null: memory only
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::list<uint64_t> lru_ ABSL_GUARDED_BY(mu_);  // most recently used first (kLru)
