@@ -315,6 +315,9 @@ const sophon::FlagNames kFlagNames = {
     {"LoaderOptions.workers", "--workers"},
     {"LoaderOptions.prefetch_batches", "--prefetch-batches"},
     {"LoaderOptions.feature_cache_bytes", "--feature-cache-bytes"},
+    {"LocalCacheOptions.memory_bytes", "--local-cache-bytes"},
+    {"LocalCacheOptions.dir_bytes", "--local-cache-dir-bytes"},
+    {"LocalCacheOptions.dir", "--local-cache-dir"},
     {"LoaderOptions.shuffle_window", "--shuffle-window"},
     {"TrainerOptions.finetune", "--finetune"},
     {"LoaderOptions.pipeline.augment", "--crop-size/--scale/--ratio"},
@@ -768,35 +771,27 @@ int main(int argc, char** argv) {
   // --finetune: the job ends at FEATURES, and this node holds the frozen
   // backbone for the samples that arrive before it.
   std::unique_ptr<sophon::Backbone> backbone;
-  if (absl::GetFlag(FLAGS_local_cache_bytes) != 0 || !absl::GetFlag(FLAGS_local_cache_dir).empty()) {
-    std::unique_ptr<sophon::DiskSampleCache> disk;
-    if (!absl::GetFlag(FLAGS_local_cache_dir).empty()) {
-      sophon::DiskSampleCacheOptions disk_options;
-      disk_options.dir = absl::GetFlag(FLAGS_local_cache_dir);
-      disk_options.max_bytes = absl::GetFlag(FLAGS_local_cache_dir_bytes);
-      disk_options.fingerprint = manifest.fingerprint();
-      disk_options.num_samples = manifest.num_samples();
-      absl::StatusOr<std::unique_ptr<sophon::DiskSampleCache>> opened =
-          sophon::DiskSampleCache::Open(disk_options);
-      if (!opened.ok()) {
-        return Fail(sophon::FlagError(disk_options.max_bytes <= 0 ? "--local-cache-dir-bytes"
-                                                                   : "--local-cache-dir",
-                                      opened.status()));
-      }
-      disk = *std::move(opened);
-    }
-    sophon::CacheOptions cache_options;
-    cache_options.bytes = absl::GetFlag(FLAGS_local_cache_bytes);
+  {
+    sophon::LocalCacheOptions cache_options;
+    cache_options.memory_bytes = absl::GetFlag(FLAGS_local_cache_bytes);
     absl::StatusOr<sophon::CachePolicy> policy =
         sophon::ParseCachePolicy(absl::GetFlag(FLAGS_local_cache_policy));
     if (!policy.ok()) return Fail(sophon::FlagError("--local-cache-policy", policy.status()));
     cache_options.policy = *policy;
-    absl::StatusOr<std::unique_ptr<sophon::SampleCache>> cache =
-        sophon::SampleCache::Create(cache_options, std::move(disk));
-    if (!cache.ok()) return Fail(sophon::FlagError("--local-cache-bytes", cache.status()));
+    cache_options.dir = absl::GetFlag(FLAGS_local_cache_dir);
+    cache_options.dir_bytes = absl::GetFlag(FLAGS_local_cache_dir_bytes);
+    absl::StatusOr<std::shared_ptr<sophon::SampleCache>> cache =
+        sophon::OpenSampleCache(cache_options, manifest.fingerprint(), manifest.num_samples());
+    if (!cache.ok()) return Fail(cache.status());
     loader_options.sample_cache = *std::move(cache);
-    spdlog::info("sample cache: up to {:.1f} MB of whole files on this node ({})",
-                 cache_options.bytes / 1e6, absl::GetFlag(FLAGS_local_cache_policy));
+    if (loader_options.sample_cache != nullptr) {
+      spdlog::info("sample cache: {:.1f} MB in memory ({}){}", cache_options.memory_bytes / 1e6,
+                   std::string(sophon::CachePolicyName(cache_options.policy)),
+                   cache_options.dir.empty()
+                       ? std::string()
+                       : absl::StrCat(", ", cache_options.dir_bytes / 1e6, " MB in ",
+                                      cache_options.dir));
+    }
   }
   if (absl::GetFlag(FLAGS_finetune)) {
     sophon::BackboneOptions backbone_options;
@@ -861,17 +856,8 @@ int main(int argc, char** argv) {
   if (absl::Status s = SmartoffOptionsFromFlags(*mode, &smartoff_options); !s.ok()) {
     return Fail(s);
   }
-  if (loader_options.sample_cache != nullptr) {
-    // The plan knows what this node holds (the loader keeps the cache alive).
-    smartoff_options.held_here = [cache = loader_options.sample_cache.get()](uint64_t id) {
-      return cache->Contains(id);
-    };
-    if (loader_options.sample_cache->options().policy == sophon::CachePolicy::kNoEvict) {
-      smartoff_options.cache_room_bytes = [cache = loader_options.sample_cache.get()] {
-        return cache->RoomBytes();
-      };
-    }
-  }
+  // The plan knows what this node holds (loader_options keeps the cache alive).
+  sophon::PlanWithSampleCache(loader_options.sample_cache.get(), &smartoff_options);
   const std::string profile_out = absl::GetFlag(FLAGS_profile_out);
   const bool fixed = sophon::IsFixedKind(*mode);
   if (fixed && !profile_out.empty() && (*servers)->size() > 1) {

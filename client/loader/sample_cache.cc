@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 
 namespace sophon {
 namespace {
@@ -141,6 +143,48 @@ void SampleCache::EraseLocked(uint64_t id) {
   --stats_.entries;
   if (options_.policy == CachePolicy::kLru) lru_.erase(it->second.lru);
   entries_.erase(it);
+}
+
+absl::Status LocalCacheOptions::Validate() const {
+  if (memory_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LocalCacheOptions.memory_bytes must be >= 0 (got ", memory_bytes, ")"));
+  }
+  if (!dir.empty() && dir_bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LocalCacheOptions.dir_bytes must be > 0 with a folder (got ", dir_bytes, ")"));
+  }
+  if (dir.empty() && dir_bytes != 0) {
+    return absl::InvalidArgumentError("LocalCacheOptions.dir_bytes needs LocalCacheOptions.dir");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<SampleCache>> OpenSampleCache(const LocalCacheOptions& options,
+                                                            uint64_t fingerprint,
+                                                            uint64_t num_samples) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  if (!options.enabled()) return std::shared_ptr<SampleCache>();
+  std::unique_ptr<DiskSampleCache> disk;
+  if (!options.dir.empty()) {
+    DiskSampleCacheOptions disk_options;
+    disk_options.dir = options.dir;
+    disk_options.max_bytes = options.dir_bytes;
+    disk_options.fingerprint = fingerprint;
+    disk_options.num_samples = num_samples;
+    absl::StatusOr<std::unique_ptr<DiskSampleCache>> opened = DiskSampleCache::Open(disk_options);
+    if (!opened.ok()) {
+      return absl::Status(opened.status().code(),
+                          absl::StrCat("LocalCacheOptions.dir: ", opened.status().message()));
+    }
+    disk = *std::move(opened);
+  }
+  CacheOptions memory;
+  memory.bytes = options.memory_bytes;
+  memory.policy = options.policy;
+  absl::StatusOr<std::unique_ptr<SampleCache>> cache = SampleCache::Create(memory, std::move(disk));
+  if (!cache.ok()) return cache.status();
+  return std::shared_ptr<SampleCache>(*std::move(cache));
 }
 
 }  // namespace sophon

@@ -95,6 +95,25 @@ class SampleCache {
   SampleCacheStats stats_ ABSL_GUARDED_BY(mu_);
 };
 
+// What sophon-train's --local-cache-* flags and sophon.Loader's local_cache_*
+// arguments set.
+struct LocalCacheOptions {
+  int64_t memory_bytes = 0;  // the memory tier's bound; 0 = none
+  CachePolicy policy = CachePolicy::kNoEvict;
+  std::string dir;           // the disk tier's folder; "" = none
+  int64_t dir_bytes = 0;     // its bound (> 0 with a folder)
+
+  bool enabled() const { return memory_bytes > 0 || !dir.empty(); }
+  absl::Status Validate() const;  // names the field
+};
+
+// The cache for a dataset whose manifest has `fingerprint` and
+// `num_samples`: null when !options.enabled(). Errors name the
+// LocalCacheOptions field (or the folder).
+absl::StatusOr<std::shared_ptr<SampleCache>> OpenSampleCache(const LocalCacheOptions& options,
+                                                            uint64_t fingerprint,
+                                                            uint64_t num_samples);
+
 }  // namespace sophon
 
 #endif  // SOPHON_CLIENT_LOADER_SAMPLE_CACHE_H_

@@ -202,6 +202,14 @@ const DatasetProfile& SmartoffPolicy::PlanningProfile(DatasetProfile* scratch) c
   return *scratch;
 }
 
+void PlanWithSampleCache(const SampleCache* cache, SmartoffOptions* options) {
+  if (cache == nullptr) return;
+  options->held_here = [cache](uint64_t id) { return cache->Contains(id); };
+  if (cache->options().policy == CachePolicy::kNoEvict || cache->disk() != nullptr) {
+    options->cache_room_bytes = [cache] { return cache->RoomBytes(); };
+  }
+}
+
 void SmartoffPolicy::PlanCacheFill(const DatasetProfile& planning, const Resources& r,
                                    absl::Span<const uint64_t> ids, PlanResult* plan) const {
   if (!options_.cache_room_bytes) return;

@@ -17,6 +17,7 @@
 #include "client/offload/net_probe.h"
 #include "client/offload/offload_policy.h"
 #include "sophon/planning/cluster_plan.h"
+#include "client/loader/sample_cache.h"
 #include "sophon/planning/planner.h"
 #include "sophon/planning/profile.h"
 #include "sophon/planning/resources.h"
@@ -63,6 +64,11 @@ struct SmartoffOptions {
     return gpu_batch_seconds >= 0 ? gpu_batch_seconds : measured_gpu_batch_seconds;
   }
 };
+
+// Plans with what `cache` holds (SmartoffOptions.held_here) and, for a
+// noevict cache, fills it (cache_room_bytes). The cache must outlive the
+// policy. Nothing when cache is null.
+void PlanWithSampleCache(const SampleCache* cache, SmartoffOptions* options);
 
 // Why smartoff re-planned.
 enum class ReplanReason { kStepTime, kStorageSpeed, kNetwork };
