@@ -177,6 +177,12 @@ class Loader(_Base):
         workers); the training step's seconds per batch (negative: measured from the time
         the caller spends between batches); the drift that re-plans; the stages a plan may
         use ("all", or e.g. "raw,cropped,flipped").
+    local_cache_bytes, local_cache_policy, local_cache_dir, local_cache_dir_bytes: this
+        node's cache of whole sample files, as sophon-train's --local-cache-* flags: up to
+        local_cache_bytes in memory (noevict or lru), and up to local_cache_dir_bytes in
+        the folder local_cache_dir, kept across runs and shared by every loader of the node
+        that names it (the ranks of a node then fetch a sample once). A held sample is not
+        fetched again; smartoff plans with what is held.
     max_batches: only the first N batches of every epoch (0: all), as
         sophon-train's --max-batches; nothing beyond them is fetched.
     connect_timeout: seconds to wait for an unreachable server (finite, > 0).
@@ -196,7 +202,8 @@ class Loader(_Base):
                  on_bad_sample="skip", augment="random", eval_resize=0, output="float32", profile_folder="", max_batches=0,
                  planner="optimal", net_bw=0.0, remote_cpus=0.0, gpu_batch_seconds=-1.0,
                  replan_threshold=0.25, stages="all", connect_timeout=30.0, tls_ca="", tls_cert="", tls_key="", tls_server_name="",
-                 auth_token_file="", shuffle_window=0):
+                 auth_token_file="", shuffle_window=0, local_cache_bytes=0,
+                 local_cache_policy="noevict", local_cache_dir="", local_cache_dir_bytes=0):
         if isinstance(servers, str):
             servers = [s for s in servers.replace(" ", "").split(",") if s]
         servers = [_string("servers", s) for s in servers]
@@ -232,7 +239,12 @@ class Loader(_Base):
             tls_cert=_path("tls_cert", tls_cert), tls_key=_path("tls_key", tls_key),
             tls_server_name=_string("tls_server_name", tls_server_name),
             auth_token_file=_path("auth_token_file", auth_token_file),
-            shuffle_window=shuffle_window)
+            shuffle_window=shuffle_window,
+            local_cache_bytes=_int("local_cache_bytes", local_cache_bytes, 0, _INT64_MAX),
+            local_cache_policy=_string("local_cache_policy", local_cache_policy),
+            local_cache_dir=_path("local_cache_dir", local_cache_dir),
+            local_cache_dir_bytes=_int("local_cache_dir_bytes", local_cache_dir_bytes, 0,
+                                       _INT64_MAX))
         self._epoch = 0
         self._start_position = 0  # where the next iteration of self._epoch starts
         self._cursor = 0          # global position after the last batch yielded

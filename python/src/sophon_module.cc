@@ -110,6 +110,11 @@ struct PyLoaderOptions {
   double replan_threshold = 0.25;
   std::string stages = "all";
   std::string tls_ca, tls_cert, tls_key, tls_server_name, auth_token_file;
+  // This node's sample cache, as sophon-train's --local-cache-* flags.
+  int64_t local_cache_bytes = 0;
+  std::string local_cache_policy = "noevict";
+  std::string local_cache_dir;
+  int64_t local_cache_dir_bytes = 0;
 };
 
 // Batches whose arrays Python has dropped, kept for the loader to reuse their
@@ -211,6 +216,11 @@ class PyLoader {
         Raise(servers.status());
       }
       servers_ = *std::move(servers);
+      absl::Status cache = OpenCache(o);
+      if (!cache.ok()) {
+        py::gil_scoped_acquire acquire;
+        Raise(cache);
+      }
       absl::Status policy = MakePolicy(*mode, o);
       if (!policy.ok()) {
         py::gil_scoped_acquire acquire;
@@ -326,6 +336,12 @@ class PyLoader {
     d["local_cpu_seconds"] = s.local_cpu_seconds;
     d["server_cpu_seconds"] = s.server_cpu_seconds;
     d["stream_breaks"] = s.stream_breaks;
+    d["requested"] = s.requested;
+    d["sample_cache_hits"] = s.sample_cache_hits;
+    d["sample_cache_hit_bytes"] = s.sample_cache_hit_bytes;
+    d["sample_cache_inserted"] = s.sample_cache_inserted;
+    d["sample_cache_entries"] = s.sample_cache_entries;
+    d["sample_cache_bytes"] = s.sample_cache_bytes;
     return d;
   }
 
@@ -339,6 +355,29 @@ class PyLoader {
  private:
   void CheckOpen() const {
     if (!loader_) throw std::runtime_error("the loader is closed");
+  }
+
+  absl::Status OpenCache(const PyLoaderOptions& o) {
+    LocalCacheOptions cache;
+    cache.memory_bytes = o.local_cache_bytes;
+    absl::StatusOr<CachePolicy> policy = ParseCachePolicy(o.local_cache_policy);
+    if (!policy.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("local_cache_policy: ", policy.status().message()));
+    }
+    cache.policy = *policy;
+    cache.dir = o.local_cache_dir;
+    cache.dir_bytes = o.local_cache_dir_bytes;
+    absl::StatusOr<std::shared_ptr<SampleCache>> opened = OpenSampleCache(
+        cache, servers_->manifest().fingerprint(), servers_->manifest().num_samples());
+    if (!opened.ok()) {
+      return WithArgumentNames(opened.status(),
+                               {{"LocalCacheOptions.memory_bytes", "local_cache_bytes"},
+                                {"LocalCacheOptions.dir_bytes", "local_cache_dir_bytes"},
+                                {"LocalCacheOptions.dir", "local_cache_dir"}});
+    }
+    options_.sample_cache = *std::move(opened);
+    return absl::OkStatus();
   }
 
   absl::Status MakePolicy(PlannerKind mode, const PyLoaderOptions& o) {
@@ -358,6 +397,7 @@ class PyLoader {
       return absl::InvalidArgumentError(absl::StrCat("stages: ", stages.status().message()));
     }
     smart.stages = *stages;
+    PlanWithSampleCache(options_.sample_cache.get(), &smart);
     if (absl::Status s = smart.Validate(); !s.ok()) {
       return WithArgumentNames(s, {{"SmartoffOptions.net_bw_mbit", "net_bw"},
                                    {"SmartoffOptions.", ""}});
@@ -482,7 +522,9 @@ PYBIND11_MODULE(_sophon, m) {
                        double remote_cpus, double gpu_batch_seconds, double replan_threshold,
                        std::string stages, std::string tls_ca, std::string tls_cert,
                        std::string tls_key, std::string tls_server_name,
-                       std::string auth_token_file, int shuffle_window) {
+                       std::string auth_token_file, int shuffle_window,
+                       int64_t local_cache_bytes, std::string local_cache_policy,
+                       std::string local_cache_dir, int64_t local_cache_dir_bytes) {
              PyLoaderOptions o;
              o.servers = std::move(servers);
              o.batch_size = batch_size;
@@ -515,6 +557,10 @@ PYBIND11_MODULE(_sophon, m) {
              o.tls_key = std::move(tls_key);
              o.tls_server_name = std::move(tls_server_name);
              o.auth_token_file = std::move(auth_token_file);
+             o.local_cache_bytes = local_cache_bytes;
+             o.local_cache_policy = std::move(local_cache_policy);
+             o.local_cache_dir = std::move(local_cache_dir);
+             o.local_cache_dir_bytes = local_cache_dir_bytes;
              return std::make_unique<PyLoader>(o);
            }),
            py::arg("servers"), py::arg("batch_size"), py::arg("mode"), py::arg("crop_size"),
@@ -526,7 +572,9 @@ PYBIND11_MODULE(_sophon, m) {
            py::arg("profile_folder"), py::arg("planner"), py::arg("net_bw"),
            py::arg("remote_cpus"), py::arg("gpu_batch_seconds"), py::arg("replan_threshold"),
            py::arg("stages"), py::arg("tls_ca"), py::arg("tls_cert"), py::arg("tls_key"),
-           py::arg("tls_server_name"), py::arg("auth_token_file"), py::arg("shuffle_window"))
+           py::arg("tls_server_name"), py::arg("auth_token_file"), py::arg("shuffle_window"),
+           py::arg("local_cache_bytes"), py::arg("local_cache_policy"),
+           py::arg("local_cache_dir"), py::arg("local_cache_dir_bytes"))
       .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("start_position") = 0,
            py::arg("max_batches") = 0)
       .def("next", &PyLoader::Next)

@@ -455,3 +455,42 @@ def test_a_pack_in_the_group_order(tmp_path):
         with sophon.Loader(srv.address, batch_size=4, mode="nooff") as full:
             with pytest.raises(ValueError, match="shuffle_window"):
                 full.load_state_dict(state)
+
+
+def test_local_cache_on_disk_is_shared_and_kept_across_loaders(server, tmp_path):
+    """Two loaders of one node (two ranks, or a job and its restart) naming the same
+    local_cache_dir: what one fetched the other reads from disk, and batches are the same
+    bytes as without a cache."""
+    n = CLASSES * PER_CLASS
+    cache_dir = str(tmp_path / "cache")
+    with sophon.Loader([server.address], batch_size=4, mode="nooff", crop_size=32, seed=5,
+                       workers=1) as plain:
+        want = epoch_arrays(plain, 1)
+    with sophon.Loader([server.address], batch_size=4, mode="nooff", crop_size=32, seed=5,
+                       workers=1, local_cache_dir=cache_dir,
+                       local_cache_dir_bytes=1 << 30) as first:
+        epoch_arrays(first, 0)
+        report = first.report()
+        assert report["requested"] == n
+        assert report["sample_cache_inserted"] == n
+    # A second loader on the same folder: nothing is fetched, the bytes are the same.
+    with sophon.Loader([server.address], batch_size=4, mode="nooff", crop_size=32, seed=5,
+                       workers=1, local_cache_dir=cache_dir,
+                       local_cache_dir_bytes=1 << 30) as second:
+        got = epoch_arrays(second, 1)
+        report = second.report()
+        assert report["requested"] == 0
+        assert report["sample_cache_hits"] == n
+    assert len(got) == len(want)
+    for (a, la, ia), (b, lb, ib) in zip(want, got):
+        assert np.array_equal(ia, ib) and np.array_equal(la, lb)
+        assert a.tobytes() == b.tobytes()
+
+
+def test_local_cache_options_name_themselves(server, tmp_path):
+    with pytest.raises(ValueError, match="local_cache_dir_bytes"):
+        sophon.Loader([server.address], batch_size=4, mode="nooff", crop_size=32,
+                      local_cache_dir=str(tmp_path / "c"))
+    with pytest.raises(ValueError, match="local_cache_policy"):
+        sophon.Loader([server.address], batch_size=4, mode="nooff", crop_size=32,
+                      local_cache_bytes=1 << 20, local_cache_policy="fifo")
