@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +12,7 @@
 #include "client/offload/net_probe.h"
 #include "client/offload/profile_pass.h"
 #include "sophon/planning/profile_csv.h"
+#include "sophon/base/file_lock.h"
 #include "sophon/data/cached_source.h"
 #include "sophon/planning/cost_model.h"
 #include "spdlog/spdlog.h"
@@ -436,6 +439,25 @@ absl::StatusOr<DatasetProfile> LoadOrMakeProfile(
                                  ? DefaultProfileFolder(dataset_name)
                                  : options.profile_folder;
   const int s = loader_options.pipeline.augment.crop_size;
+  // One process of the node at a time loads or makes the profile: the ranks
+  // of a node profile once, the others wait and load what it wrote.
+  std::optional<FileLock> lock;
+  {
+    std::error_code ec;
+    std::filesystem::create_directories(folder, ec);
+    absl::StatusOr<FileLock> taken =
+        FileLock::Acquire((std::filesystem::path(folder) / ".profile.lock").string(), [&] {
+          spdlog::info("smartoff: another process is loading or making the profile in {}; "
+                       "waiting for it",
+                       folder);
+        });
+    if (taken.ok()) {
+      lock.emplace(*std::move(taken));
+    } else {
+      spdlog::warn("smartoff: cannot lock the profile folder ({}); profiling without it",
+                   std::string(taken.status().message()));
+    }
+  }
   absl::StatusOr<DatasetProfile> profile = LoadProfileFolder(folder, fingerprint);
   bool need_profile = false;
   if (profile.ok()) {

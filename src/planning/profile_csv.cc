@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "sophon/base/atomic_file.h"
 #include "sophon/base/csv.h"
 #include "sophon/base/status_macros.h"
 
@@ -303,36 +304,29 @@ absl::StatusOr<DatasetProfile> ReadSophonProfile(const std::string& path) {
 
 absl::Status WriteSophonProfile(const DatasetProfile& profile, const std::string& path) {
   RETURN_IF_ERROR(profile.Validate());
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
-    out << kMagicPrefix << "v" << kVersion << "\n";
-    out << absl::StrFormat(
-        "# dataset=%s fingerprint=%s crop_size=%d server_speed=%.6g times=%s stages=%s\n",
-        EncodeName(profile.dataset), FingerprintHex(profile.fingerprint), profile.crop_size,
-        profile.server_speed_factor, TimesSourceName(profile.times_source),
-        StageSetNames(profile.stages));
-    out << "# units: *_bytes = payload bytes at that stage; *_s = thread CPU seconds of the op "
-           "on the training node; source_pixels = width*height of the encoded image (0 = "
-           "unknown)\n";
-    out << HeaderLine(kVersion) << "\n";
-    for (const SampleProfile& s : profile.samples) {
-      std::string row = absl::StrCat(s.id);
-      for (uint64_t bytes : s.bytes.values) absl::StrAppend(&row, ",", bytes);
-      for (double seconds : s.client.values) absl::StrAppendFormat(&row, ",%.9g", seconds);
-      out << row << "," << s.source_pixels << "\n";
-    }
-    out.flush();
-    if (!out) return absl::InternalError(absl::StrCat("error writing ", tmp));
+  std::string text = absl::StrCat(kMagicPrefix, "v", kVersion, "\n");
+  absl::StrAppendFormat(
+      &text, "# dataset=%s fingerprint=%s crop_size=%d server_speed=%.6g times=%s stages=%s\n",
+      EncodeName(profile.dataset), FingerprintHex(profile.fingerprint), profile.crop_size,
+      profile.server_speed_factor, TimesSourceName(profile.times_source),
+      StageSetNames(profile.stages));
+  absl::StrAppend(&text,
+                  "# units: *_bytes = payload bytes at that stage; *_s = thread CPU seconds of "
+                  "the op on the training node; source_pixels = width*height of the encoded "
+                  "image (0 = unknown)\n",
+                  HeaderLine(kVersion), "\n");
+  for (const SampleProfile& s : profile.samples) {
+    absl::StrAppend(&text, s.id);
+    for (uint64_t bytes : s.bytes.values) absl::StrAppend(&text, ",", bytes);
+    for (double seconds : s.client.values) absl::StrAppendFormat(&text, ",%.9g", seconds);
+    absl::StrAppend(&text, ",", s.source_pixels, "\n");
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message()));
-  }
-  return absl::OkStatus();
+  // A temporary file of its own renamed into place: processes writing the
+  // same profile at once (ranks of a node) never interleave.
+  absl::StatusOr<std::unique_ptr<AtomicFileWriter>> writer = AtomicFileWriter::Open(path);
+  if (!writer.ok()) return writer.status();
+  RETURN_IF_ERROR((*writer)->Append(text.data(), text.size()));
+  return (*writer)->Commit();
 }
 
 std::string DefaultProfileFolder(absl::string_view dataset) {

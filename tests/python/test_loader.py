@@ -494,3 +494,25 @@ def test_local_cache_options_name_themselves(server, tmp_path):
     with pytest.raises(ValueError, match="local_cache_policy"):
         sophon.Loader([server.address], batch_size=4, mode="nooff", crop_size=32,
                       local_cache_bytes=1 << 20, local_cache_policy="fifo")
+
+
+def test_two_ranks_of_a_node_profile_the_dataset_once(server, tmp_path):
+    """Two smartoff loaders started at once with one profile folder: one profiles and writes
+    the profile, the other waits for it and loads it."""
+    folder = str(tmp_path / "profile")
+    script = (
+        "import sys, sophon\n"
+        f"loader = sophon.Loader([{server.address!r}], batch_size=4, mode='smartoff', "
+        f"crop_size=32, workers=1, rank=int(sys.argv[1]), world_size=2, "
+        f"profile_folder={folder!r}, gpu_batch_seconds=0.01)\n"
+        "loader.close()\n")
+    env = dict(os.environ)
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(rank)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for rank in (0, 1)]
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    for p, out in zip(procs, outputs):
+        assert p.returncode == 0, out
+    written = sum(out.count("profile written to") for out in outputs)
+    assert written == 1, "\n".join(outputs)
+    assert os.path.exists(os.path.join(folder, "sample_profile.csv"))
