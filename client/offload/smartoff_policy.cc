@@ -159,6 +159,8 @@ absl::Status SmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const uint64_
   order_.assign(order.begin(), order.end());
   plan_ = std::move(stages);
   planned_ = 0;
+  epoch_start_ = clock_();
+  epoch_steps_ = 0;
   if (plan.ok()) {
     last_plan_ = *plan;
     epoch_prediction_s_ = plan->cost.epoch_s;
@@ -277,6 +279,7 @@ void SmartoffPolicy::OnStep(double step_seconds) {
   {
     absl::MutexLock lock(&mu_);
     step_seconds_.push_back(step_seconds);
+    epoch_steps_++;
   }
   MaybeReplan();
 }
@@ -288,6 +291,9 @@ bool SmartoffPolicy::MaybeReplan() {
   Resources r;
   int64_t from = 0;
   std::vector<uint64_t> rest;
+  // The plan so far assumed no training step (none was given or measured
+  // before the epoch): the epoch's prediction is made again from this one.
+  bool first_step_time = false;
   {
     absl::MutexLock lock(&mu_);
     r = resources_;
@@ -297,6 +303,7 @@ bool SmartoffPolicy::MaybeReplan() {
           Median(std::vector<double>(step_seconds_.begin() + 1, step_seconds_.end()));
       const double old = resources_.gpu_seconds_per_batch;
       if (old == 0 || std::abs(g / old - 1) > th) {
+        first_step_time = old == 0;
         r.gpu_seconds_per_batch = g;
         event.reasons.push_back(ReplanReason::kStepTime);
         details.push_back(absl::StrFormat("training step measured %.3fs/batch (assumed %.3fs)",
@@ -363,6 +370,21 @@ bool SmartoffPolicy::MaybeReplan() {
   spdlog::info("smartoff re-plan at sample {}/{} ({}): {} stages changed; remaining {}", from,
                order_.size(), event.detail, event.stages_changed, DescribePlan(*plan));
   last_plan_ = *plan;
+  if (first_step_time) {
+    // What the epoch takes: the time it has run plus what is left, the
+    // re-planned positions' cost or, when more, the steps still to run (the
+    // batches already requested are not in that plan).
+    const double elapsed = std::max(0.0, absl::ToDoubleSeconds(clock_() - epoch_start_));
+    const int64_t batches =
+        r.batch_size > 0 ? (static_cast<int64_t>(order_.size()) + r.batch_size - 1) / r.batch_size
+                         : 0;
+    const double steps_left =
+        static_cast<double>(std::max<int64_t>(0, batches - epoch_steps_)) * r.gpu_seconds_per_batch;
+    epoch_prediction_s_ = elapsed + std::max(plan->cost.epoch_s, steps_left);
+    spdlog::info("smartoff: {:.2f}s predicted for this epoch with the training step measured "
+                 "({:.2f}s so far, {:.2f}s for the rest; the first plan assumed no step)",
+                 epoch_prediction_s_, elapsed, epoch_prediction_s_ - elapsed);
+  }
   replans_.push_back(std::move(event));
   return true;
 }

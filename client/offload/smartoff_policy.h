@@ -35,7 +35,8 @@ struct SmartoffOptions {
   // (MeasureTrainingStep, client/train/step_measure.h) that the first plan
   // assumes; the first training steps are still measured and re-plan when
   // they drift from it. 0 = not measured (the first plan assumes no step
-  // time). >= 0.
+  // time; its epoch's prediction is made again once the first steps are
+  // timed: the time elapsed then plus the re-planned remainder's). >= 0.
   double measured_gpu_batch_seconds = 0;
   double replan_threshold = 0.25; // relative drift that triggers a re-plan; > 0
   int64_t replan_min_samples = 256;  // observations between drift checks; >= 1
@@ -139,6 +140,8 @@ class SmartoffPolicy final : public OffloadPolicy {
   int64_t planned_ ABSL_GUARDED_BY(mu_) = 0;      // positions handed to the loader
   PlanResult last_plan_ ABSL_GUARDED_BY(mu_);
   double epoch_prediction_s_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time epoch_start_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // BeginEpoch's
+  int64_t epoch_steps_ ABSL_GUARDED_BY(mu_) = 0;  // OnStep calls since BeginEpoch
   std::vector<ReplanEvent> replans_ ABSL_GUARDED_BY(mu_);
   // Measurements since the last (re)plan.
   int64_t observed_ ABSL_GUARDED_BY(mu_) = 0;

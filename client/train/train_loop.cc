@@ -17,6 +17,7 @@
 #include "client/train/csv_log.h"
 #include "client/train/epoch_steps.h"
 #include "sophon/base/json.h"
+#include "sophon/base/process_status.h"
 #include "spdlog/spdlog.h"
 
 namespace sophon {
@@ -270,6 +271,9 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(Loader* loader, Trainer* tr
     report.emulated = options.emulated;
     report.predicted_seconds = loader->policy()->PredictedEpochSeconds();
     report.loader = loader->stats();
+    if (absl::StatusOr<ProcessStatus> ps = ReadProcessStatus(); ps.ok()) {
+      report.peak_rss_bytes = ps->peak_rss_bytes;
+    }
     tally.Finish(&report);
     const std::vector<absl::StatusOr<v1::ServerStats>> after = ReadServerStats(servers);
     for (int i = 0; i < servers->size(); ++i) {
@@ -503,6 +507,7 @@ std::string EpochReportsToJson(const std::vector<EpochReport>& reports,
     w.Key("peak_batch_buffers").Int(l.peak_batch_buffers);
     w.Key("peak_queued_payload_bytes").Uint(l.peak_queued_payload_bytes);
     w.Key("predicted_seconds").Fixed(r.predicted_seconds, 6);
+    w.Key("peak_rss_bytes").Uint(r.peak_rss_bytes);
     w.Key("padding").Int(l.padding);
     w.Key("servers").BeginArray();
     for (size_t i = 0; i < l.servers.size(); ++i) {

@@ -83,6 +83,7 @@ struct EpochReport {
   double top1 = 0;                 // fraction correct on the training batches
   std::vector<ModelEpochReport> models;  // a fused array's models, in order; else empty
   double predicted_seconds = 0;    // the planner's prediction of wall_seconds; 0 = none
+  uint64_t peak_rss_bytes = 0;     // the process's most resident memory so far (VmHWM); 0 = unknown
   LoaderEpochStats loader;
   double server_prep_busy_seconds = 0;  // server prep workers' CPU seconds this epoch, all servers
   int server_prep_workers = 0;          // all servers

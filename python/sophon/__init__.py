@@ -388,7 +388,10 @@ class Loader(_Base):
             yield torch.from_numpy(images), torch.from_numpy(labels)
 
     def report(self):
-        """The current epoch's figures: samples, bytes, samples and bytes by stage, CPU."""
+        """The current epoch's figures: samples, bytes, samples and bytes by stage, CPU, this
+        node's sample cache (sample_cache_*), and smartoff's predicted_seconds for the epoch
+        (0 in the fixed modes). Without gpu_batch_seconds, smartoff times the loop's first
+        steps (the time between batches) and predicts the epoch again from them."""
         return self._impl.report()
 
     def close(self):

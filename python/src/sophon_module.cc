@@ -342,6 +342,9 @@ class PyLoader {
     d["sample_cache_inserted"] = s.sample_cache_inserted;
     d["sample_cache_entries"] = s.sample_cache_entries;
     d["sample_cache_bytes"] = s.sample_cache_bytes;
+    // smartoff's prediction of the epoch (0 for the fixed modes): its plan's,
+    // made again from the first timed steps when it knew no step time.
+    d["predicted_seconds"] = policy_->PredictedEpochSeconds();
     return d;
   }
 

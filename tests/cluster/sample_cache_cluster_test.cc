@@ -1,8 +1,12 @@
 // The training node's sample cache (LoaderOptions.sample_cache, sophon-train
 // --local-cache-bytes) against a real sophon-server on 127.0.0.1 (port 0):
 // what later epochs take from the cache instead of fetching, batches equal to
-// those of a loader without a cache, and a corrupt entry fetched again.
+// those of a loader without a cache, a corrupt entry fetched again, a job
+// resumed from a checkpoint's cursor over a warm disk cache, and two ranks of
+// a node sharing one copy on disk.
 #include <map>
+#include <set>
+#include <utility>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,8 +61,40 @@ class SampleCacheClusterTest : public ::testing::Test {
     return got;
   }
 
-  std::unique_ptr<Loader> MakeLoader(FixedPolicy* policy, std::shared_ptr<SampleCache> cache) {
+  // The batches of one epoch from global position `start` on, in order:
+  // (ids, images) each.
+  using Batches = std::vector<std::pair<std::vector<uint64_t>, std::vector<float>>>;
+  Batches RunFrom(Loader& loader, uint64_t epoch, int64_t start) {
+    EXPECT_TRUE(loader.StartEpoch(epoch, 0, start).ok());
+    Batches got;
+    Batch b;
+    while (true) {
+      absl::StatusOr<bool> more = loader.Next(&b);
+      EXPECT_TRUE(more.ok()) << more.status();
+      if (!more.ok() || !*more) break;
+      got.emplace_back(std::vector<uint64_t>(b.ids.begin(), b.ids.begin() + b.n),
+                       std::vector<float>(b.images.begin(), b.images.end()));
+    }
+    return got;
+  }
+
+  // A cache on disk only (no memory tier), in `folder`, as each process of
+  // a node opens it.
+  std::shared_ptr<SampleCache> OpenDiskCache(const std::string& folder) {
+    LocalCacheOptions options;
+    options.dir = folder;
+    options.dir_bytes = 2 * WholeSet() + kSamples * DiskSampleCache::kHeaderBytes;
+    absl::StatusOr<std::shared_ptr<SampleCache>> cache = OpenSampleCache(
+        options, server_->source().fingerprint(), server_->source().manifest().size());
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    return cache.ok() ? *std::move(cache) : nullptr;
+  }
+
+  std::unique_ptr<Loader> MakeLoader(FixedPolicy* policy, std::shared_ptr<SampleCache> cache,
+                                     int rank = 0, int world = 1) {
     LoaderOptions options;
+    options.rank = rank;
+    options.world = world;
     options.batch_size = 4;
     options.workers = 2;
     options.pipeline.augment.crop_size = 32;
@@ -153,6 +189,70 @@ TEST_F(SampleCacheClusterTest, ACorruptEntryIsFetchedAgainNotTrainedOn) {
   EXPECT_EQ(stats.requested, 1u);
   EXPECT_EQ(stats.sample_cache_inserted, 1u) << "the refetched sample is kept again";
   EXPECT_EQ(cache->stats().corrupt, 1u);
+}
+
+TEST_F(SampleCacheClusterTest, AResumedJobOverAWarmDiskCacheFetchesNothingAndGetsTheSameBatches) {
+  const std::string folder = testing::MakeTempDir("sample_cache_resume");
+  {
+    // The first job: epoch 0 fills the disk cache, then the job stops.
+    std::shared_ptr<SampleCache> cache = OpenDiskCache(folder);
+    FixedPolicy policy(Stage::kRaw, "nooff");
+    std::unique_ptr<Loader> loader = MakeLoader(&policy, cache);
+    ASSERT_TRUE(loader && cache);
+    RunEpoch(*loader, 0);
+    ASSERT_EQ(loader->stats().sample_cache_inserted, static_cast<uint64_t>(kSamples));
+  }
+  // The restarted job resumes epoch 1 from a checkpoint's cursor (after the
+  // first batch) with a cache it opened again: every sample comes off disk.
+  const int64_t cursor = 4;
+  std::shared_ptr<SampleCache> cache = OpenDiskCache(folder);
+  FixedPolicy policy(Stage::kRaw, "nooff");
+  std::unique_ptr<Loader> resumed = MakeLoader(&policy, cache);
+  FixedPolicy nooff(Stage::kRaw, "nooff");
+  std::unique_ptr<Loader> reference = MakeLoader(&nooff, nullptr);
+  ASSERT_TRUE(resumed && reference && cache);
+  const Batches want = RunFrom(*reference, 1, cursor);
+  const Batches got = RunFrom(*resumed, 1, cursor);
+  ASSERT_EQ(want.size(), static_cast<size_t>((kSamples - cursor) / 4));
+  EXPECT_EQ(got, want) << "the resumed job's batches differ from an uncached loader's";
+  const LoaderEpochStats stats = resumed->stats();
+  EXPECT_EQ(stats.requested, 0u);
+  EXPECT_EQ(stats.sample_cache_hits, static_cast<uint64_t>(kSamples - cursor));
+  EXPECT_EQ(cache->stats().disk_hits, static_cast<uint64_t>(kSamples - cursor));
+}
+
+TEST_F(SampleCacheClusterTest, TwoRanksOfANodeKeepOneCopyOnDiskAndTakeEachOthersSamples) {
+  const std::string folder = testing::MakeTempDir("sample_cache_ranks");
+  // Two ranks, each with the cache its own process would open.
+  std::shared_ptr<SampleCache> cache0 = OpenDiskCache(folder);
+  std::shared_ptr<SampleCache> cache1 = OpenDiskCache(folder);
+  FixedPolicy policy0(Stage::kRaw, "nooff");
+  FixedPolicy policy1(Stage::kRaw, "nooff");
+  std::unique_ptr<Loader> rank0 = MakeLoader(&policy0, cache0, 0, 2);
+  std::unique_ptr<Loader> rank1 = MakeLoader(&policy1, cache1, 1, 2);
+  ASSERT_TRUE(rank0 && rank1 && cache0 && cache1);
+  std::set<uint64_t> seen0;
+  for (const auto& [ids, images] : RunFrom(*rank0, 0, 0)) seen0.insert(ids.begin(), ids.end());
+  RunFrom(*rank1, 0, 0);
+  const uint64_t written = cache0->disk()->stats().written + cache1->disk()->stats().written;
+  EXPECT_EQ(written, static_cast<uint64_t>(kSamples)) << "each sample written once";
+  int64_t one_copy = 0;
+  for (uint64_t id = 0; id < kSamples; ++id) {
+    one_copy += DiskSampleCache::kHeaderBytes +
+                static_cast<int64_t>(server_->source().manifest().raw_size(id));
+  }
+  EXPECT_EQ(cache1->disk()->stats().usage_bytes, one_copy) << "the node holds one copy";
+  // Epoch 1 shuffles again: rank 0 now wants samples rank 1 fetched, and
+  // takes them off disk too.
+  std::set<uint64_t> seen1;
+  for (const auto& [ids, images] : RunFrom(*rank0, 1, 0)) seen1.insert(ids.begin(), ids.end());
+  EXPECT_EQ(rank0->stats().requested, 0u);
+  EXPECT_EQ(rank0->stats().sample_cache_hits, seen1.size());
+  bool from_rank1 = false;
+  for (uint64_t id : seen1) from_rank1 |= seen0.count(id) == 0;
+  EXPECT_TRUE(from_rank1) << "epoch 1's share of rank 0 is epoch 0's again: nothing shared shown";
+  RunFrom(*rank1, 1, 0);
+  EXPECT_EQ(rank1->stats().requested, 0u);
 }
 
 }  // namespace

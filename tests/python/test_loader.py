@@ -516,3 +516,25 @@ def test_two_ranks_of_a_node_profile_the_dataset_once(server, tmp_path):
     written = sum(out.count("profile written to") for out in outputs)
     assert written == 1, "\n".join(outputs)
     assert os.path.exists(os.path.join(folder, "sample_profile.csv"))
+
+
+def test_the_first_plan_learns_the_training_step_from_the_loop(server, tmp_path):
+    """No gpu_batch_seconds: smartoff times the loop's first steps (here 0.1 s of "training"
+    per batch) and predicts the first epoch again from them; the next epoch's plan starts
+    with the measured step. Each prediction within 1.5x of the epoch measured."""
+    step = 0.1
+    with sophon.Loader([server.address], batch_size=2, mode="smartoff", crop_size=32,
+                       workers=1, profile_folder=str(tmp_path / "profile")) as loader:
+        measured, predicted = [], []
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            start = time.monotonic()
+            for _ in loader.batches():
+                time.sleep(step)
+            measured.append(time.monotonic() - start)
+            predicted.append(loader.report()["predicted_seconds"])
+    steps = (CLASSES * PER_CLASS + 1) // 2
+    for epoch in range(2):
+        assert measured[epoch] >= steps * step
+        ratio = predicted[epoch] / measured[epoch]
+        assert 1 / 1.5 <= ratio <= 1.5, (epoch, predicted, measured)

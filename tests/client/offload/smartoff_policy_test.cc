@@ -255,6 +255,37 @@ TEST_F(SmartoffPolicyTest, MeasuredStepTimeTriggersOneStepReplan) {
   EXPECT_EQ(policy_->replans(), 1);
 }
 
+TEST_F(SmartoffPolicyTest, AFirstPlanWithoutAStepIsPredictedAgainOnceStepsAreTimed) {
+  Resources r = TestResources();
+  r.gpu_seconds_per_batch = 0;  // nothing given, nothing measured before the epoch
+  Start(/*gpu_batch_seconds=*/-1, r);
+  const double first = policy_->PredictedEpochSeconds();
+  // The first four steps, 0.5 s each, take 2 s of the epoch.
+  for (int i = 0; i < 4; ++i) {
+    now_ += absl::Seconds(0.5);
+    policy_->OnStep(0.5);
+  }
+  ASSERT_EQ(policy_->replans(), 1);
+  // The epoch is 32 batches of 32 (1000 samples); four steps are done, 28
+  // are left, 0.5 s each: more than the re-planned 800 positions' cost (25
+  // steps), as the 200 positions handed out before are not in it.
+  const double rest = policy_->last_plan().cost.epoch_s;
+  EXPECT_GE(rest, 25 * 0.5);
+  EXPECT_LT(rest, 28 * 0.5);
+  EXPECT_DOUBLE_EQ(policy_->PredictedEpochSeconds(), 2.0 + 28 * 0.5);
+  EXPECT_GT(policy_->PredictedEpochSeconds(), 2 * first);
+}
+
+TEST_F(SmartoffPolicyTest, AStepReplanOfAKnownStepKeepsTheFirstPrediction) {
+  Resources r = TestResources();
+  r.gpu_seconds_per_batch = 0.1;
+  Start(/*gpu_batch_seconds=*/-1, r);
+  const double first = policy_->PredictedEpochSeconds();
+  for (int i = 0; i < 4; ++i) policy_->OnStep(0.5);
+  ASSERT_EQ(policy_->replans(), 1);
+  EXPECT_DOUBLE_EQ(policy_->PredictedEpochSeconds(), first);
+}
+
 TEST_F(SmartoffPolicyTest, StepTimeWithinTheThresholdDoesNotReplan) {
   Resources r = TestResources();
   r.gpu_seconds_per_batch = 0.5;
