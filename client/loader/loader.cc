@@ -487,17 +487,21 @@ void Loader::SendLoop() {
     // threads, copied out of the cache before the loader's lock is taken (a
     // sample planned further is the storage node's job, held or not).
     std::vector<std::pair<int, std::string>> cached;
+    int cache_misses = 0;
     if (options_.sample_cache != nullptr) {
       for (int i = 0; i < batch->n; ++i) {
         if (batch->arrived[i] || batch->assigned[i].stage != kFirstStage) continue;
         std::string bytes;
         if (options_.sample_cache->Get(batch->ids[i], &bytes)) {
           cached.emplace_back(i, std::move(bytes));
+        } else {
+          cache_misses++;
         }
       }
     }
     absl::MutexLock lock(&mu_);
     if (stopping_ || !error_.ok()) break;
+    stats_.sample_cache_misses += cache_misses;
     for (auto& [i, bytes] : cached) {
       const int server = RouteLocked(batch->ids[i], batch->assigned[i].server);
       batch->arrived[i] = 1;

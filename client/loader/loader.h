@@ -136,8 +136,10 @@ struct LoaderEpochStats {
   uint64_t feature_cache_hits = 0;  // samples taken from the feature cache, not requested
   // The sample cache (LoaderOptions.sample_cache) in this epoch: samples taken
   // from it instead of asked for, their bytes (what did not cross the link),
-  // and samples that arrived RAW and were kept.
+  // samples planned at RAW that it did not hold (fetched), and samples that
+  // arrived RAW and were kept.
   uint64_t sample_cache_hits = 0;
+  uint64_t sample_cache_misses = 0;
   uint64_t sample_cache_hit_bytes = 0;
   uint64_t sample_cache_inserted = 0;
   // What the sample cache holds when the stats are read, all epochs' fills.

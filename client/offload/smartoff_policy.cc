@@ -55,9 +55,13 @@ const char* ReplanReasonName(ReplanReason reason) {
 
 namespace {
 
-// The profile with its stages narrowed to those the options allow.
-DatasetProfile WithStages(DatasetProfile profile, StageSet allowed) {
+// The profile with its stages narrowed to those the options allow, and the
+// lossless crops' sizes and decode times an epoch of fresh crops can expect
+// (UseExpectedJpegCrops: the profiled epoch's own crops would favour the
+// samples whose crops happened to come out small).
+DatasetProfile PlanningView(DatasetProfile profile, StageSet allowed) {
   profile.stages = profile.stages.Intersect(allowed);
+  UseExpectedJpegCrops(&profile);
   return profile;
 }
 
@@ -113,7 +117,7 @@ absl::Status SmartoffOptions::Validate() const {
 SmartoffPolicy::SmartoffPolicy(DatasetProfile profile, Resources resources,
                                const SmartoffOptions& options, double storage_wall_scale,
                                Clock clock)
-    : profile_(WithStages(std::move(profile), options.stages)),
+    : profile_(PlanningView(std::move(profile), options.stages)),
       options_(options),
       measure_gpu_(options.gpu_batch_seconds < 0),
       storage_wall_scale_(storage_wall_scale),

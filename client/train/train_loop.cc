@@ -390,10 +390,11 @@ std::string FormatEpochReport(const EpochReport& r, const std::vector<std::strin
   }
   if (l.sample_cache_hits > 0 || l.sample_cache_inserted > 0) {
     absl::StrAppendFormat(&by_stage,
-                          "%ssample cache: %d hits (%.1f MB not fetched), %d kept, holds %d "
-                          "(%.1f MB)",
+                          "%ssample cache: %d hits (%.1f MB not fetched), %d misses, %d kept, "
+                          "holds %d (%.1f MB)",
                           by_stage.empty() ? "" : ", ", l.sample_cache_hits,
-                          l.sample_cache_hit_bytes / 1e6, l.sample_cache_inserted,
+                          l.sample_cache_hit_bytes / 1e6, l.sample_cache_misses,
+                          l.sample_cache_inserted,
                           l.sample_cache_entries, l.sample_cache_bytes / 1e6);
   }
   std::string out = absl::StrFormat(
@@ -496,6 +497,7 @@ std::string EpochReportsToJson(const std::vector<EpochReport>& reports,
     w.Key("feature_cache_hits").Uint(l.feature_cache_hits);
     w.Key("sample_cache_hits").Uint(l.sample_cache_hits);
     w.Key("sample_cache_hit_bytes").Uint(l.sample_cache_hit_bytes);
+    w.Key("sample_cache_misses").Uint(l.sample_cache_misses);
     w.Key("sample_cache_inserted").Uint(l.sample_cache_inserted);
     w.Key("sample_cache_entries").Int(l.sample_cache_entries);
     w.Key("sample_cache_bytes").Int(l.sample_cache_bytes);

@@ -339,6 +339,7 @@ class PyLoader {
     d["requested"] = s.requested;
     d["sample_cache_hits"] = s.sample_cache_hits;
     d["sample_cache_hit_bytes"] = s.sample_cache_hit_bytes;
+    d["sample_cache_misses"] = s.sample_cache_misses;
     d["sample_cache_inserted"] = s.sample_cache_inserted;
     d["sample_cache_entries"] = s.sample_cache_entries;
     d["sample_cache_bytes"] = s.sample_cache_bytes;

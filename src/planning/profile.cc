@@ -1,5 +1,6 @@
 #include "sophon/planning/profile.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -70,6 +71,32 @@ void SetSizedStageBytes(int crop_size, SampleProfile* sample) {
   for (Stage stage : AllStages()) {
     const int64_t bytes = StagePayloadBytes(stage, crop_size);
     if (bytes >= 0) sample->bytes[stage] = static_cast<uint64_t>(bytes);
+  }
+}
+
+void UseExpectedJpegCrops(DatasetProfile* profile) {
+  if (!profile->stages.Has(Stage::kJpegCrop)) return;
+  auto cropped = [](const SampleProfile& p) {
+    return p.bytes[Stage::kJpegCrop] > 0 && p.bytes[Stage::kJpegCrop] < p.bytes[kFirstStage];
+  };
+  double raw = 0, crop = 0, decode = 0, region_decode = 0;
+  for (const SampleProfile& p : profile->samples) {
+    if (!cropped(p)) continue;
+    raw += static_cast<double>(p.bytes[kFirstStage]);
+    crop += static_cast<double>(p.bytes[Stage::kJpegCrop]);
+    decode += p.client[Op::kDecodeCrop];
+    region_decode += p.client[Op::kDecodeJpegCrop];
+  }
+  if (raw <= 0 || crop <= 0) return;
+  const double bytes_ratio = crop / raw;
+  const double decode_ratio = decode > 0 ? region_decode / decode : 0;
+  for (SampleProfile& p : profile->samples) {
+    if (!cropped(p)) continue;
+    const double raw_bytes = static_cast<double>(p.bytes[kFirstStage]);
+    p.bytes[Stage::kJpegCrop] = static_cast<uint64_t>(
+        std::clamp<int64_t>(std::llround(raw_bytes * bytes_ratio), 1,
+                   static_cast<int64_t>(p.bytes[kFirstStage]) - 1));
+    if (decode_ratio > 0) p.client[Op::kDecodeJpegCrop] = p.client[Op::kDecodeCrop] * decode_ratio;
   }
 }
 

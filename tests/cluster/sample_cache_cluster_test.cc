@@ -143,6 +143,7 @@ TEST_F(SampleCacheClusterTest, LaterEpochsTakeEverySampleFromACacheThatHoldsTheS
     if (epoch == 0) {
       EXPECT_EQ(stats.requested, static_cast<uint64_t>(kSamples));
       EXPECT_EQ(stats.sample_cache_hits, 0u);
+      EXPECT_EQ(stats.sample_cache_misses, static_cast<uint64_t>(kSamples));
       EXPECT_EQ(stats.sample_cache_inserted, static_cast<uint64_t>(kSamples));
     } else {
       EXPECT_EQ(stats.requested, 0u) << "epoch " << epoch << " fetched samples";
@@ -167,6 +168,7 @@ TEST_F(SampleCacheClusterTest, AHalfCacheHitsWhatTheFirstEpochKept) {
     RunEpoch(*loader, epoch);
     const LoaderEpochStats stats = loader->stats();
     EXPECT_EQ(stats.sample_cache_hits, kept) << "epoch " << epoch;
+    EXPECT_EQ(stats.sample_cache_misses, kSamples - kept) << "epoch " << epoch;
     EXPECT_EQ(stats.requested, kSamples - kept) << "epoch " << epoch;
     EXPECT_EQ(stats.sample_cache_inserted, 0u) << "noevict: a full cache keeps nothing more";
   }

@@ -500,5 +500,47 @@ TEST(DatasetProfileTest, ValidateNamesTheSample) {
   EXPECT_THAT(p.Validate().message(), HasSubstr("has id 5"));
 }
 
+// Each epoch draws its crops again: the sizes a profile measured are one draw.
+TEST(ExpectedJpegCropsTest, CropsTakeTheDatasetsRatioAndDeclinedFilesStayWhole) {
+  DatasetProfile profile;
+  profile.stages = StageSet::All();
+  const uint64_t raw[] = {100000, 200000, 50000};
+  const uint64_t crop[] = {10000, 90000, 50000};  // the last was declined: sent whole
+  for (uint64_t id = 0; id < 3; ++id) {
+    SampleProfile s;
+    s.id = id;
+    s.bytes[kFirstStage] = raw[id];
+    s.bytes[Stage::kJpegCrop] = crop[id];
+    s.client[Op::kDecodeCrop] = 0.004;
+    s.client[Op::kDecodeJpegCrop] = id == 0 ? 0.001 : 0.003;
+    profile.samples.push_back(s);
+  }
+  UseExpectedJpegCrops(&profile);
+  // (10000 + 90000) / (100000 + 200000) of each file.
+  EXPECT_EQ(profile.samples[0].bytes[Stage::kJpegCrop], 33333u);
+  EXPECT_EQ(profile.samples[1].bytes[Stage::kJpegCrop], 66667u);
+  EXPECT_EQ(profile.samples[2].bytes[Stage::kJpegCrop], 50000u);
+  // (0.001 + 0.003) / (0.004 + 0.004) of each decode.
+  EXPECT_DOUBLE_EQ(profile.samples[0].client[Op::kDecodeJpegCrop], 0.002);
+  EXPECT_DOUBLE_EQ(profile.samples[1].client[Op::kDecodeJpegCrop], 0.002);
+  EXPECT_DOUBLE_EQ(profile.samples[2].client[Op::kDecodeJpegCrop], 0.003);
+  // The total is what the profiled epoch measured.
+  EXPECT_NEAR(static_cast<double>(profile.samples[0].bytes[Stage::kJpegCrop] +
+                                  profile.samples[1].bytes[Stage::kJpegCrop]),
+              100000.0, 1.0);
+}
+
+TEST(ExpectedJpegCropsTest, AProfileWithoutTheLosslessCropIsLeftAlone) {
+  DatasetProfile profile;
+  profile.stages = StageSet::All();
+  profile.stages.Remove(Stage::kJpegCrop);
+  SampleProfile s;
+  s.bytes[kFirstStage] = 1000;
+  s.bytes[Stage::kJpegCrop] = 10;
+  profile.samples.push_back(s);
+  UseExpectedJpegCrops(&profile);
+  EXPECT_EQ(profile.samples[0].bytes[Stage::kJpegCrop], 10u);
+}
+
 }  // namespace
 }  // namespace sophon

@@ -79,6 +79,19 @@ struct DatasetProfile {
 // opaque ones (RAW) are the caller's.
 void SetSizedStageBytes(int crop_size, SampleProfile* sample);
 
+// The lossless crop's payload and the decode of what it keeps depend on the
+// crop drawn, which every epoch draws again. A profile holds the crops of the
+// epoch it was measured in; a planner that picks the samples whose measured
+// crops came out small would underestimate any other epoch's bytes (a
+// second draw regresses to the mean). This sets each sample's JPEG_CROP
+// bytes to its file's size times the dataset's ratio of cropped to whole
+// bytes, and its DecodeJpegCrop time to its DecodeCrop time times the
+// dataset's ratio of those times: the expected values for an epoch of fresh
+// crops. Samples whose crop was declined (JPEG_CROP as large as the file:
+// sent whole) stay as they are and stay out of the ratios. Nothing changes
+// when the profile has no JPEG_CROP or no sample was cropped.
+void UseExpectedJpegCrops(DatasetProfile* profile);
+
 // CPU time as whole nanoseconds. The cost model and the planners add up work
 // in these units, so totals are exact and zero work is exactly zero.
 int64_t CpuNanos(double seconds);
