@@ -45,6 +45,7 @@ struct SampleCacheStats {
   uint64_t rejected = 0;      // Puts not kept: no room (kNoEvict) or larger than the bound
   uint64_t hit_bytes = 0;     // the sample bytes that hits returned (what was not fetched)
   uint64_t disk_hits = 0;     // hits found on the disk tier (counted in hits too)
+  double hit_cpu_seconds = 0; // the calling threads' CPU time in hits (checksum, copy, disk read)
   int64_t entries = 0;
   int64_t bytes = 0;          // held, kCacheEntryOverheadBytes per entry included; <= options.bytes
 };
@@ -68,6 +69,11 @@ class SampleCache {
 
   SampleCacheStats stats() const;
   const CacheOptions& options() const { return options_; }
+  // The CPU seconds a hit costs per byte of the file: as measured over the
+  // hits so far once they add up to 8 MiB, else the checksum and the copy
+  // timed on a 1 MiB buffer when the cache was made. For the planner.
+  double ReadSecondsPerByte() const;
+
   // What a noevict cache can still keep: the disk tier's room when there is
   // one (it keeps every file kept), else memory's; 0 for LRU.
   int64_t RoomBytes() const;
@@ -81,14 +87,20 @@ class SampleCache {
     uint32_t crc = 0;
     std::list<uint64_t>::iterator lru;  // kLru: position in lru_
   };
-  SampleCache(const CacheOptions& options, std::unique_ptr<DiskSampleCache> disk)
-      : options_(options), disk_(std::move(disk)) {}
+  SampleCache(const CacheOptions& options, std::unique_ptr<DiskSampleCache> disk,
+              double calibrated_seconds_per_byte)
+      : options_(options),
+        disk_(std::move(disk)),
+        calibrated_seconds_per_byte_(calibrated_seconds_per_byte) {}
+  // What Get costs after the lookup: the hit's bytes and CPU time counted.
+  void CountHitLocked(size_t bytes, double cpu_seconds) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The memory tier's part of Put.
   bool PutInMemory(uint64_t id, absl::string_view bytes, uint32_t crc);
 
   const CacheOptions options_;
   const std::unique_ptr<DiskSampleCache> disk_;  // null: memory only
+  const double calibrated_seconds_per_byte_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::list<uint64_t> lru_ ABSL_GUARDED_BY(mu_);  // most recently used first (kLru)

@@ -201,9 +201,12 @@ const DatasetProfile& SmartoffPolicy::PlanningProfile(DatasetProfile* scratch) c
   }
   // Outside the lock: the predicate takes the cache's own.
   if (options_.held_here) {
+    const double per_byte = options_.held_seconds_per_byte ? options_.held_seconds_per_byte() : 0;
     uint64_t held = 0;
     for (SampleProfile& sample : scratch->samples) {
       sample.held_here = options_.held_here(sample.id);
+      sample.held_read_seconds =
+          sample.held_here ? per_byte * static_cast<double>(sample.bytes[kFirstStage]) : 0;
       held += sample.held_here;
     }
     if (held > 0) spdlog::info("smartoff: {} samples held on this node: RAW crosses no link", held);
@@ -214,6 +217,7 @@ const DatasetProfile& SmartoffPolicy::PlanningProfile(DatasetProfile* scratch) c
 void PlanWithSampleCache(const SampleCache* cache, SmartoffOptions* options) {
   if (cache == nullptr) return;
   options->held_here = [cache](uint64_t id) { return cache->Contains(id); };
+  options->held_seconds_per_byte = [cache] { return cache->ReadSecondsPerByte(); };
   if (cache->options().policy == CachePolicy::kNoEvict || cache->disk() != nullptr) {
     options->cache_room_bytes = [cache] { return cache->RoomBytes(); };
   }

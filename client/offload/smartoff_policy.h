@@ -50,6 +50,9 @@ struct SmartoffOptions {
   // (SampleProfile.held_here). Asked for every sample before each plan. Empty
   // = nothing is held.
   std::function<bool(uint64_t id)> held_here;
+  // This node's CPU seconds per byte to take a held file out of its cache
+  // (SampleProfile.held_read_seconds). Asked before each plan. Empty = 0.
+  std::function<double()> held_seconds_per_byte;
   // The bytes this node's sample cache can still keep (a noevict cache that
   // is not full; 0 otherwise). While there is room, each plan fetches whole
   // (RAW) the first samples of its order that are not held, as many as fit,

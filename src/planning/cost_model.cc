@@ -22,9 +22,11 @@ StageCost SampleStageCost(const SampleProfile& sample, Stage stage, Stage target
   cost.bytes = sample.bytes[stage];
   cost.raw_bytes = sample.cached ? 0 : sample.bytes[kFirstStage];
   if (sample.held_here && stage == kFirstStage) {
-    // From this node's own cache: nothing is read, sent or received.
+    // From this node's own cache: nothing is read, sent or received; taking
+    // it out of the cache costs this node's CPU.
     cost.bytes = 0;
     cost.raw_bytes = 0;
+    cost.local_ns += CpuNanos(sample.held_read_seconds);
   }
   // The ops on the way to `stage` run on the storage node, those from it on
   // here (a sample sent RAW is decoded straight from the file, without the

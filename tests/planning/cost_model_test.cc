@@ -134,6 +134,12 @@ TEST(CostModelTest, ASampleHeldHereCostsNoLinkAndNoStorageNodeAtRaw) {
   SampleProfile fetched = p.samples[1];
   fetched.held_here = false;
   EXPECT_EQ(raw.local_ns, SampleStageCost(fetched, Stage::kRaw).local_ns);  // every op here
+  // Taking the file out of the cache is this node's work too.
+  SampleProfile read = p.samples[1];
+  read.held_read_seconds = 0.002;
+  EXPECT_EQ(SampleStageCost(read, Stage::kRaw).local_ns, raw.local_ns + 2000000);
+  EXPECT_EQ(SampleStageCost(read, Stage::kCropped).local_ns,
+            SampleStageCost(p.samples[1], Stage::kCropped).local_ns);
   EXPECT_EQ(SampleStageCost(fetched, Stage::kRaw).bytes, fetched.bytes[kFirstStage]);
   // Planned further it is the storage node's job like any other sample.
   const StageCost cropped = SampleStageCost(p.samples[1], Stage::kCropped);

@@ -38,6 +38,10 @@ struct SampleProfile {
   // the storage node as any other. Not stored in profile files; smartoff sets
   // it from the cache before each plan.
   bool held_here = false;
+  // With held_here: this node's CPU seconds to take the file out of its
+  // cache (the checksum and the copy; a read from local disk), charged to
+  // the training node at RAW instead of the link. Not stored in profile files.
+  double held_read_seconds = 0;
 };
 
 // How a profile's op times were obtained.

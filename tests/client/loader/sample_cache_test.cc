@@ -145,5 +145,27 @@ TEST(SampleCacheTest, ConcurrentPutsAndGetsStayWithinTheBound) {
   EXPECT_EQ(stats.corrupt, 0u);
 }
 
+TEST(SampleCacheTest, AHitsCpuCostPerByteIsCalibratedThenMeasured) {
+  CacheOptions options;
+  options.bytes = 64 << 20;
+  absl::StatusOr<std::unique_ptr<SampleCache>> cache = SampleCache::Create(options);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  // Before any hit: the checksum and copy timed at creation, somewhere
+  // between free and 1 MB/s.
+  const double calibrated = (*cache)->ReadSecondsPerByte();
+  EXPECT_GT(calibrated, 0);
+  EXPECT_LT(calibrated, 1e-6);
+  const std::string file(1 << 20, 'f');
+  ASSERT_TRUE((*cache)->Put(1, file));
+  std::string out;
+  for (int i = 0; i < 9; ++i) ASSERT_TRUE((*cache)->Get(1, &out));
+  // 9 MiB of hits: their own CPU time per byte from now on.
+  const SampleCacheStats stats = (*cache)->stats();
+  EXPECT_EQ(stats.hit_bytes, 9u << 20);
+  EXPECT_GT(stats.hit_cpu_seconds, 0);
+  EXPECT_DOUBLE_EQ((*cache)->ReadSecondsPerByte(),
+                   stats.hit_cpu_seconds / static_cast<double>(stats.hit_bytes));
+}
+
 }  // namespace
 }  // namespace sophon
