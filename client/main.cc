@@ -707,6 +707,19 @@ int main(int argc, char** argv) {
         "--checkpoint-dir: the folder '", checkpoint_dir, "' does not exist or is not writable")));
   }
 
+  // This node's sample cache, checked before any server is reached.
+  sophon::LocalCacheOptions cache_options;
+  cache_options.memory_bytes = absl::GetFlag(FLAGS_local_cache_bytes);
+  {
+    absl::StatusOr<sophon::CachePolicy> policy =
+        sophon::ParseCachePolicy(absl::GetFlag(FLAGS_local_cache_policy));
+    if (!policy.ok()) return Fail(sophon::FlagError("--local-cache-policy", policy.status()));
+    cache_options.policy = *policy;
+  }
+  cache_options.dir = absl::GetFlag(FLAGS_local_cache_dir);
+  cache_options.dir_bytes = absl::GetFlag(FLAGS_local_cache_dir_bytes);
+  if (absl::Status s = cache_options.Validate(); !s.ok()) return Fail(s);
+
   absl::StatusOr<std::vector<std::string>> addresses =
       absl::GetFlag(FLAGS_servers_file).empty()
           ? sophon::ParseServerList(absl::GetFlag(FLAGS_server))
@@ -772,14 +785,6 @@ int main(int argc, char** argv) {
   // backbone for the samples that arrive before it.
   std::unique_ptr<sophon::Backbone> backbone;
   {
-    sophon::LocalCacheOptions cache_options;
-    cache_options.memory_bytes = absl::GetFlag(FLAGS_local_cache_bytes);
-    absl::StatusOr<sophon::CachePolicy> policy =
-        sophon::ParseCachePolicy(absl::GetFlag(FLAGS_local_cache_policy));
-    if (!policy.ok()) return Fail(sophon::FlagError("--local-cache-policy", policy.status()));
-    cache_options.policy = *policy;
-    cache_options.dir = absl::GetFlag(FLAGS_local_cache_dir);
-    cache_options.dir_bytes = absl::GetFlag(FLAGS_local_cache_dir_bytes);
     absl::StatusOr<std::shared_ptr<sophon::SampleCache>> cache =
         sophon::OpenSampleCache(cache_options, manifest.fingerprint(), manifest.num_samples());
     if (!cache.ok()) return Fail(cache.status());

@@ -538,3 +538,41 @@ def test_the_first_plan_learns_the_training_step_from_the_loop(server, tmp_path)
         assert measured[epoch] >= steps * step
         ratio = predicted[epoch] / measured[epoch]
         assert 1 / 1.5 <= ratio <= 1.5, (epoch, predicted, measured)
+
+
+def test_sophon_train_with_a_disk_cache_fetches_each_sample_once_across_runs(server, tmp_path):
+    """sophon-train as operators run it: --local-cache-dir keeps what the first run fetched, a
+    second run fetches nothing and trains on the same batches; bad cache flags fail before any
+    server is reached, naming the flag."""
+    import json
+    n = CLASSES * PER_CLASS
+    cache = tmp_path / "cache"
+
+    def train(name, *flags):
+        report, digests = tmp_path / f"{name}.json", tmp_path / f"{name}.csv"
+        out = subprocess.run(
+            [os.path.join(BUILD, "sophon-train"), f"--server={server.address}", "--mode=nooff",
+             "--arch=tinycnn", "--device=cpu", "--batch-size=4", "--crop-size=32", "--seed=3",
+             "--epochs=2", "--workers=1", f"--report-json={report}",
+             f"--batch-digests={digests}", "--progress=false", *flags],
+            capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return json.loads(report.read_text())["epochs"], digests.read_text()
+
+    plain_epochs, plain_digests = train("plain")
+    flags = (f"--local-cache-dir={cache}", "--local-cache-dir-bytes=100000000")
+    first, first_digests = train("first", *flags)
+    assert [e["sample_cache_misses"] for e in first] == [n, 0]
+    assert [e["sample_cache_hits"] for e in first] == [0, n]
+    second, second_digests = train("second", *flags)
+    assert [e["sample_cache_hits"] for e in second] == [n, n]
+    assert [e["bytes_received"] for e in second] == [0, 0]
+    assert first_digests == plain_digests == second_digests
+
+    start = time.monotonic()
+    out = subprocess.run(
+        [os.path.join(BUILD, "sophon-train"), "--server=127.0.0.1:1", "--connect-timeout=60s",
+         f"--local-cache-dir={cache}"], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "--local-cache-dir-bytes" in out.stderr, out.stderr
+    assert time.monotonic() - start < 30, "the flag was checked only after connecting"
