@@ -863,6 +863,7 @@ int main(int argc, char** argv) {
   }
   // The plan knows what this node holds (loader_options keeps the cache alive).
   sophon::PlanWithSampleCache(loader_options.sample_cache.get(), &smartoff_options);
+  smartoff_options.last_epoch = epochs - 1;
   const std::string profile_out = absl::GetFlag(FLAGS_profile_out);
   const bool fixed = sophon::IsFixedKind(*mode);
   if (fixed && !profile_out.empty() && (*servers)->size() > 1) {

@@ -143,12 +143,19 @@ absl::Status SmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const uint64_
   }
   DatasetProfile scratch;
   const DatasetProfile& planning = PlanningProfile(&scratch);
-  if (&planning == &scratch) {
+  if (const uint64_t cached = cached_samples(); cached > 0) {
     spdlog::info("smartoff: {} samples came from the storage nodes' sample cache last time: "
-                 "planned without a read", cached_samples());
+                 "planned without a read", cached);
+  }
+  const bool fill = epoch == kWarmupEpoch || options_.last_epoch < 0 ||
+                    static_cast<int64_t>(epoch) < options_.last_epoch ||
+                    options_.cache_outlives_job;
+  if (!fill && options_.cache_room_bytes && options_.cache_room_bytes() > 0) {
+    spdlog::info("smartoff: {} is the job's last: this node's sample cache is not filled (it "
+                 "would save nothing later)", EpochName(epoch));
   }
   absl::StatusOr<PlanResult> plan = MakePlan(options_.planner, planning, r, order);
-  if (plan.ok()) PlanCacheFill(planning, r, order, &*plan);
+  if (plan.ok() && fill) PlanCacheFill(planning, r, order, &*plan);
   std::vector<Stage> stages;
   if (plan.ok()) {
     spdlog::info("smartoff {} plan ({}): {}", EpochName(epoch), PlannerKindName(options_.planner),
@@ -163,6 +170,7 @@ absl::Status SmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const uint64_
   order_.assign(order.begin(), order.end());
   plan_ = std::move(stages);
   planned_ = 0;
+  fill_cache_ = fill;
   epoch_start_ = clock_();
   epoch_steps_ = 0;
   if (plan.ok()) {
@@ -218,6 +226,7 @@ void PlanWithSampleCache(const SampleCache* cache, SmartoffOptions* options) {
   if (cache == nullptr) return;
   options->held_here = [cache](uint64_t id) { return cache->Contains(id); };
   options->held_seconds_per_byte = [cache] { return cache->ReadSecondsPerByte(); };
+  options->cache_outlives_job = cache->disk() != nullptr;
   if (cache->options().policy == CachePolicy::kNoEvict || cache->disk() != nullptr) {
     options->cache_room_bytes = [cache] { return cache->RoomBytes(); };
   }
@@ -302,8 +311,10 @@ bool SmartoffPolicy::MaybeReplan() {
   // The plan so far assumed no training step (none was given or measured
   // before the epoch): the epoch's prediction is made again from this one.
   bool first_step_time = false;
+  bool fill = true;
   {
     absl::MutexLock lock(&mu_);
+    fill = fill_cache_;
     r = resources_;
     // Step time: the first step is warm-up; decide after three more.
     if (measure_gpu_ && step_seconds_.size() >= 4) {
@@ -365,7 +376,7 @@ bool SmartoffPolicy::MaybeReplan() {
     spdlog::error("smartoff: re-planning failed: {}", std::string(plan.status().message()));
     return false;
   }
-  PlanCacheFill(planning, r, rest, &*plan);
+  if (fill) PlanCacheFill(planning, r, rest, &*plan);
   absl::MutexLock lock(&mu_);
   event.position = from;
   event.detail = absl::StrJoin(details, ", ");

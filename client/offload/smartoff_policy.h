@@ -59,6 +59,12 @@ struct SmartoffOptions {
   // so that later epochs find them here: a filling epoch moves more bytes
   // over the link, every later one fewer. Empty = no cache to fill.
   std::function<int64_t()> cache_room_bytes;
+  // The job's last epoch (sophon-train --epochs - 1); -1 = not known. A
+  // cache that does not outlive the job is not filled in it: what it would
+  // keep could save nothing later, and filling costs the link now.
+  int64_t last_epoch = -1;
+  // The cache outlives the job (a disk tier): filling pays in a later job.
+  bool cache_outlives_job = false;
 
   // The one place these are checked; names the offending field.
   absl::Status Validate() const;
@@ -145,6 +151,7 @@ class SmartoffPolicy final : public OffloadPolicy {
   double epoch_prediction_s_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time epoch_start_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // BeginEpoch's
   int64_t epoch_steps_ ABSL_GUARDED_BY(mu_) = 0;  // OnStep calls since BeginEpoch
+  bool fill_cache_ ABSL_GUARDED_BY(mu_) = true;   // this epoch fills the sample cache
   std::vector<ReplanEvent> replans_ ABSL_GUARDED_BY(mu_);
   // Measurements since the last (re)plan.
   int64_t observed_ ABSL_GUARDED_BY(mu_) = 0;

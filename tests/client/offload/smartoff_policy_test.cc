@@ -124,11 +124,14 @@ TEST_F(SmartoffPolicyTest, CacheHitsArePlannedWithoutARead) {
 // cache it offloads samples (RAW alone would need 8 s of link).
 std::unique_ptr<SmartoffPolicy> CachePolicy(std::function<bool(uint64_t)> held,
                                             std::function<int64_t()> room,
-                                            Resources resources = TestResources()) {
+                                            Resources resources = TestResources(),
+                                            int64_t last_epoch = -1, bool outlives_job = false) {
   SmartoffOptions options;
   options.gpu_batch_seconds = 0.01;
   options.held_here = std::move(held);
   options.cache_room_bytes = std::move(room);
+  options.last_epoch = last_epoch;
+  options.cache_outlives_job = outlives_job;
   return std::make_unique<SmartoffPolicy>(UniformProfile(), resources, options, 1.0,
                                           [] { return absl::UnixEpoch(); });
 }
@@ -192,6 +195,16 @@ TEST(SmartoffCacheTest, ACacheWithRoomIsFilledWithTheFirstSamplesNotHeld) {
   EXPECT_NEAR(policy->last_plan().cost.epoch_s, cost->epoch_s, 1e-9);
   EXPECT_GT(policy->last_plan().cost.epoch_s, held_only->last_plan().cost.epoch_s)
       << "filling moves more bytes over the slow link this epoch";
+  // The job's last epoch does not fill a cache that ends with the job, and
+  // does fill one that outlives it (on disk).
+  std::unique_ptr<SmartoffPolicy> last = CachePolicy(held, [per] { return 10 * per; }, SlowLink(),
+                                                     /*last_epoch=*/0);
+  ASSERT_TRUE(last->BeginEpoch(0, order).ok());
+  EXPECT_EQ(last->last_plan().stages, held_only->last_plan().stages);
+  std::unique_ptr<SmartoffPolicy> kept = CachePolicy(held, [per] { return 10 * per; }, SlowLink(),
+                                                     /*last_epoch=*/0, /*outlives_job=*/true);
+  ASSERT_TRUE(kept->BeginEpoch(0, order).ok());
+  EXPECT_EQ(kept->last_plan().stages, policy->last_plan().stages);
   // No room: the plan is the one without filling.
   std::unique_ptr<SmartoffPolicy> full = CachePolicy(held, [] { return int64_t{0}; }, SlowLink());
   ASSERT_TRUE(full->BeginEpoch(0, order).ok());
