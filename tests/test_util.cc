@@ -215,6 +215,12 @@ std::string PatchDimensions(const std::string& jpeg, int height, int width) {
   return out;
 }
 
+std::string SampleFileBytes(uint64_t id, size_t size) {
+  std::string bytes(size, '\0');
+  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<char>((id * 131 + i * 7) & 0xff);
+  return bytes;
+}
+
 std::string MakeTempDir(const std::string& name) {
   const char* base = std::getenv("TEST_TMPDIR");
   std::filesystem::path dir = std::filesystem::path(base ? base : ::testing::TempDir()) /

@@ -64,6 +64,9 @@ std::string TruncateScanKeepEoi(const std::string& jpeg);
 // The frame header (SOF0/SOF2) patched to claim height x width.
 std::string PatchDimensions(const std::string& jpeg, int height, int width);
 
+// `size` bytes that stand for sample `id`'s file: different for every id.
+std::string SampleFileBytes(uint64_t id, size_t size = 1000);
+
 // A fresh empty directory under the test temp dir.
 std::string MakeTempDir(const std::string& name);
 

@@ -1,10 +1,8 @@
 #include "client/loader/disk_sample_cache.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -15,6 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "sophon/base/atomic_file.h"
+#include "sophon/base/file_lock.h"
+#include "sophon/data/crc32.h"
 #include "spdlog/spdlog.h"
 
 namespace sophon {
@@ -31,16 +31,6 @@ struct Header {
   uint32_t reserved;
 };
 static_assert(sizeof(Header) == DiskSampleCache::kHeaderBytes);
-
-uint32_t Crc32(absl::string_view bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  while (!bytes.empty()) {
-    const size_t n = std::min<size_t>(bytes.size(), size_t{1} << 30);
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(n));
-    bytes.remove_prefix(n);
-  }
-  return static_cast<uint32_t>(crc);
-}
 
 // Reads all of `fd` into *out; false on an error.
 bool ReadAll(int fd, std::string* out) {
@@ -109,19 +99,16 @@ absl::StatusOr<std::unique_ptr<DiskSampleCache>> DiskSampleCache::Open(
       if (id < options.num_samples) cache->known_[id] = 1;
     }
   }
-  const std::string usage_path = folder + "/usage";
-  const int fd = open(usage_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("cannot open '", usage_path, "'"));
-  }
-  flock(fd, LOCK_EX);
   int64_t usage = -1;
-  if (pread(fd, &usage, sizeof(usage), 0) != static_cast<ssize_t>(sizeof(usage)) || usage < 0) {
-    usage = found_bytes;
-    (void)!pwrite(fd, &usage, sizeof(usage), 0);
+  {
+    absl::StatusOr<FileLock> lock = FileLock::Acquire(folder + "/usage");
+    if (!lock.ok()) return lock.status();
+    if (pread(lock->fd(), &usage, sizeof(usage), 0) != static_cast<ssize_t>(sizeof(usage)) ||
+        usage < 0) {
+      usage = found_bytes;
+      (void)!pwrite(lock->fd(), &usage, sizeof(usage), 0);
+    }
   }
-  flock(fd, LOCK_UN);
-  close(fd);
   {
     absl::MutexLock lock(&cache->mu_);
     cache->stats_.usage_bytes = usage;
@@ -137,25 +124,18 @@ std::string DiskSampleCache::EntryPath(uint64_t id) const {
 }
 
 int64_t DiskSampleCache::AddUsage(int64_t delta) {
-  const std::string usage_path = folder_ + "/usage";
-  const int fd = open(usage_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return -1;
-  flock(fd, LOCK_EX);
+  absl::StatusOr<FileLock> lock = FileLock::Acquire(folder_ + "/usage");
+  if (!lock.ok()) return -1;
+  const int fd = lock->fd();
   int64_t usage = 0;
   if (pread(fd, &usage, sizeof(usage), 0) != static_cast<ssize_t>(sizeof(usage))) usage = 0;
-  int64_t result = -1;
-  if (delta <= 0 || usage + delta <= options_.max_bytes) {
-    usage = std::max<int64_t>(0, usage + delta);
-    if (pwrite(fd, &usage, sizeof(usage), 0) == static_cast<ssize_t>(sizeof(usage))) {
-      result = usage;
-    }
-  }
-  flock(fd, LOCK_UN);
-  close(fd);
-  return result;
+  if (delta > 0 && usage + delta > options_.max_bytes) return -1;
+  usage = std::max<int64_t>(0, usage + delta);
+  if (pwrite(fd, &usage, sizeof(usage), 0) != static_cast<ssize_t>(sizeof(usage))) return -1;
+  return usage;
 }
 
-bool DiskSampleCache::Get(uint64_t id, std::string* out) {
+bool DiskSampleCache::Get(uint64_t id, std::string* out, uint32_t* crc) {
   const std::string path = EntryPath(id);
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -186,6 +166,7 @@ bool DiskSampleCache::Get(uint64_t id, std::string* out) {
     return false;
   }
   out->assign(file, sizeof(Header), std::string::npos);
+  if (crc != nullptr) *crc = header.crc;
   absl::MutexLock lock(&mu_);
   ++stats_.hits;
   if (id < known_.size()) known_[id] = 1;

@@ -56,9 +56,10 @@ class DiskSampleCache {
   static absl::StatusOr<std::unique_ptr<DiskSampleCache>> Open(
       const DiskSampleCacheOptions& options);
 
-  // Sample `id`'s bytes when its entry is there and intact; a damaged entry
-  // is removed and counted. Thread-safe.
-  bool Get(uint64_t id, std::string* out);
+  // Sample `id`'s bytes when its entry is there and intact (and their
+  // CRC-32 in *crc when given); a damaged entry is removed and counted.
+  // Thread-safe.
+  bool Get(uint64_t id, std::string* out, uint32_t* crc = nullptr);
   // Writes sample `id`'s entry unless it is there or the folder is full;
   // whether it is there afterwards. Errors of the file system are logged
   // once and make it a no-op. Thread-safe.

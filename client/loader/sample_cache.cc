@@ -1,27 +1,14 @@
 #include "client/loader/sample_cache.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "sophon/base/cpu_time.h"
-
+#include "sophon/data/crc32.h"
 
 namespace sophon {
 namespace {
-
-uint32_t Crc32(absl::string_view bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  // zlib takes at most 4 GiB a call.
-  while (!bytes.empty()) {
-    const size_t n = std::min<size_t>(bytes.size(), 1u << 30);
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(n));
-    bytes.remove_prefix(n);
-  }
-  return static_cast<uint32_t>(crc);
-}
 
 int64_t Cost(size_t bytes) { return static_cast<int64_t>(bytes) + kCacheEntryOverheadBytes; }
 
@@ -65,32 +52,43 @@ double SampleCache::ReadSecondsPerByte() const {
 
 bool SampleCache::Get(uint64_t id, std::string* out) {
   const double start = ThreadCpuSeconds();
+  bool held = false;
+  uint32_t crc = 0;
   {
+    // Only the copy under the lock; it is checked against the entry's
+    // checksum outside it.
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(id);
     if (it != entries_.end()) {
-      Entry& entry = it->second;
-      if (Crc32(entry.bytes) == entry.crc) {
-        if (options_.policy == CachePolicy::kLru) lru_.splice(lru_.begin(), lru_, entry.lru);
-        *out = entry.bytes;
-        CountHitLocked(entry.bytes.size(), ThreadCpuSeconds() - start);
-        return true;
-      }
-      ++stats_.corrupt;
-      EraseLocked(id);
-    }
-    if (disk_ == nullptr) {
-      ++stats_.misses;
-      return false;
+      held = true;
+      *out = it->second.bytes;
+      crc = it->second.crc;
+      if (options_.policy == CachePolicy::kLru) lru_.splice(lru_.begin(), lru_, it->second.lru);
     }
   }
-  // The disk tier, without this cache's lock (it checks its own entries).
-  if (!disk_->Get(id, out)) {
+  if (held) {
+    const bool intact = Crc32(*out) == crc;
+    absl::MutexLock lock(&mu_);
+    if (intact) {
+      CountHitLocked(out->size(), ThreadCpuSeconds() - start);
+      return true;
+    }
+    ++stats_.corrupt;
+    auto it = entries_.find(id);
+    if (it != entries_.end() && it->second.crc == crc) EraseLocked(id);
+  }
+  if (disk_ == nullptr) {
     absl::MutexLock lock(&mu_);
     ++stats_.misses;
     return false;
   }
-  if (options_.bytes > 0) PutInMemory(id, *out, Crc32(*out));
+  // The disk tier, without this cache's lock (it checks its own entries).
+  if (!disk_->Get(id, out, &crc)) {
+    absl::MutexLock lock(&mu_);
+    ++stats_.misses;
+    return false;
+  }
+  if (options_.bytes > 0) PutInMemory(id, *out, crc);
   absl::MutexLock lock(&mu_);
   CountHitLocked(out->size(), ThreadCpuSeconds() - start);
   ++stats_.disk_hits;

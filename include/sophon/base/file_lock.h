@@ -30,6 +30,9 @@ class FileLock {
   FileLock& operator=(const FileLock&) = delete;
   ~FileLock();
 
+  // The locked file, open for reading and writing (a counter kept in it).
+  int fd() const { return fd_; }
+
  private:
   explicit FileLock(int fd) : fd_(fd) {}
   // Opens `path`; -1 and *error on failure.

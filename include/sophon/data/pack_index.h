@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "sophon/data/crc32.h"  // Crc32: the checksum of samples and of the index
 #include "sophon/data/follow_symlinks.h"
 
 namespace sophon {
@@ -20,9 +21,6 @@ namespace sophon {
 // The index's file name inside a pack folder.
 inline constexpr char kPackIndexName[] = "sophon-pack.idx";
 inline constexpr uint32_t kPackIndexVersion = 1;
-
-// zlib's CRC-32 of `bytes` (the checksum of samples and of the index).
-uint32_t Crc32(absl::string_view bytes);
 
 struct PackedSample {
   uint32_t shard = 0;   // index into PackIndex.shards

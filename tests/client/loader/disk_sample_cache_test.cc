@@ -11,11 +11,7 @@
 namespace sophon {
 namespace {
 
-std::string File(uint64_t id, size_t size = 1000) {
-  std::string bytes(size, '\0');
-  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<char>((id * 131 + i * 7) & 0xff);
-  return bytes;
-}
+using testing::SampleFileBytes;
 
 DiskSampleCacheOptions Options(const std::string& dir, int64_t entries, uint64_t fingerprint = 42) {
   DiskSampleCacheOptions options;
@@ -39,10 +35,10 @@ TEST(DiskSampleCacheTest, EntriesOutliveTheProcessThatWroteThem) {
     ASSERT_TRUE(cache);
     std::string out;
     EXPECT_FALSE(cache->Get(3, &out));
-    EXPECT_TRUE(cache->Put(3, File(3)));
-    EXPECT_TRUE(cache->Put(7, File(7)));
+    EXPECT_TRUE(cache->Put(3, SampleFileBytes(3)));
+    EXPECT_TRUE(cache->Put(7, SampleFileBytes(7)));
     EXPECT_TRUE(cache->Get(3, &out));
-    EXPECT_EQ(out, File(3));
+    EXPECT_EQ(out, SampleFileBytes(3));
   }
   // A later job over the same dataset: warm from the start.
   std::unique_ptr<DiskSampleCache> again = Open(Options(dir, 10));
@@ -52,14 +48,14 @@ TEST(DiskSampleCacheTest, EntriesOutliveTheProcessThatWroteThem) {
   EXPECT_FALSE(again->Contains(4));
   std::string out;
   EXPECT_TRUE(again->Get(7, &out));
-  EXPECT_EQ(out, File(7));
+  EXPECT_EQ(out, SampleFileBytes(7));
   EXPECT_EQ(again->stats().usage_bytes, 2 * (1000 + DiskSampleCache::kHeaderBytes));
 }
 
 TEST(DiskSampleCacheTest, AnotherDatasetNeverReadsTheseEntries) {
   const std::string dir = testing::MakeTempDir("disk_cache_fingerprint");
   std::unique_ptr<DiskSampleCache> first = Open(Options(dir, 10, /*fingerprint=*/1));
-  ASSERT_TRUE(first && first->Put(5, File(5)));
+  ASSERT_TRUE(first && first->Put(5, SampleFileBytes(5)));
   std::unique_ptr<DiskSampleCache> other = Open(Options(dir, 10, /*fingerprint=*/2));
   ASSERT_TRUE(other);
   EXPECT_FALSE(other->Contains(5));
@@ -76,7 +72,7 @@ TEST(DiskSampleCacheTest, AnotherDatasetNeverReadsTheseEntries) {
 TEST(DiskSampleCacheTest, ADamagedEntryIsRemovedAndMissed) {
   const std::string dir = testing::MakeTempDir("disk_cache_corrupt");
   std::unique_ptr<DiskSampleCache> cache = Open(Options(dir, 10));
-  ASSERT_TRUE(cache && cache->Put(9, File(9)) && cache->Put(10, File(10)));
+  ASSERT_TRUE(cache && cache->Put(9, SampleFileBytes(9)) && cache->Put(10, SampleFileBytes(10)));
   {
     std::fstream f(cache->EntryPath(9), std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(DiskSampleCache::kHeaderBytes + 17);
@@ -90,9 +86,9 @@ TEST(DiskSampleCacheTest, ADamagedEntryIsRemovedAndMissed) {
   EXPECT_FALSE(cache->Contains(9));
   EXPECT_FALSE(std::filesystem::exists(cache->EntryPath(9)));
   // Fetched again and written again.
-  EXPECT_TRUE(cache->Put(9, File(9)));
+  EXPECT_TRUE(cache->Put(9, SampleFileBytes(9)));
   EXPECT_TRUE(cache->Get(9, &out));
-  EXPECT_EQ(out, File(9));
+  EXPECT_EQ(out, SampleFileBytes(9));
 }
 
 TEST(DiskSampleCacheTest, TheBoundHoldsAcrossProcessesSharingTheFolder) {
@@ -101,15 +97,15 @@ TEST(DiskSampleCacheTest, TheBoundHoldsAcrossProcessesSharingTheFolder) {
   std::unique_ptr<DiskSampleCache> a = Open(Options(dir, 3));
   std::unique_ptr<DiskSampleCache> b = Open(Options(dir, 3));
   ASSERT_TRUE(a && b);
-  EXPECT_TRUE(a->Put(1, File(1)));
-  EXPECT_TRUE(b->Put(2, File(2)));
-  EXPECT_TRUE(b->Put(1, File(1))) << "written by the other: there already";
-  EXPECT_TRUE(a->Put(3, File(3)));
-  EXPECT_FALSE(b->Put(4, File(4)));
+  EXPECT_TRUE(a->Put(1, SampleFileBytes(1)));
+  EXPECT_TRUE(b->Put(2, SampleFileBytes(2)));
+  EXPECT_TRUE(b->Put(1, SampleFileBytes(1))) << "written by the other: there already";
+  EXPECT_TRUE(a->Put(3, SampleFileBytes(3)));
+  EXPECT_FALSE(b->Put(4, SampleFileBytes(4)));
   EXPECT_EQ(b->stats().rejected, 1u);
   std::string out;
   EXPECT_TRUE(b->Get(3, &out)) << "an entry the other wrote";
-  EXPECT_EQ(out, File(3));
+  EXPECT_EQ(out, SampleFileBytes(3));
   int64_t on_disk = 0;
   for (uint64_t id : {1, 2, 3, 4}) {
     if (std::filesystem::exists(a->EntryPath(id))) {

@@ -5,16 +5,12 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 
 namespace sophon {
 namespace {
 
-// Sample `id`'s file: `size` bytes that differ from every other sample's.
-std::string File(uint64_t id, size_t size = 1000) {
-  std::string bytes(size, '\0');
-  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<char>((id * 131 + i * 7) & 0xff);
-  return bytes;
-}
+using testing::SampleFileBytes;
 
 std::unique_ptr<SampleCache> Make(int64_t entries, CachePolicy policy, size_t size = 1000) {
   CacheOptions options;
@@ -31,7 +27,7 @@ TEST(SampleCacheTest, NoEvictKeepsTheFirstThatFitAndHitsThemEveryLaterEpoch) {
   for (uint64_t id : epoch0) {
     std::string out;
     EXPECT_FALSE(cache->Get(id, &out));
-    cache->Put(id, File(id));
+    cache->Put(id, SampleFileBytes(id));
   }
   EXPECT_EQ(cache->stats().entries, 3);
   EXPECT_EQ(cache->stats().rejected, 2u);
@@ -41,9 +37,9 @@ TEST(SampleCacheTest, NoEvictKeepsTheFirstThatFitAndHitsThemEveryLaterEpoch) {
       std::string out;
       if (cache->Get(id, &out)) {
         ++hits;
-        EXPECT_EQ(out, File(id)) << "sample " << id;
+        EXPECT_EQ(out, SampleFileBytes(id)) << "sample " << id;
       } else {
-        cache->Put(id, File(id));  // no room: not kept
+        cache->Put(id, SampleFileBytes(id));  // no room: not kept
       }
     }
     EXPECT_EQ(hits, 3) << "epoch " << epoch;
@@ -60,17 +56,17 @@ TEST(SampleCacheTest, NoEvictKeepsTheFirstThatFitAndHitsThemEveryLaterEpoch) {
 TEST(SampleCacheTest, LruEvictsTheLeastRecentlyUsed) {
   std::unique_ptr<SampleCache> cache = Make(2, CachePolicy::kLru);
   std::string out;
-  cache->Put(0, File(0));
-  cache->Put(1, File(1));
+  cache->Put(0, SampleFileBytes(0));
+  cache->Put(1, SampleFileBytes(1));
   EXPECT_TRUE(cache->Get(0, &out));  // 1 is now the least recently used
-  cache->Put(2, File(2));            // evicts 1
+  cache->Put(2, SampleFileBytes(2));            // evicts 1
   EXPECT_TRUE(cache->Contains(0));
   EXPECT_FALSE(cache->Contains(1));
   EXPECT_TRUE(cache->Contains(2));
   // A sequential scan larger than the cache thrashes LRU: no hits at all.
   for (int pass = 0; pass < 2; ++pass) {
     for (uint64_t id = 10; id < 13; ++id) {
-      if (!cache->Get(id, &out)) cache->Put(id, File(id));
+      if (!cache->Get(id, &out)) cache->Put(id, SampleFileBytes(id));
     }
   }
   const SampleCacheStats stats = cache->stats();
@@ -83,7 +79,7 @@ TEST(SampleCacheTest, LruEvictsTheLeastRecentlyUsed) {
 
 TEST(SampleCacheTest, CorruptEntryIsDroppedAndFetchedAgain) {
   std::unique_ptr<SampleCache> cache = Make(4, CachePolicy::kNoEvict);
-  cache->Put(7, File(7));
+  cache->Put(7, SampleFileBytes(7));
   ASSERT_TRUE(cache->CorruptForTest(7));
   std::string out = "untouched";
   EXPECT_FALSE(cache->Get(7, &out));
@@ -94,22 +90,22 @@ TEST(SampleCacheTest, CorruptEntryIsDroppedAndFetchedAgain) {
   EXPECT_EQ(stats.entries, 0);
   EXPECT_EQ(stats.bytes, 0);
   // Fetched again, kept again, intact.
-  EXPECT_TRUE(cache->Put(7, File(7)));
+  EXPECT_TRUE(cache->Put(7, SampleFileBytes(7)));
   EXPECT_TRUE(cache->Get(7, &out));
-  EXPECT_EQ(out, File(7));
+  EXPECT_EQ(out, SampleFileBytes(7));
 }
 
 TEST(SampleCacheTest, BoundCountsOverheadAndRefusesWhatCannotFit) {
   CacheOptions options;
   options.bytes = 1000 + kCacheEntryOverheadBytes - 1;
   std::unique_ptr<SampleCache> cache = *SampleCache::Create(options);
-  EXPECT_FALSE(cache->Put(1, File(1)));
-  EXPECT_TRUE(cache->Put(2, File(2, 100)));
+  EXPECT_FALSE(cache->Put(1, SampleFileBytes(1)));
+  EXPECT_TRUE(cache->Put(2, SampleFileBytes(2, 100)));
   EXPECT_EQ(cache->stats().bytes, 100 + kCacheEntryOverheadBytes);
   options.policy = CachePolicy::kLru;
   std::unique_ptr<SampleCache> lru = *SampleCache::Create(options);
-  EXPECT_TRUE(lru->Put(2, File(2, 100)));
-  EXPECT_FALSE(lru->Put(1, File(1)));  // larger than the bound: nothing evicted for it
+  EXPECT_TRUE(lru->Put(2, SampleFileBytes(2, 100)));
+  EXPECT_FALSE(lru->Put(1, SampleFileBytes(1)));  // larger than the bound: nothing evicted for it
   EXPECT_TRUE(lru->Contains(2));
 }
 
@@ -131,9 +127,9 @@ TEST(SampleCacheTest, ConcurrentPutsAndGetsStayWithinTheBound) {
       for (uint64_t i = 0; i < 2000; ++i) {
         const uint64_t id = (i * 7 + t * 13) % 120;
         if (cache->Get(id, &out)) {
-          ASSERT_EQ(out, File(id, 200));
+          ASSERT_EQ(out, SampleFileBytes(id, 200));
         } else {
-          cache->Put(id, File(id, 200));
+          cache->Put(id, SampleFileBytes(id, 200));
         }
       }
     });
