@@ -54,6 +54,7 @@ bool SampleCache::Get(uint64_t id, std::string* out) {
   const double start = ThreadCpuSeconds();
   bool held = false;
   uint32_t crc = 0;
+  std::string copy;  // *out is left as it is unless this is a hit
   {
     // Only the copy under the lock; it is checked against the entry's
     // checksum outside it.
@@ -61,15 +62,16 @@ bool SampleCache::Get(uint64_t id, std::string* out) {
     auto it = entries_.find(id);
     if (it != entries_.end()) {
       held = true;
-      *out = it->second.bytes;
+      copy = it->second.bytes;
       crc = it->second.crc;
       if (options_.policy == CachePolicy::kLru) lru_.splice(lru_.begin(), lru_, it->second.lru);
     }
   }
   if (held) {
-    const bool intact = Crc32(*out) == crc;
+    const bool intact = Crc32(copy) == crc;
     absl::MutexLock lock(&mu_);
     if (intact) {
+      *out = std::move(copy);
       CountHitLocked(out->size(), ThreadCpuSeconds() - start);
       return true;
     }
