@@ -23,6 +23,11 @@ namespace {
 // Offloaded work (client CPU seconds) below which a storage speed measurement
 // is too noisy to act on.
 constexpr double kMinSpeedEvidenceSeconds = 0.05;
+// An epoch shorter than this says too little of the training node's speed
+// (start-up and the last batch weigh too much).
+constexpr double kMinLocalEvidenceSeconds = 1.0;
+// A resource busy this share of the epoch or more may have held it back.
+constexpr double kBusyShare = 0.9;
 
 std::string DescribePlan(const PlanResult& plan) {
   const PlanCost& c = plan.cost;
@@ -129,6 +134,7 @@ absl::Status SmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const uint64_
   Resources r;
   {
     absl::MutexLock lock(&mu_);
+    UpdateLocalSpeedLocked();
     // The storage speed measured over the previous epoch (or warm-up), when it
     // offloaded enough work to tell.
     if (epoch_server_predicted_s_ > kMinSpeedEvidenceSeconds) {
@@ -173,12 +179,51 @@ absl::Status SmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const uint64_
   fill_cache_ = fill;
   epoch_start_ = clock_();
   epoch_steps_ = 0;
+  epoch_planned_ = plan.ok();
+  epoch_replanned_ = false;
+  // Its full batches: an epoch that drops its last, partial one has run to
+  // its end after them.
+  epoch_batches_ = r.batch_size > 0 ? static_cast<int64_t>(order.size()) / r.batch_size : 0;
+  epoch_wire_bytes_ = 0;
+  epoch_step_s_ = 0;
+  last_step_end_ = absl::InfinitePast();
   if (plan.ok()) {
     last_plan_ = *plan;
+    epoch_plan_cost_ = plan->cost;
     epoch_prediction_s_ = plan->cost.epoch_s;
   }
   ResetWindowLocked();
   return absl::OkStatus();
+}
+
+void SmartoffPolicy::UpdateLocalSpeedLocked() {
+  if (!epoch_planned_ || epoch_replanned_ || epoch_batches_ == 0 ||
+      epoch_steps_ < epoch_batches_) {
+    return;  // no epoch yet, a re-planned one, or one not run to its end
+  }
+  const PlanCost& plan = epoch_plan_cost_;
+  const double ran = absl::ToDoubleSeconds(last_step_end_ - epoch_start_);
+  if (!(ran >= kMinLocalEvidenceSeconds) || !(plan.local_s > kMinSpeedEvidenceSeconds)) return;
+  const double ratio = ran / plan.local_s;
+  const double link = resources_.net_bytes_per_s > 0
+                          ? static_cast<double>(epoch_wire_bytes_) / ran / resources_.net_bytes_per_s
+                          : 0;
+  const double storage =
+      std::max(plan.remote_s / ran, resources_.remote_cpus > 0
+                                        ? epoch_server_actual_s_ / (ran * resources_.remote_cpus)
+                                        : 0.0);
+  const double steps = epoch_step_s_ / ran;
+  // Longer than predicted is this node's doing only if nothing else was busy
+  // enough to be; shorter is evidence on its own.
+  if (ratio > 1 && (link >= kBusyShare || storage >= kBusyShare || steps >= kBusyShare)) return;
+  if (std::abs(ratio - 1) < 0.02) return;
+  const double speed = std::clamp(resources_.local_speed * std::clamp(ratio, 0.5, 2.0), 0.25, 4.0);
+  spdlog::info("smartoff: training node speed {:.2f} over the last epoch (assumed {:.2f}): it "
+               "ran {:.2f}s where its CPUs' share was predicted {:.2f}s; the link was {:.0f}%, "
+               "the storage node {:.0f}% and the training step {:.0f}% busy",
+               speed, resources_.local_speed, ran, plan.local_s, 100 * link, 100 * storage,
+               100 * steps);
+  resources_.local_speed = speed;
 }
 
 void SmartoffPolicy::Plan(int64_t first_position, absl::Span<const uint64_t> ids,
@@ -270,6 +315,7 @@ void SmartoffPolicy::OnSample(const SampleObservation& obs) {
   const double predicted = profile_.samples[obs.id].client.Between(kFirstStage, obs.received);
   const absl::Time now = clock_();
   absl::MutexLock lock(&mu_);
+  epoch_wire_bytes_ += obs.payload_bytes;
   if (obs.ok && obs.cache_hit != (cached_[obs.id] != 0)) {
     cached_[obs.id] = obs.cache_hit ? 1 : 0;
     obs.cache_hit ? ++cached_count_ : --cached_count_;
@@ -297,6 +343,8 @@ void SmartoffPolicy::OnStep(double step_seconds) {
     absl::MutexLock lock(&mu_);
     step_seconds_.push_back(step_seconds);
     epoch_steps_++;
+    epoch_step_s_ += step_seconds;
+    last_step_end_ = clock_();
   }
   MaybeReplan();
 }
@@ -386,6 +434,7 @@ bool SmartoffPolicy::MaybeReplan() {
     event.stages_changed += plan_[p] != plan->stages[i];
     plan_[p] = plan->stages[i];
   }
+  epoch_replanned_ = true;
   spdlog::info("smartoff re-plan at sample {}/{} ({}): {} stages changed; remaining {}", from,
                order_.size(), event.detail, event.stages_changed, DescribePlan(*plan));
   last_plan_ = *plan;

@@ -123,6 +123,13 @@ class SmartoffPolicy final : public OffloadPolicy {
 
  private:
   void ResetWindowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At the start of an epoch: the training node's speed (Resources.local_speed)
+  // from the epoch before, when it ran to its end on its first plan. An epoch
+  // that took longer than the training node's predicted share, while the link,
+  // the storage node and the training step each had room (under 90% busy), was
+  // held back by this node's CPUs: the speed rises by that ratio. One that took
+  // less shows they were faster: it falls. Unchanged otherwise.
+  void UpdateLocalSpeedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // profile_ with the samples the servers last served from their sample
   // cache marked `cached` (planned without a read), in *scratch; profile_
   // itself when there are none.
@@ -157,13 +164,23 @@ class SmartoffPolicy final : public OffloadPolicy {
   int64_t observed_ ABSL_GUARDED_BY(mu_) = 0;
   double server_actual_s_ ABSL_GUARDED_BY(mu_) = 0;     // server seconds of the ops
   double server_predicted_s_ ABSL_GUARDED_BY(mu_) = 0;  // client-speed seconds of that work
-  // The same sums over the whole epoch so far: the next epoch is planned with
-  // the storage speed they give, drift threshold or not.
   // Per sample: the server's sample cache answered its last read.
   std::vector<uint8_t> cached_ ABSL_GUARDED_BY(mu_);
   uint64_t cached_count_ ABSL_GUARDED_BY(mu_) = 0;
+  // The same sums over the whole epoch so far: the next epoch is planned with
+  // the storage speed they give, drift threshold or not.
   double epoch_server_actual_s_ ABSL_GUARDED_BY(mu_) = 0;
   double epoch_server_predicted_s_ ABSL_GUARDED_BY(mu_) = 0;
+  // What the training node's speed is judged by when the next epoch begins
+  // (UpdateLocalSpeedLocked): the epoch's plan, whether it was re-planned, its
+  // batches, the bytes received, the steps' time and when the last one ended.
+  PlanCost epoch_plan_cost_ ABSL_GUARDED_BY(mu_);
+  bool epoch_planned_ ABSL_GUARDED_BY(mu_) = false;
+  bool epoch_replanned_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t epoch_batches_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t epoch_wire_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  double epoch_step_s_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_step_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   uint64_t window_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time window_start_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::vector<double> step_seconds_ ABSL_GUARDED_BY(mu_);

@@ -53,8 +53,9 @@ PlanCost CostOfWork(const EpochWork& work, const Resources& resources) {
       static_cast<double>(work.remote_ns) * 1e-9 * resources.remote_speed +
       static_cast<double>(work.raw_bytes) * resources.remote_seconds_per_raw_byte +
       static_cast<double>(work.wire_bytes) * resources.remote_seconds_per_wire_byte;
-  cost.local_cpu_s = static_cast<double>(work.local_ns) * 1e-9 +
-                     static_cast<double>(work.wire_bytes) * resources.local_seconds_per_wire_byte;
+  cost.local_cpu_s = (static_cast<double>(work.local_ns) * 1e-9 +
+                     static_cast<double>(work.wire_bytes) * resources.local_seconds_per_wire_byte) *
+                    resources.local_speed;
   cost.net_s = static_cast<double>(work.wire_bytes) / resources.net_bytes_per_s;
   cost.remote_s = ResourceSeconds(cost.remote_cpu_s, resources.remote_cpus);
   cost.local_s = ResourceSeconds(cost.local_cpu_s, resources.local_cpus);

@@ -32,6 +32,10 @@ absl::Status Resources::Validate() const {
   if (!std::isfinite(local_cpus) || local_cpus <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("Resources.local_cpus must be > 0, got ", local_cpus));
   }
+  if (!std::isfinite(local_speed) || local_speed <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Resources.local_speed must be > 0, got ", local_speed));
+  }
   if (!std::isfinite(gpu_seconds_per_batch) || gpu_seconds_per_batch < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("Resources.gpu_seconds_per_batch must be >= 0, got ", gpu_seconds_per_batch));

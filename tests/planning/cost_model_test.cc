@@ -1,6 +1,7 @@
 #include "sophon/planning/cost_model.h"
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -108,6 +109,24 @@ TEST(CostModelTest, ChargesReadingSendingAndReceivingPerByte) {
   EXPECT_DOUBLE_EQ(raw->remote_cpu_s, 3.0 + 0.3);
   r.remote_seconds_per_wire_byte = -1;
   EXPECT_FALSE(EvaluatePlan(p, r, {0, 1}, {Stage::kRaw, Stage::kRaw}).ok());
+}
+
+// A training node slower than when profiled (Resources.local_speed) takes
+// longer for its ops and its receiving alike; the storage node is unchanged.
+TEST(CostModelTest, TheTrainingNodesSpeedScalesItsCpuWork) {
+  const DatasetProfile p = TwoSamples();
+  Resources r = SomeResources();
+  r.local_seconds_per_wire_byte = 1e-4;  // 1300 wire bytes received: 0.13 s
+  r.local_speed = 2;
+  absl::StatusOr<PlanCost> c = EvaluatePlan(p, r, {0, 1}, {Stage::kRaw, Stage::kCropped});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->local_cpu_s, 2 * (1.25 + 0.13));
+  EXPECT_DOUBLE_EQ(c->local_s, 2 * (1.25 + 0.13) / 0.5);
+  EXPECT_DOUBLE_EQ(c->remote_cpu_s, 1.5);
+  r.local_speed = 0;
+  absl::StatusOr<PlanCost> bad = EvaluatePlan(p, r, {0, 1}, {Stage::kRaw, Stage::kRaw});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("Resources.local_speed"), std::string::npos);
 }
 
 // A sample the storage node's cache holds costs no read, at any stage.

@@ -3,7 +3,7 @@
 //   T_net    = wire bytes / network bytes per second
 //   T_remote = (remote_speed * (client CPU seconds of the ops the storage node runs)
 //               + raw bytes read * read cost + wire bytes * send cost) / remote_cpus
-//   T_local  = (client CPU seconds of the ops the training node runs
+//   T_local  = local_speed * (client CPU seconds of the ops the training node runs
 //               + wire bytes * receive cost) / local_cpus
 //   T_gpu    = ceil(samples / batch_size) * gpu_seconds_per_batch
 //   epoch    = max of the four (the pipeline overlaps them)

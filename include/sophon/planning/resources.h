@@ -15,6 +15,10 @@ struct Resources {
   // Storage node CPU seconds per training node CPU second for the same op. > 0.
   double remote_speed = 1.0;
   double local_cpus = 2;  // training node prep workers (--workers); > 0
+  // Training node seconds per second of the CPU work the profile predicts for
+  // it (its ops and its receive cost): above 1 when this node runs slower than
+  // it did when profiled (other work on it, a slower clock). > 0.
+  double local_speed = 1.0;
   // Training node CPU seconds per byte received (network stack, gRPC,
   // message parsing and copies), charged to the local CPUs beside the ops.
   // >= 0; 0 ignores it.

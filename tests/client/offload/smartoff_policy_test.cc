@@ -307,6 +307,71 @@ TEST_F(SmartoffPolicyTest, StepTimeWithinTheThresholdDoesNotReplan) {
   EXPECT_EQ(policy_->replans(), 0);
 }
 
+// Epoch 0 on one training core and one storage core behind a fast link (the
+// plan splits the 4 s of decoding between the two cores): `steps` steps of
+// `step_s`, `bytes` received, the last step ending `ran` seconds after the
+// epoch began; then epoch 1 begins.
+class LocalSpeedTest : public SmartoffPolicyTest {
+ protected:
+  void StartOnOneCore() {
+    Resources r = TestResources();
+    r.net_bytes_per_s = 1e9;
+    r.local_cpus = 1;
+    r.remote_cpus = 1;
+    Start(0.01, r);
+    predicted_local_s_ = policy_->last_plan().cost.local_s;
+    ASSERT_GT(predicted_local_s_, 1.5);  // every test's epoch runs >= 1 s
+  }
+  void RunEpoch(double ran, uint64_t bytes = 0, double step_s = 0.001, int steps = 31) {
+    if (bytes > 0) Arrive(0, kFirstStage, bytes, 0);
+    const absl::Time start = now_;
+    for (int i = 0; i < steps; ++i) {
+      now_ = start + absl::Seconds(ran * (i + 1) / steps);
+      policy_->OnStep(step_s);
+    }
+    ASSERT_EQ(policy_->replans(), 0);
+    ASSERT_TRUE(policy_->BeginEpoch(1, order_).ok());
+  }
+  double predicted_local_s_ = 0;
+};
+
+TEST_F(LocalSpeedTest, ALongerEpochWithTheLinkAndStorageNodeIdleSlowsTheTrainingNode) {
+  StartOnOneCore();
+  const double first = policy_->PredictedEpochSeconds();
+  RunEpoch(1.5 * predicted_local_s_);  // 1000 samples, 31 full batches of 32
+  EXPECT_NEAR(policy_->resources().local_speed, 1.5, 1e-9);
+  // The next plan knows: its prediction is longer (the planner moves what it
+  // can to the storage node and the link, so by less than 1.5x).
+  EXPECT_GT(policy_->PredictedEpochSeconds(), first * 1.05);
+  EXPECT_LE(policy_->PredictedEpochSeconds(), first * 1.5 + 1e-9);
+}
+
+TEST_F(LocalSpeedTest, AShorterEpochSpeedsItUp) {
+  StartOnOneCore();
+  RunEpoch(0.8 * predicted_local_s_);
+  EXPECT_NEAR(policy_->resources().local_speed, 0.8, 1e-9);
+}
+
+TEST_F(LocalSpeedTest, ABusyLinkTakesTheBlame) {
+  StartOnOneCore();
+  const double ran = 1.5 * predicted_local_s_;
+  RunEpoch(ran, static_cast<uint64_t>(0.95 * 1e9 * ran));
+  EXPECT_DOUBLE_EQ(policy_->resources().local_speed, 1.0);
+}
+
+TEST_F(LocalSpeedTest, ABusyTrainingStepTakesTheBlame) {
+  StartOnOneCore();
+  const double ran = 1.5 * predicted_local_s_;
+  RunEpoch(ran, 0, 0.95 * ran / 31);
+  EXPECT_DOUBLE_EQ(policy_->resources().local_speed, 1.0);
+}
+
+TEST_F(LocalSpeedTest, AnEpochNotRunToItsEndSaysNothing) {
+  StartOnOneCore();
+  RunEpoch(1.5 * predicted_local_s_, 0, 0.001, /*steps=*/30);
+  EXPECT_DOUBLE_EQ(policy_->resources().local_speed, 1.0);
+}
+
 TEST_F(SmartoffPolicyTest, ReplanReachesOnlyPositionsNotYetRequested) {
   Start();
   std::vector<SampleAssignment> before(kSamples - 200);
