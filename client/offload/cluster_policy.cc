@@ -41,9 +41,13 @@ ClusterSmartoffPolicy::ClusterSmartoffPolicy(DatasetProfile profile, ClusterReso
                                               static_cast<double>(all.size()));
     }
   }
+  // Each server's policy sees its share of the epoch and its own link and
+  // storage node: not enough to judge the training node's speed by.
+  SmartoffOptions server_options = options_;
+  server_options.measure_local_speed = false;
   for (int s = 0; s < n; ++s) {
     servers_.push_back(std::make_unique<SmartoffPolicy>(
-        profile_, ShareOf(cluster, s, shares_[s]), options_,
+        profile_, ShareOf(cluster, s, shares_[s]), server_options,
         s < static_cast<int>(wall_scales.size()) ? wall_scales[s] : 1.0));
   }
   absl::MutexLock lock(&mu_);

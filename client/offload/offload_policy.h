@@ -69,6 +69,9 @@ class OffloadPolicy {
   virtual void OnSample(const SampleObservation& observation) {}
   // Called on the training thread after every step with its duration.
   virtual void OnStep(double step_seconds) {}
+  // Called on the training thread with the time it waited for each batch
+  // (before that batch's step).
+  virtual void OnDataWait(double wait_seconds) {}
   // The prediction made for the current epoch's wall time; 0 = none.
   virtual double PredictedEpochSeconds() const { return 0; }
 };

@@ -28,6 +28,12 @@ constexpr double kMinSpeedEvidenceSeconds = 0.05;
 constexpr double kMinLocalEvidenceSeconds = 1.0;
 // A resource busy this share of the epoch or more may have held it back.
 constexpr double kBusyShare = 0.9;
+// The training loop waited for data at least this share of the epoch: the
+// data pipeline, not the step, set its pace.
+constexpr double kMinWaitShare = 0.1;
+// Bounds of the training node's speed, and of one epoch's change to it.
+constexpr double kMinLocalSpeed = 0.5;
+constexpr double kMaxLocalSpeed = 2.0;
 
 std::string DescribePlan(const PlanResult& plan) {
   const PlanCost& c = plan.cost;
@@ -185,7 +191,7 @@ absl::Status SmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const uint64_
   // its end after them.
   epoch_batches_ = r.batch_size > 0 ? static_cast<int64_t>(order.size()) / r.batch_size : 0;
   epoch_wire_bytes_ = 0;
-  epoch_step_s_ = 0;
+  epoch_wait_s_ = 0;
   last_step_end_ = absl::InfinitePast();
   if (plan.ok()) {
     last_plan_ = *plan;
@@ -197,13 +203,27 @@ absl::Status SmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const uint64_
 }
 
 void SmartoffPolicy::UpdateLocalSpeedLocked() {
-  if (!epoch_planned_ || epoch_replanned_ || epoch_batches_ == 0 ||
-      epoch_steps_ < epoch_batches_) {
-    return;  // no epoch yet, a re-planned one, or one not run to its end
+  if (!options_.measure_local_speed || !epoch_planned_ || epoch_replanned_ ||
+      epoch_batches_ == 0 || epoch_steps_ < epoch_batches_) {
+    return;  // not measured here, no epoch yet, a re-planned one, or one not run to its end
   }
   const PlanCost& plan = epoch_plan_cost_;
   const double ran = absl::ToDoubleSeconds(last_step_end_ - epoch_start_);
   if (!(ran >= kMinLocalEvidenceSeconds) || !(plan.local_s > kMinSpeedEvidenceSeconds)) return;
+  const double old = resources_.local_speed;
+  const double raised_after = raised_after_s_;
+  raised_after_s_ = 0;
+  if (raised_after > 0 && ran >= 0.98 * raised_after) {
+    // The last rise moved work off this node, and the epoch took as long:
+    // what held it back was something else.
+    spdlog::info("smartoff: training node speed {:.2f} again (assumed {:.2f}): the epoch after "
+                 "it was raised took {:.2f}s against {:.2f}s, with less work planned here (not "
+                 "raised again in this job)",
+                 speed_before_rise_, old, ran, raised_after);
+    resources_.local_speed = speed_before_rise_;
+    rises_undone_ = true;
+    return;
+  }
   const double ratio = ran / plan.local_s;
   const double link = resources_.net_bytes_per_s > 0
                           ? static_cast<double>(epoch_wire_bytes_) / ran / resources_.net_bytes_per_s
@@ -212,17 +232,25 @@ void SmartoffPolicy::UpdateLocalSpeedLocked() {
       std::max(plan.remote_s / ran, resources_.remote_cpus > 0
                                         ? epoch_server_actual_s_ / (ran * resources_.remote_cpus)
                                         : 0.0);
-  const double steps = epoch_step_s_ / ran;
-  // Longer than predicted is this node's doing only if nothing else was busy
-  // enough to be; shorter is evidence on its own.
-  if (ratio > 1 && (link >= kBusyShare || storage >= kBusyShare || steps >= kBusyShare)) return;
+  const double wait = epoch_wait_s_ / ran;
+  // Longer than predicted is this node's doing only if the loop waited for
+  // data and neither the link nor the storage node was busy enough to be the
+  // cause; shorter is evidence on its own.
+  if (ratio > 1 && (rises_undone_ || link >= kBusyShare || storage >= kBusyShare ||
+                    wait < kMinWaitShare)) {
+    return;
+  }
   if (std::abs(ratio - 1) < 0.02) return;
-  const double speed = std::clamp(resources_.local_speed * std::clamp(ratio, 0.5, 2.0), 0.25, 4.0);
+  const double speed = std::clamp(old * ratio, kMinLocalSpeed, kMaxLocalSpeed);
+  if (speed == old) return;
   spdlog::info("smartoff: training node speed {:.2f} over the last epoch (assumed {:.2f}): it "
-               "ran {:.2f}s where its CPUs' share was predicted {:.2f}s; the link was {:.0f}%, "
-               "the storage node {:.0f}% and the training step {:.0f}% busy",
-               speed, resources_.local_speed, ran, plan.local_s, 100 * link, 100 * storage,
-               100 * steps);
+               "ran {:.2f}s where its CPUs' share was predicted {:.2f}s; the link was {:.0f}% "
+               "and the storage node {:.0f}% busy, the training loop waited {:.0f}% of it for data",
+               speed, old, ran, plan.local_s, 100 * link, 100 * storage, 100 * wait);
+  if (speed > old) {
+    raised_after_s_ = ran;
+    speed_before_rise_ = old;
+  }
   resources_.local_speed = speed;
 }
 
@@ -338,12 +366,16 @@ void SmartoffPolicy::OnSample(const SampleObservation& obs) {
   }
 }
 
+void SmartoffPolicy::OnDataWait(double wait_seconds) {
+  absl::MutexLock lock(&mu_);
+  epoch_wait_s_ += std::max(0.0, wait_seconds);
+}
+
 void SmartoffPolicy::OnStep(double step_seconds) {
   {
     absl::MutexLock lock(&mu_);
     step_seconds_.push_back(step_seconds);
     epoch_steps_++;
-    epoch_step_s_ += step_seconds;
     last_step_end_ = clock_();
   }
   MaybeReplan();

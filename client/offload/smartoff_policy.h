@@ -40,6 +40,10 @@ struct SmartoffOptions {
   double measured_gpu_batch_seconds = 0;
   double replan_threshold = 0.25; // relative drift that triggers a re-plan; > 0
   int64_t replan_min_samples = 256;  // observations between drift checks; >= 1
+  // Plan each epoch with the training node's speed measured over the one
+  // before (Resources.local_speed). Off in the policies of the servers of a
+  // cluster: each sees only its share of the epoch.
+  bool measure_local_speed = true;
   int speed_probe_samples = 64;      // samples used to measure the server's speed; >= 1
   // The stages a plan may choose (besides: only those the profile measured);
   // must hold RAW. Without JPEG_CROP, smartoff plans as it did before the
@@ -111,6 +115,7 @@ class SmartoffPolicy final : public OffloadPolicy {
   void OnSample(const SampleObservation& observation) override;
   // Records the step time, then re-plans if a measurement drifted.
   void OnStep(double step_seconds) override;
+  void OnDataWait(double wait_seconds) override;
   double PredictedEpochSeconds() const override;
 
   Resources resources() const;
@@ -125,10 +130,14 @@ class SmartoffPolicy final : public OffloadPolicy {
   void ResetWindowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // At the start of an epoch: the training node's speed (Resources.local_speed)
   // from the epoch before, when it ran to its end on its first plan. An epoch
-  // that took longer than the training node's predicted share, while the link,
-  // the storage node and the training step each had room (under 90% busy), was
-  // held back by this node's CPUs: the speed rises by that ratio. One that took
-  // less shows they were faster: it falls. Unchanged otherwise.
+  // that took longer than the training node's predicted share, while the
+  // training loop waited for data (10% of the epoch or more) and the link and
+  // the storage node each had room (under 90% busy), was held back by this
+  // node's CPUs: the speed rises by that ratio. One that took less shows they
+  // were faster: it falls. A rise after which the next epoch, with less work
+  // planned here, took no less time was not this node's doing: it is undone,
+  // and the speed does not rise again in this job.
+  // Bounded to [0.5, 2]; unchanged otherwise.
   void UpdateLocalSpeedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // profile_ with the samples the servers last served from their sample
   // cache marked `cached` (planned without a read), in *scratch; profile_
@@ -179,8 +188,12 @@ class SmartoffPolicy final : public OffloadPolicy {
   bool epoch_replanned_ ABSL_GUARDED_BY(mu_) = false;
   int64_t epoch_batches_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t epoch_wire_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  double epoch_step_s_ ABSL_GUARDED_BY(mu_) = 0;
+  double epoch_wait_s_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_step_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // The last rise of the speed: the epoch that gave it and the speed before.
+  double raised_after_s_ ABSL_GUARDED_BY(mu_) = 0;  // 0: the last change was no rise
+  double speed_before_rise_ ABSL_GUARDED_BY(mu_) = 1.0;
+  bool rises_undone_ ABSL_GUARDED_BY(mu_) = false;  // one was undone: no more rises
   uint64_t window_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time window_start_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::vector<double> step_seconds_ ABSL_GUARDED_BY(mu_);

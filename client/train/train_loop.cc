@@ -240,6 +240,7 @@ absl::StatusOr<std::vector<EpochReport>> RunTraining(Loader* loader, Trainer* tr
         progress.Finish();
         return step_seconds.status();
       }
+      loader->policy()->OnDataWait(wait);
       loader->policy()->OnStep(*step_seconds);
       ++steps;
       ++total_steps;

@@ -265,6 +265,7 @@ class PyLoader {
     if (returned_at_ != absl::InfinitePast()) {
       policy_->OnStep(absl::ToDoubleSeconds(absl::Now() - returned_at_));
     }
+    const absl::Time wait_start = absl::Now();
     std::unique_ptr<Batch> batch = pool_->Take();
     absl::StatusOr<bool> more;
     while (true) {
@@ -286,6 +287,7 @@ class PyLoader {
       return py::none();
     }
     returned_at_ = absl::Now();
+    policy_->OnDataWait(absl::ToDoubleSeconds(returned_at_ - wait_start));
     Batch* b = batch.get();
     auto* handed = new HandedBatch{std::move(batch), pool_};
     py::capsule owner(handed, [](void* p) {
