@@ -213,17 +213,6 @@ void SmartoffPolicy::UpdateLocalSpeedLocked() {
   const double old = resources_.local_speed;
   const double raised_after = raised_after_s_;
   raised_after_s_ = 0;
-  if (raised_after > 0 && ran >= 0.98 * raised_after) {
-    // The last rise moved work off this node, and the epoch took as long:
-    // what held it back was something else.
-    spdlog::info("smartoff: training node speed {:.2f} again (assumed {:.2f}): the epoch after "
-                 "it was raised took {:.2f}s against {:.2f}s, with less work planned here (not "
-                 "raised again in this job)",
-                 speed_before_rise_, old, ran, raised_after);
-    resources_.local_speed = speed_before_rise_;
-    rises_undone_ = true;
-    return;
-  }
   const double ratio = ran / plan.local_s;
   const double link = resources_.net_bytes_per_s > 0
                           ? static_cast<double>(epoch_wire_bytes_) / ran / resources_.net_bytes_per_s
@@ -236,12 +225,25 @@ void SmartoffPolicy::UpdateLocalSpeedLocked() {
   // Longer than predicted is this node's doing only if the loop waited for
   // data and neither the link nor the storage node was busy enough to be the
   // cause; shorter is evidence on its own.
+  if (std::abs(ratio - 1) < 0.02) return;
   if (ratio > 1 && (rises_undone_ || link >= kBusyShare || storage >= kBusyShare ||
                     wait < kMinWaitShare)) {
     return;
   }
-  if (std::abs(ratio - 1) < 0.02) return;
-  const double speed = std::clamp(old * ratio, kMinLocalSpeed, kMaxLocalSpeed);
+  if (ratio > 1 && raised_after > 0 && ran >= 0.98 * raised_after) {
+    // The last rise moved work off this node, yet the epoch took as long and
+    // again longer than this node's share: what holds it back is something
+    // else.
+    spdlog::info("smartoff: training node speed {:.2f} again (assumed {:.2f}): the epoch after "
+                 "it was raised took {:.2f}s against {:.2f}s, with less work planned here (not "
+                 "raised again in this job)",
+                 speed_before_rise_, old, ran, raised_after);
+    resources_.local_speed = speed_before_rise_;
+    rises_undone_ = true;
+    return;
+  }
+  const double speed =
+      std::clamp(old * std::clamp(ratio, 0.5, 2.0), kMinLocalSpeed, kMaxLocalSpeed);
   if (speed == old) return;
   spdlog::info("smartoff: training node speed {:.2f} over the last epoch (assumed {:.2f}): it "
                "ran {:.2f}s where its CPUs' share was predicted {:.2f}s; the link was {:.0f}% "

@@ -135,8 +135,9 @@ class SmartoffPolicy final : public OffloadPolicy {
   // the storage node each had room (under 90% busy), was held back by this
   // node's CPUs: the speed rises by that ratio. One that took less shows they
   // were faster: it falls. A rise after which the next epoch, with less work
-  // planned here, took no less time was not this node's doing: it is undone,
-  // and the speed does not rise again in this job.
+  // planned here, took no less time and again longer than this node's share
+  // was not this node's doing: it is undone, and the speed does not rise again
+  // in this job.
   // Bounded to [0.5, 2]; unchanged otherwise.
   void UpdateLocalSpeedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // profile_ with the samples the servers last served from their sample
