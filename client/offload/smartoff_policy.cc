@@ -34,6 +34,9 @@ constexpr double kMinWaitShare = 0.1;
 // Bounds of the training node's speed, and of one epoch's change to it.
 constexpr double kMinLocalSpeed = 0.5;
 constexpr double kMaxLocalSpeed = 2.0;
+constexpr double kMaxLocalSpeedStep = 2.0;
+// A change of the training node's speed smaller than this is not made.
+constexpr double kMinLocalSpeedChange = 0.02;
 
 std::string DescribePlan(const PlanResult& plan) {
   const PlanCost& c = plan.cost;
@@ -222,10 +225,10 @@ void SmartoffPolicy::UpdateLocalSpeedLocked() {
                                         ? epoch_server_actual_s_ / (ran * resources_.remote_cpus)
                                         : 0.0);
   const double wait = epoch_wait_s_ / ran;
+  if (std::abs(ratio - 1) < kMinLocalSpeedChange) return;
   // Longer than predicted is this node's doing only if the loop waited for
   // data and neither the link nor the storage node was busy enough to be the
   // cause; shorter is evidence on its own.
-  if (std::abs(ratio - 1) < 0.02) return;
   if (ratio > 1 && (rises_undone_ || link >= kBusyShare || storage >= kBusyShare ||
                     wait < kMinWaitShare)) {
     return;
@@ -243,7 +246,8 @@ void SmartoffPolicy::UpdateLocalSpeedLocked() {
     return;
   }
   const double speed =
-      std::clamp(old * std::clamp(ratio, 0.5, 2.0), kMinLocalSpeed, kMaxLocalSpeed);
+      std::clamp(old * std::clamp(ratio, 1 / kMaxLocalSpeedStep, kMaxLocalSpeedStep),
+                 kMinLocalSpeed, kMaxLocalSpeed);
   if (speed == old) return;
   spdlog::info("smartoff: training node speed {:.2f} over the last epoch (assumed {:.2f}): it "
                "ran {:.2f}s where its CPUs' share was predicted {:.2f}s; the link was {:.0f}% "
