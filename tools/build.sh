@@ -9,7 +9,8 @@
 #                        none: ranks then need --device=cuda and NCCL), NCCL where that LibTorch
 #                        is a CUDA build. The other dependencies are still Debian's.
 # Environment: BUILD_DIR, JOBS (default nproc), BUILD_TYPE (default RelWithDebInfo),
-#   CMAKE_ARGS (more cmake configure arguments).
+#   CMAKE_ARGS (more cmake configure arguments), CONFIGURE_LOG (a file for cmake's configure
+#   output; default none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 torch_python=""
@@ -34,9 +35,23 @@ if [[ -n $torch_python ]]; then
   fi
   python_path=$(command -v "$torch_python")
   echo "build.sh: LibTorch of $python_path ($prefix) into $build_dir" >&2
-  args+=("-DTorch_DIR=$prefix/Torch" "-DSOPHON_PYTHON=$python_path")
+  args+=("-DTorch_DIR=$prefix/Torch" "-DSOPHON_PYTHON=$python_path"
+    # pybind11 adds -flto to the module otherwise, which ld.lld cannot read from GCC's objects.
+    -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF)
+  # A CUDA wheel's LibTorch configuration looks for the CUDA toolkit and cuDNN: nvcc where
+  # it is installed, cuDNN from the wheel's nvidia-cudnn package beside torch.
+  nvcc=$(command -v nvcc || { [[ -x /usr/local/cuda/bin/nvcc ]] && echo /usr/local/cuda/bin/nvcc; } || true)
+  if [[ -n $nvcc ]]; then
+    args+=("-DCMAKE_CUDA_COMPILER=$nvcc" "-DCUDAToolkit_ROOT=$(dirname "$(dirname "$nvcc")")")
+  fi
+  nvidia=$("$torch_python" -c 'import os, torch; print(os.path.join(os.path.dirname(os.path.dirname(torch.__file__)), "nvidia"))')
+  cudnn_h=$(find "$nvidia" -maxdepth 4 -name cudnn.h 2>/dev/null | head -1 || true)
+  cudnn_so=$(find "$nvidia" -maxdepth 4 -name 'libcudnn.so*' 2>/dev/null | sort | head -1 || true)
+  if [[ -n $cudnn_h && -n $cudnn_so ]]; then
+    args+=("-DCUDNN_INCLUDE_PATH=$(dirname "$cudnn_h")" "-DCUDNN_LIBRARY_PATH=$cudnn_so")
+  fi
 fi
 # shellcheck disable=SC2206  # CMAKE_ARGS is split on purpose
 args+=(${CMAKE_ARGS:-})
-cmake -S . -B "$build_dir" "${args[@]}" >/dev/null
+cmake -S . -B "$build_dir" "${args[@]}" >"${CONFIGURE_LOG:-/dev/null}"
 cmake --build "$build_dir" -j "$jobs" "$@"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # tools/gpu-check.sh — builds Sophon against the machine's pip PyTorch and checks it on the GPU,
 # one step at a time, each with a time limit and one line in a summary:
-#   configure, build     against PY's LibTorch (tools/build.sh --torch-from), the other
+#   configure, build,    against PY's LibTorch (tools/build.sh --torch-from), the other
 #                        dependencies Debian's: from a bundle folder (tools/gpu-bundle.sh made it
 #                        beforehand with apt-get download) unpacked into PREFIX, for a machine
 #                        with no apt and no network; or the machine's own (--dry-run)
+#   pymodule             the Python module sophon._sophon for PY
 #   tests                the LibTorch tests (on the CPU: they check the build against that LibTorch)
 #   synthetic            sophon-train --synthetic-data: the training step alone (images/s)
 #   e2e                  a loopback sophon-server and sophon-train --mode=smartoff (images/s)
@@ -20,7 +21,8 @@
 #   summary.txt and the logs; default gpu-check-out), PREFIX (where the bundle's packages are
 #   unpacked; default /opt/sophon-deps, never /), BUILD_DIR (default build-pytorch; build with
 #   --dry-run), JOBS, STEP_TIMEOUT (seconds a step may take; default 300), STEPS (a comma list
-#   of the steps above; default all).
+#   of the steps above; default all), DATA (a folder of class folders of JPEGs for e2e,
+#   python and ranks; default: made with tools/make-dataset, which needs PIL and numpy).
 # Exit status: 0 when every step that ran passed. The summary has a line per step:
 #   step  exit  seconds  what it measured
 set -uo pipefail
@@ -47,7 +49,7 @@ OUT=$(mkdir -p "${OUT:-gpu-check-out}" && cd "${OUT:-gpu-check-out}" && pwd)
 PREFIX=${PREFIX:-/opt/sophon-deps}
 JOBS=${JOBS:-$(nproc)}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
-STEPS=${STEPS:-configure,build,tests,synthetic,e2e,python,ranks}
+STEPS=${STEPS:-configure,build,pymodule,tests,synthetic,e2e,python,ranks}
 if [[ $BUILD_DIR == /* ]]; then build=$BUILD_DIR; else build=$root/$BUILD_DIR; fi
 summary=$OUT/summary.txt
 failed=0
@@ -59,6 +61,21 @@ fi
 
 echo "# gpu-check $(git rev-parse --short HEAD 2>/dev/null || echo '?') device=$DEVICE dry-run=$dry" \
   "py=$PY build=$build $(date -u '+%Y-%m-%d %H:%M:%S UTC')" >"$summary"
+# The machine: GPU, compiler, CMake and what PY has.
+{
+  echo "# gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
+    2>/dev/null | head -1 || true)"
+  echo "# $(g++ --version 2>/dev/null | head -1); $(cmake --version 2>/dev/null | head -1);" \
+    "nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo none)"
+  echo "# $("$PY" - 2>&1 <<'EOF' | tail -1
+import importlib.util, sys
+import torch
+have = [m for m in ("torchvision", "PIL", "numpy", "pybind11") if importlib.util.find_spec(m)]
+print(f"python {sys.version.split()[0]}, torch {torch.__version__} (cuda {torch.version.cuda}, "
+      f"available {torch.cuda.is_available()}), has {' '.join(have) or 'none of torchvision PIL numpy'}")
+EOF
+)"
+} >>"$summary"
 
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
 # step NAME TIMEOUT CMD...: runs CMD with its output in OUT/NAME.log; the line in the summary
@@ -85,14 +102,43 @@ if ((!dry)); then
     [[ $PREFIX != / && -n $PREFIX ]] || { echo "gpu-check: PREFIX must not be /" >&2; exit 2; }
     mkdir -p "$PREFIX"
     for deb in "$bundle"/deps/*.deb; do dpkg-deb -x "$deb" "$PREFIX"; done
-    # Their CMake and pkg-config files name /usr: point them at the prefix.
-    grep -rlsE '(^|[^A-Za-z0-9_/])/usr/(lib|include|bin)' "$PREFIX/usr/lib/x86_64-linux-gnu/cmake" \
-      "$PREFIX/usr/lib/x86_64-linux-gnu/pkgconfig" "$PREFIX/usr/share/pkgconfig" 2>/dev/null |
-      xargs -r sed -i -E "s#(^|[^A-Za-z0-9_/])/usr/(lib|include|bin)#\1$PREFIX/usr/\2#g"
+    # Their CMake and pkg-config files name /usr: point them at the prefix. "/usr" alone is
+    # an install prefix (libjpeg-turbo's, and the "/usr move" checks of Abseil, spdlog, fmt).
+    grep -rlsE '/usr(/(lib|include|bin|share)|")' "$PREFIX/usr/lib/x86_64-linux-gnu/cmake" \
+      "$PREFIX/usr/lib/cmake" "$PREFIX/usr/share/cmake" |
+      xargs -r sed -i -E "s#(^|[^A-Za-z0-9_/.])/usr(/(lib|include|bin|share)|\")#\1$PREFIX/usr\2#g"
+    for pc in "$PREFIX"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc "$PREFIX"/usr/share/pkgconfig/*.pc; do
+      [[ -f $pc ]] && sed -i -E "s#^(prefix|exec_prefix|libdir|includedir)=/usr#\1=$PREFIX/usr#" "$pc"
+    done
+    # gRPC's Findre2 needs pkg-config, which such a machine may lack, and Debian's re2 has
+    # no CMake files: find its header and library under the prefix instead.
+    cat >"$PREFIX/usr/lib/x86_64-linux-gnu/cmake/grpc/modules/Findre2.cmake" <<'EOF'
+if(TARGET re2::re2)
+  set(re2_FOUND TRUE)
+  return()
+endif()
+find_path(re2_INCLUDE_DIR NAMES re2/re2.h)
+find_library(re2_LIBRARY NAMES re2)
+include(FindPackageHandleStandardArgs)
+find_package_handle_standard_args(re2 REQUIRED_VARS re2_LIBRARY re2_INCLUDE_DIR)
+if(re2_FOUND)
+  add_library(re2::re2 UNKNOWN IMPORTED)
+  set_target_properties(re2::re2 PROPERTIES IMPORTED_LOCATION "${re2_LIBRARY}"
+    INTERFACE_INCLUDE_DIRECTORIES "${re2_INCLUDE_DIR}")
+endif()
+EOF
+    # prometheus-cpp's push component needs libcurl; Sophon uses only its core.
+    sed -i 's/find_dependency(CURL)/find_package(CURL QUIET)/' \
+      "$PREFIX/usr/lib/x86_64-linux-gnu/cmake/prometheus-cpp/prometheus-cpp-config.cmake"
     export LD_LIBRARY_PATH=$PREFIX/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export PATH=$PREFIX/usr/bin:$PATH
+    # Debian's jconfig.h (the jpeg62 API of the bundle's libjpeg) is in the multiarch folder,
+    # which must win over the machine's own (often jpeg8's); Abseil 20220623's headers miss
+    # <cstdint>, which newer g++ no longer brings in through other headers.
     cmake_args+=("-DCMAKE_PREFIX_PATH=$PREFIX/usr;$PREFIX/usr/lib/x86_64-linux-gnu/cmake"
-      "-DProtobuf_PROTOC_EXECUTABLE=$PREFIX/usr/bin/protoc")
+      "-DProtobuf_PROTOC_EXECUTABLE=$PREFIX/usr/bin/protoc" "-DOPENSSL_ROOT_DIR=$PREFIX/usr"
+      "-DZLIB_ROOT=$PREFIX/usr")
+    export CXXFLAGS="-isystem $PREFIX/usr/include/x86_64-linux-gnu -include cstdint ${CXXFLAGS:-}"
     echo "gpu-check: $(ls "$bundle"/deps/*.deb | wc -l) packages of $bundle unpacked into $PREFIX" >&2
   fi
 fi
@@ -101,29 +147,38 @@ fi
 if has configure; then
   if ((dry)); then
     step configure "$STEP_TIMEOUT" env BUILD_DIR="$BUILD_DIR" CMAKE_ARGS="${cmake_args[*]}" \
-      tools/build.sh --target help
+      CONFIGURE_LOG="$OUT/cmake.log" tools/build.sh --target help
   else
     step configure "$STEP_TIMEOUT" env BUILD_DIR="$BUILD_DIR" CMAKE_ARGS="${cmake_args[*]}" \
-      tools/build.sh --torch-from="$PY" --target help
+      CONFIGURE_LOG="$OUT/cmake.log" tools/build.sh --torch-from="$PY" --target help
   fi
   record configure "c10d backends: $(sed -n 's/^SOPHON_C10D_BACKENDS:INTERNAL=//p' \
-    "$build/CMakeCache.txt" 2>/dev/null); torch: $(sed -n 's/^Torch_DIR:PATH=//p' \
-    "$build/CMakeCache.txt" 2>/dev/null)"
+    "$build/CMakeCache.txt" 2>/dev/null); torch: $(sed -n 's/^Torch_DIR:[A-Z]*=//p' \
+    "$build/CMakeCache.txt" 2>/dev/null); $(grep -ohE 'needs C\+\+20|Python module sophon._sophon for [^ ]+|no Python module' \
+    "$OUT/cmake.log" 2>/dev/null | tr '\n' ' ')"
 fi
-targets=(sophon-server sophon-train _sophon process_group_test torch_step_test device_ops_test
+targets=(sophon-server sophon-train process_group_test torch_step_test device_ops_test
   batch_upload_test grad_scaler_test trainer_test training_checkpoint_test backbone_test
   finetune_test features_test distributed_trainer_test distributed_training_test
   fused_models_test rank_heartbeat_test sophon-test-rank-helper)
 if has build; then
-  step build $((STEP_TIMEOUT * 3)) cmake --build "$build" -j "$JOBS" --target "${targets[@]}"
-  record build "$(grep -cE 'error:' "$OUT/build.log") compile errors"
+  # Past a target that fails to compile: the summary then counts every error.
+  keep_going=(-- -k)
+  grep -qs '^CMAKE_GENERATOR:INTERNAL=Ninja' "$build/CMakeCache.txt" && keep_going=(-- -k 0)
+  step build $((STEP_TIMEOUT * 3)) cmake --build "$build" -j "$JOBS" --target "${targets[@]}" \
+    "${keep_going[@]}"
+  record build "$(grep -cE 'error:' "$OUT/build.log") compile errors$(grep -m1 -E 'error:' \
+    "$OUT/build.log" | sed 's/^.*\/\([^/]*:[0-9]*:[0-9]*: error:\)/; first: \1/' | cut -c1-140)"
+  # The Python module for PY, on its own: a missing Python.h or pybind11 leaves the rest.
+  step pymodule "$STEP_TIMEOUT" cmake --build "$build" -j "$JOBS" --target _sophon
+  record pymodule "$(grep -m1 -E 'error|No rule|unknown target' "$OUT/pymodule.log" | cut -c1-140)"
 fi
 
 # ---------------------------------------------------------------- tests
 if has tests; then
-  re=$(IFS='|'; echo "${targets[*]:3}" | sed 's/|sophon-test-rank-helper//')
+  re=$(IFS='|'; echo "${targets[*]:2}" | sed 's/|sophon-test-rank-helper//')
   step tests $((STEP_TIMEOUT * 2)) \
-    ctest --test-dir "$build" --output-on-failure -j 2 -R "^($re)\$"
+    ctest --test-dir "$build" --output-on-failure -j "$(( JOBS < 8 ? 2 : JOBS / 2 ))" -R "^($re)\$"
   record tests "$(grep -E 'tests passed' "$OUT/tests.log" | tail -1)$(
     grep -oE '\*\*\*[A-Za-z: ]+' "$OUT/tests.log" | sort | uniq -c | tr '\n' ' ')"
 fi
@@ -151,9 +206,11 @@ address=""
 stop_server() { [[ -z $server_pid ]] || { kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; }; }
 trap stop_server EXIT
 if has e2e || has python || has ranks; then
-  data=$OUT/data
+  data=${DATA:-$OUT/data}
   [[ -d $data ]] || "$PY" tools/make-dataset --source=synthetic --profile=imagenet --n="$n" \
-    --classes=4 --seed=1 --out="$data" >"$OUT/dataset.log" 2>&1
+    --classes=4 --seed=1 --out="$data" >"$OUT/dataset.log" 2>&1 ||
+    echo "gpu-check: $PY could not make the dataset (it needs PIL and numpy; DATA=DIR serves" \
+      "a folder of class folders instead): $(tail -1 "$OUT/dataset.log")" >&2
   "$build/sophon-server" --data="$data" --host=127.0.0.1 --port=0 --prep-workers="$prep" \
     >"$OUT/server.log" 2>&1 &
   server_pid=$!
@@ -195,6 +252,6 @@ if has ranks; then
   record ranks "$(grep -ohE 'NCCL over [a-z ]+|Gloo over [a-z ]+' "$OUT/ranks.log" | head -1)"
 fi
 stop_server
-echo "gpu-check: $(grep -c ' exit 0 ' "$summary") of $(($(wc -l <"$summary") - 1)) steps passed;" \
+echo "gpu-check: $(grep -c ' exit 0 ' "$summary") of $(grep -vc '^#' "$summary") steps passed;" \
   "summary $summary" >&2
 exit "$failed"
