@@ -18,7 +18,7 @@ pkgs=(
   libprotobuf-lite32 libre2-dev libre2-9 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
   libgtest-dev libgmock-dev libjpeg62-turbo-dev libjpeg62-turbo libturbojpeg0-dev libturbojpeg0
   prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0
-  libcivetweb-dev libcivetweb1 civetweb libssl-dev libssl3 zlib1g-dev pybind11-dev
+  libcivetweb-dev libcivetweb1 civetweb libssl-dev libssl3 zlib1g-dev zlib1g pybind11-dev
 )
 # No libgloo-dev: its headers are another gloo than the one compiled into a wheel's
 # libtorch_cpu.so. Without them the build has no Gloo backend: ranks use NCCL on CUDA.

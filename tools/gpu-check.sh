@@ -102,6 +102,11 @@ if ((!dry)); then
     [[ $PREFIX != / && -n $PREFIX ]] || { echo "gpu-check: PREFIX must not be /" >&2; exit 2; }
     mkdir -p "$PREFIX"
     for deb in "$bundle"/deps/*.deb; do dpkg-deb -x "$deb" "$PREFIX"; done
+    # Links to absolute paths (libz.so -> /lib/...) point into the prefix.
+    find "$PREFIX" -type l -lname '/*' | while read -r link; do
+      target=$(readlink "$link")
+      [[ $target == "$PREFIX"/* || ! -e $PREFIX$target ]] || ln -sfn "$PREFIX$target" "$link"
+    done
     # Their CMake and pkg-config files name /usr: point them at the prefix. "/usr" alone is
     # an install prefix (libjpeg-turbo's, and the "/usr move" checks of Abseil, spdlog, fmt).
     grep -rlsE '/usr(/(lib|include|bin|share)|")' "$PREFIX/usr/lib/x86_64-linux-gnu/cmake" \
@@ -130,7 +135,7 @@ EOF
     # prometheus-cpp's push component needs libcurl; Sophon uses only its core.
     sed -i 's/find_dependency(CURL)/find_package(CURL QUIET)/' \
       "$PREFIX/usr/lib/x86_64-linux-gnu/cmake/prometheus-cpp/prometheus-cpp-config.cmake"
-    export LD_LIBRARY_PATH=$PREFIX/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export LD_LIBRARY_PATH=$PREFIX/usr/lib/x86_64-linux-gnu:$PREFIX/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export PATH=$PREFIX/usr/bin:$PATH
     # Debian's jconfig.h (the jpeg62 API of the bundle's libjpeg) is in the multiarch folder,
     # which must win over the machine's own (often jpeg8's); Abseil 20220623's headers miss
@@ -144,6 +149,11 @@ EOF
 fi
 
 # ---------------------------------------------------------------- configure and build
+# Ninja where it is installed: it builds the targets below side by side, where make builds
+# one target after the other (each of them a LibTorch test of a single slow file).
+if ((!dry)) && command -v ninja >/dev/null && [[ ! -f $build/CMakeCache.txt ]]; then
+  export CMAKE_GENERATOR=Ninja
+fi
 if has configure; then
   if ((dry)); then
     step configure "$STEP_TIMEOUT" env BUILD_DIR="$BUILD_DIR" CMAKE_ARGS="${cmake_args[*]}" \
