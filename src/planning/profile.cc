@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -74,29 +77,134 @@ void SetSizedStageBytes(int crop_size, SampleProfile* sample) {
   }
 }
 
+namespace {
+
+// t = a + b * raw + c * raw * area, fitted by least squares over a profile's samples:
+// an op's time as its file's size and the part of the file its crop kept.
+struct CropTimeFit {
+  double a = 0, b = 0, c = 0;
+  double At(double raw, double area) const { return a + b * raw + c * raw * area; }
+};
+
+// Solves the 3x3 normal equations (Gaussian elimination with partial pivoting);
+// nullopt when they are singular (every file the same size, or every crop alike).
+std::optional<CropTimeFit> FitCropTimes(const std::vector<double>& t,
+                                        const std::vector<double>& raw,
+                                        const std::vector<double>& area) {
+  double m[3][4] = {};
+  for (size_t i = 0; i < t.size(); ++i) {
+    const double x[3] = {1.0, raw[i], raw[i] * area[i]};
+    for (int r = 0; r < 3; ++r) {
+      for (int c = 0; c < 3; ++c) m[r][c] += x[r] * x[c];
+      m[r][3] += x[r] * t[i];
+    }
+  }
+  for (int col = 0; col < 3; ++col) {
+    int pivot = col;
+    for (int r = col + 1; r < 3; ++r) {
+      if (std::abs(m[r][col]) > std::abs(m[pivot][col])) pivot = r;
+    }
+    if (std::abs(m[pivot][col]) < 1e-9 * std::abs(m[0][0])) return std::nullopt;
+    std::swap(m[col], m[pivot]);
+    for (int r = 0; r < 3; ++r) {
+      if (r == col) continue;
+      const double f = m[r][col] / m[col][col];
+      for (int c = col; c < 4; ++c) m[r][c] -= f * m[col][c];
+    }
+  }
+  CropTimeFit fit{m[0][3] / m[0][0], m[1][3] / m[1][1], m[2][3] / m[2][2]};
+  if (!std::isfinite(fit.a) || !std::isfinite(fit.b) || !std::isfinite(fit.c)) return std::nullopt;
+  return fit;
+}
+
+// Fewest samples a fit is made from; a smaller profile keeps its measured times.
+constexpr size_t kMinSamplesForCropFit = 20;
+
+}  // namespace
+
 void UseExpectedJpegCrops(DatasetProfile* profile) {
   if (!profile->stages.Has(Stage::kJpegCrop)) return;
   auto cropped = [](const SampleProfile& p) {
     return p.bytes[Stage::kJpegCrop] > 0 && p.bytes[Stage::kJpegCrop] < p.bytes[kFirstStage];
   };
-  double raw = 0, crop = 0, decode = 0, region_decode = 0;
-  for (const SampleProfile& p : profile->samples) {
-    if (!cropped(p)) continue;
-    raw += static_cast<double>(p.bytes[kFirstStage]);
-    crop += static_cast<double>(p.bytes[Stage::kJpegCrop]);
-    decode += p.client[Op::kDecodeCrop];
-    region_decode += p.client[Op::kDecodeJpegCrop];
+  // Each sample's crop as the part of its file it kept (1: declined, sent whole).
+  std::vector<size_t> index;
+  std::vector<double> raw, area;
+  double raw_sum = 0, crop_sum = 0, area_sum = 0;
+  for (size_t i = 0; i < profile->samples.size(); ++i) {
+    const SampleProfile& p = profile->samples[i];
+    if (p.bytes[Stage::kJpegCrop] == 0 || p.bytes[kFirstStage] == 0) continue;
+    const double r = static_cast<double>(p.bytes[kFirstStage]);
+    index.push_back(i);
+    raw.push_back(r);
+    area.push_back(std::min(1.0, static_cast<double>(p.bytes[Stage::kJpegCrop]) / r));
+    area_sum += area.back();
+    if (cropped(p)) {
+      raw_sum += r;
+      crop_sum += static_cast<double>(p.bytes[Stage::kJpegCrop]);
+    }
   }
-  if (raw <= 0 || crop <= 0) return;
-  const double bytes_ratio = crop / raw;
-  const double decode_ratio = decode > 0 ? region_decode / decode : 0;
+  if (raw_sum <= 0 || crop_sum <= 0) return;
+
+  // The times of the ops whose work depends on the crop: each sample's at an average crop.
+  // Fitted over the samples of the profile whose crop is known. A profile too small for a
+  // fit keeps its measured times but the region decode's: that of the whole file's decode
+  // times the dataset's ratio of the two.
+  if (index.size() < kMinSamplesForCropFit) {
+    double decode = 0, region_decode = 0;
+    for (const SampleProfile& p : profile->samples) {
+      if (!cropped(p)) continue;
+      decode += p.client[Op::kDecodeCrop];
+      region_decode += p.client[Op::kDecodeJpegCrop];
+    }
+    for (SampleProfile& p : profile->samples) {
+      if (cropped(p) && decode > 0) {
+        p.client[Op::kDecodeJpegCrop] = p.client[Op::kDecodeCrop] * (region_decode / decode);
+      }
+    }
+  } else {
+    const double mean_area = area_sum / static_cast<double>(index.size());
+    // Sizes in units of the mean file: the normal equations' terms are then all near 1.
+    double size_unit = 0;
+    for (double r : raw) size_unit += r;
+    size_unit /= static_cast<double>(raw.size());
+    for (Op op : {Op::kJpegCrop, Op::kDecodeCrop, Op::kDecodeJpegCrop}) {
+      std::vector<double> t;
+      std::vector<double> r, a;
+      double t_min = std::numeric_limits<double>::infinity();
+      for (size_t k = 0; k < index.size(); ++k) {
+        const SampleProfile& p = profile->samples[index[k]];
+        // The region decode of a crop that was declined decoded the whole file.
+        if (op == Op::kDecodeJpegCrop && !cropped(p)) continue;
+        t.push_back(p.client[op]);
+        r.push_back(raw[k] / size_unit);
+        a.push_back(area[k]);
+        if (p.client[op] > 0) t_min = std::min(t_min, p.client[op]);
+      }
+      if (t.size() < kMinSamplesForCropFit || !std::isfinite(t_min)) continue;
+      // Singular (every file of one size, or every crop alike): proportional to the size.
+      std::optional<CropTimeFit> fit = FitCropTimes(t, r, a);
+      if (!fit.has_value()) {
+        double t_sum = 0, r_sum = 0;
+        for (size_t k = 0; k < t.size(); ++k) t_sum += t[k], r_sum += r[k];
+        fit = CropTimeFit{0, t_sum / r_sum, 0};
+      }
+      for (size_t k = 0; k < index.size(); ++k) {
+        SampleProfile& p = profile->samples[index[k]];
+        if (op == Op::kDecodeJpegCrop && !cropped(p)) continue;
+        p.client[op] = std::max(t_min, fit->At(raw[k] / size_unit, mean_area));
+      }
+    }
+  }
+
+  // The crop's bytes: the file's size times the dataset's ratio of cropped to whole bytes.
+  const double bytes_ratio = crop_sum / raw_sum;
   for (SampleProfile& p : profile->samples) {
     if (!cropped(p)) continue;
     const double raw_bytes = static_cast<double>(p.bytes[kFirstStage]);
     p.bytes[Stage::kJpegCrop] = static_cast<uint64_t>(
         std::clamp<int64_t>(std::llround(raw_bytes * bytes_ratio), 1,
                    static_cast<int64_t>(p.bytes[kFirstStage]) - 1));
-    if (decode_ratio > 0) p.client[Op::kDecodeJpegCrop] = p.client[Op::kDecodeCrop] * decode_ratio;
   }
 }
 

@@ -530,6 +530,64 @@ TEST(ExpectedJpegCropsTest, CropsTakeTheDatasetsRatioAndDeclinedFilesStayWhole) 
               100000.0, 1.0);
 }
 
+// A profile whose op times grow with the file and with the part of it the crop kept.
+DatasetProfile CropDependentProfile(int n) {
+  DatasetProfile profile;
+  profile.stages = StageSet::All();
+  for (int i = 0; i < n; ++i) {
+    SampleProfile s;
+    s.id = static_cast<uint64_t>(i);
+    const double raw = i % 2 == 0 ? 100000 : 200000;
+    const double area = 0.1 + 0.8 * ((i * 7) % n) / n;  // crops of every size, either file
+    s.bytes[kFirstStage] = static_cast<uint64_t>(raw);
+    s.bytes[Stage::kJpegCrop] = static_cast<uint64_t>(raw * area);
+    s.client[Op::kJpegCrop] = 0.002 + 1e-8 * raw + 3e-8 * raw * area;
+    s.client[Op::kDecodeCrop] = 0.001 + 2e-8 * raw + 1e-8 * raw * area;
+    s.client[Op::kDecodeJpegCrop] = 0.0005 + 4e-8 * raw * area;
+    profile.samples.push_back(s);
+  }
+  return profile;
+}
+
+// The profiled epoch's crops make some samples look cheap: every epoch draws new ones.
+TEST(ExpectedJpegCropsTest, CropDependentTimesTakeTheAverageCropOfTheirFileSize) {
+  DatasetProfile profile = CropDependentProfile(40);
+  double mean_area = 0;
+  for (const SampleProfile& s : profile.samples) {
+    mean_area += static_cast<double>(s.bytes[Stage::kJpegCrop]) / s.bytes[kFirstStage];
+  }
+  mean_area /= 40;
+  UseExpectedJpegCrops(&profile);
+  for (const SampleProfile& s : profile.samples) {
+    const double raw = static_cast<double>(s.bytes[kFirstStage]);
+    SCOPED_TRACE(::testing::Message() << "sample " << s.id);
+    EXPECT_NEAR(s.client[Op::kJpegCrop], 0.002 + 1e-8 * raw + 3e-8 * raw * mean_area, 1e-9);
+    EXPECT_NEAR(s.client[Op::kDecodeCrop], 0.001 + 2e-8 * raw + 1e-8 * raw * mean_area, 1e-9);
+    EXPECT_NEAR(s.client[Op::kDecodeJpegCrop], 0.0005 + 4e-8 * raw * mean_area, 1e-9);
+  }
+  // Two files of one size cost the same whatever crop the profile drew for them.
+  EXPECT_NEAR(profile.samples[0].client[Op::kDecodeCrop],
+              profile.samples[2].client[Op::kDecodeCrop], 1e-12);
+  EXPECT_LT(profile.samples[0].client[Op::kDecodeCrop],
+            profile.samples[1].client[Op::kDecodeCrop]);
+}
+
+TEST(ExpectedJpegCropsTest, FilesOfOneSizeGetTheirMeanTime) {
+  DatasetProfile profile = CropDependentProfile(40);
+  double mean = 0;
+  for (SampleProfile& s : profile.samples) {
+    const double area = static_cast<double>(s.bytes[Stage::kJpegCrop]) / s.bytes[kFirstStage];
+    s.bytes[kFirstStage] = 100000;
+    s.bytes[Stage::kJpegCrop] = static_cast<uint64_t>(100000 * area);
+    s.client[Op::kDecodeCrop] = 0.002 + 0.004 * area;
+    mean += s.client[Op::kDecodeCrop] / 40;
+  }
+  UseExpectedJpegCrops(&profile);  // no size term to fit: a singular fit
+  for (const SampleProfile& s : profile.samples) {
+    EXPECT_NEAR(s.client[Op::kDecodeCrop], mean, 1e-6) << "sample " << s.id;
+  }
+}
+
 TEST(ExpectedJpegCropsTest, AProfileWithoutTheLosslessCropIsLeftAlone) {
   DatasetProfile profile;
   profile.stages = StageSet::All();

@@ -83,17 +83,22 @@ struct DatasetProfile {
 // opaque ones (RAW) are the caller's.
 void SetSizedStageBytes(int crop_size, SampleProfile* sample);
 
-// The lossless crop's payload and the decode of what it keeps depend on the
-// crop drawn, which every epoch draws again. A profile holds the crops of the
-// epoch it was measured in; a planner that picks the samples whose measured
-// crops came out small would underestimate any other epoch's bytes (a
-// second draw regresses to the mean). This sets each sample's JPEG_CROP
-// bytes to its file's size times the dataset's ratio of cropped to whole
-// bytes, and its DecodeJpegCrop time to its DecodeCrop time times the
-// dataset's ratio of those times: the expected values for an epoch of fresh
-// crops. Samples whose crop was declined (JPEG_CROP as large as the file:
-// sent whole) stay as they are and stay out of the ratios. Nothing changes
-// when the profile has no JPEG_CROP or no sample was cropped.
+// The lossless crop's payload, and the time of every op whose work depends on the
+// crop (the lossless crop, the decode of the file's crop, the decode of the lossless
+// crop), depend on the crop drawn, which every epoch draws again. A profile holds the
+// crops of the epoch it was measured in. A planner that read them would pick, for work
+// on this node, the samples whose crops came out small and cheap, and underestimate
+// any other epoch (a second draw regresses to the mean); in the profiled epoch itself
+// it would send the storage node the samples whose crops are large. This sets each
+// sample's JPEG_CROP bytes to its file's size times the dataset's ratio of cropped to
+// whole bytes, and each of those ops' times to a fit over the profile's samples
+// (t = a + b * file bytes + c * file bytes * the part of the file its crop kept)
+// taken at the dataset's average part: the expected values for an epoch of fresh crops,
+// which still differ by the file. A profile of fewer than 20 such samples keeps its
+// times but the region decode's, which becomes the file's decode times the dataset's
+// ratio of the two. Samples whose crop was declined (JPEG_CROP as large as the file:
+// sent whole) keep their bytes and stay out of the ratios. Nothing changes when the
+// profile has no JPEG_CROP or no sample was cropped.
 void UseExpectedJpegCrops(DatasetProfile* profile);
 
 // CPU time as whole nanoseconds. The cost model and the planners add up work
