@@ -135,6 +135,16 @@ int64_t DiskSampleCache::AddUsage(int64_t delta) {
   return usage;
 }
 
+int64_t DiskSampleCache::ReadUsage() const {
+  absl::StatusOr<FileLock> lock = FileLock::Acquire(folder_ + "/usage");
+  if (!lock.ok()) return -1;
+  int64_t usage = 0;
+  if (pread(lock->fd(), &usage, sizeof(usage), 0) != static_cast<ssize_t>(sizeof(usage))) {
+    return -1;
+  }
+  return usage;
+}
+
 bool DiskSampleCache::Get(uint64_t id, std::string* out, uint32_t* crc) {
   const std::string path = EntryPath(id);
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -230,8 +240,13 @@ bool DiskSampleCache::Contains(uint64_t id) const {
 }
 
 DiskSampleCacheStats DiskSampleCache::stats() const {
+  // The other processes of the node (ranks, later jobs) write to the same folder: its
+  // usage is the shared counter's now, not as this process last wrote it.
+  const int64_t usage = ReadUsage();
   absl::MutexLock lock(&mu_);
-  return stats_;
+  DiskSampleCacheStats stats = stats_;
+  if (usage >= 0) stats.usage_bytes = usage;
+  return stats;
 }
 
 }  // namespace sophon

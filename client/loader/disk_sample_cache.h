@@ -46,7 +46,9 @@ struct DiskSampleCacheStats {
   uint64_t corrupt = 0;   // entries removed because they failed their checks
   uint64_t written = 0;
   uint64_t rejected = 0;  // not written: the folder is full
-  int64_t usage_bytes = 0;  // the folder's usage as last read or written
+  // The folder's usage: the counter every process of the node adds to, read when the
+  // stats are taken (as this process last wrote it when the counter cannot be read).
+  int64_t usage_bytes = 0;
 };
 
 class DiskSampleCache {
@@ -82,6 +84,8 @@ class DiskSampleCache {
   // Adds `delta` to the folder's usage under flock when the result stays
   // within max_bytes (or delta <= 0); the new usage, or -1 when it would not.
   int64_t AddUsage(int64_t delta);
+  // The folder's usage as the counter says now (under flock); -1 when it cannot be read.
+  int64_t ReadUsage() const;
 
   const DiskSampleCacheOptions options_;
   const std::string folder_;  // DIR/<fingerprint>

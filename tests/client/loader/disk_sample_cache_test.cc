@@ -52,6 +52,20 @@ TEST(DiskSampleCacheTest, EntriesOutliveTheProcessThatWroteThem) {
   EXPECT_EQ(again->stats().usage_bytes, 2 * (1000 + DiskSampleCache::kHeaderBytes));
 }
 
+// Two processes of a node (ranks) add to one folder: each reports the folder's usage,
+// whichever wrote last.
+TEST(DiskSampleCacheTest, EveryProcessOfTheNodeReportsTheFoldersUsage) {
+  const std::string dir = testing::MakeTempDir("disk_cache_shared_usage");
+  std::unique_ptr<DiskSampleCache> rank0 = Open(Options(dir, 10));
+  std::unique_ptr<DiskSampleCache> rank1 = Open(Options(dir, 10));
+  ASSERT_TRUE(rank0 && rank1);
+  ASSERT_TRUE(rank1->Put(1, SampleFileBytes(1)));
+  ASSERT_TRUE(rank0->Put(2, SampleFileBytes(2)));
+  const int64_t two = 2 * (1000 + DiskSampleCache::kHeaderBytes);
+  EXPECT_EQ(rank1->stats().usage_bytes, two) << "rank 0's entry, written after rank 1's";
+  EXPECT_EQ(rank0->stats().usage_bytes, two);
+}
+
 TEST(DiskSampleCacheTest, AnotherDatasetNeverReadsTheseEntries) {
   const std::string dir = testing::MakeTempDir("disk_cache_fingerprint");
   std::unique_ptr<DiskSampleCache> first = Open(Options(dir, 10, /*fingerprint=*/1));
