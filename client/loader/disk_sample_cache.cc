@@ -47,6 +47,13 @@ bool ReadAll(int fd, std::string* out) {
   return true;
 }
 
+// The folder's usage counter (8 bytes at the start of DIR/<fingerprint>/usage), read
+// through `fd` under its flock; false when it holds no valid count.
+bool ReadUsageCounter(int fd, int64_t* usage) {
+  return pread(fd, usage, sizeof(*usage), 0) == static_cast<ssize_t>(sizeof(*usage)) &&
+         *usage >= 0;
+}
+
 }  // namespace
 
 absl::Status DiskSampleCacheOptions::Validate() const {
@@ -103,8 +110,7 @@ absl::StatusOr<std::unique_ptr<DiskSampleCache>> DiskSampleCache::Open(
   {
     absl::StatusOr<FileLock> lock = FileLock::Acquire(folder + "/usage");
     if (!lock.ok()) return lock.status();
-    if (pread(lock->fd(), &usage, sizeof(usage), 0) != static_cast<ssize_t>(sizeof(usage)) ||
-        usage < 0) {
+    if (!ReadUsageCounter(lock->fd(), &usage)) {
       usage = found_bytes;
       (void)!pwrite(lock->fd(), &usage, sizeof(usage), 0);
     }
@@ -128,7 +134,7 @@ int64_t DiskSampleCache::AddUsage(int64_t delta) {
   if (!lock.ok()) return -1;
   const int fd = lock->fd();
   int64_t usage = 0;
-  if (pread(fd, &usage, sizeof(usage), 0) != static_cast<ssize_t>(sizeof(usage))) usage = 0;
+  if (!ReadUsageCounter(fd, &usage)) usage = 0;
   if (delta > 0 && usage + delta > options_.max_bytes) return -1;
   usage = std::max<int64_t>(0, usage + delta);
   if (pwrite(fd, &usage, sizeof(usage), 0) != static_cast<ssize_t>(sizeof(usage))) return -1;
@@ -139,10 +145,7 @@ int64_t DiskSampleCache::ReadUsage() const {
   absl::StatusOr<FileLock> lock = FileLock::Acquire(folder_ + "/usage");
   if (!lock.ok()) return -1;
   int64_t usage = 0;
-  if (pread(lock->fd(), &usage, sizeof(usage), 0) != static_cast<ssize_t>(sizeof(usage))) {
-    return -1;
-  }
-  return usage;
+  return ReadUsageCounter(lock->fd(), &usage) ? usage : -1;
 }
 
 bool DiskSampleCache::Get(uint64_t id, std::string* out, uint32_t* crc) {
