@@ -10,7 +10,8 @@
 #   synthetic            sophon-train --synthetic-data: the training step alone (images/s)
 #   e2e                  a loopback sophon-server and sophon-train --mode=smartoff (images/s)
 #   python               examples/train.py with sophon.Loader on DEVICE
-#   ranks                two sophon-train ranks (--dist-backend=auto: NCCL on cuda)
+#   ranks                two sophon-train ranks (--dist-backend=auto: NCCL on cuda; not run with
+#                        one GPU and a build without Gloo, as NCCL wants a GPU per rank)
 #
 # Usage: tools/gpu-check.sh [--dry-run] [--bundle=DIR]
 #   --dry-run   on this machine's Debian packages and LibTorch, DEVICE=cpu, tiny models and
@@ -242,6 +243,15 @@ if has python; then
     --servers="$address" --device="$DEVICE" --arch=resnet18 --crop-size="$crop" \
     --batch-size="$batch" --max-batches="$steps" --workers="$workers" --mode=nooff
   record python "$(last_line python)"
+fi
+# NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), and a pip wheel brings no Gloo
+# headers: with one GPU and no Gloo in the build, two ranks cannot run here.
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if has ranks && [[ $DEVICE == cuda ]] && ((gpus < 2)) &&
+  grep -qs 'SOPHON_C10D_BACKENDS:INTERNAL=gloo 0' "$build/CMakeCache.txt"; then
+  last_rc=skip last_secs=0
+  record ranks "not run: NCCL needs one GPU per rank, this machine has $gpus, and the build has no Gloo"
+  STEPS=${STEPS//ranks/}
 fi
 if has ranks; then
   port=$(( 29500 + RANDOM % 1000 ))
