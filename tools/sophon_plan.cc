@@ -84,6 +84,16 @@ ABSL_FLAG(std::string, stages, "all",
           "The stages a plan may choose, comma-separated from raw, jpeg_crop, cropped, flipped, "
           "tensor (must include raw), or all; only those the profile measured count (a "
           "published SOPHON profile has no jpeg_crop). Default all.");
+ABSL_FLAG(bool, expected_crops, false,
+          "Plan as sophon-train does: each sample's lossless crop (its bytes and the times that "
+          "depend on it) at the dataset's average crop, not at the profiled epoch's crop. "
+          "Default false.");
+ABSL_FLAG(bool, held_here, false,
+          "Every sample in the training node's cache (--local-cache-bytes holding the whole set): "
+          "RAW crosses no link; the other stages are still storage node jobs. Default false.");
+ABSL_FLAG(double, held_read_ns_per_byte, 0,
+          "With --held-here: training node CPU ns per byte to take a file out of its cache. "
+          "Default 0.");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error. Default info.");
 
 namespace {
@@ -125,6 +135,9 @@ absl::StatusOr<sophon::WhatIfOptions> OptionsFromFlags() {
                      list.PerModel("--server-remote-cpus", o.servers, "--servers"));
   }
   o.ingress_mbit = absl::GetFlag(FLAGS_ingress_bw);
+  o.expected_crops = absl::GetFlag(FLAGS_expected_crops);
+  o.held_here = absl::GetFlag(FLAGS_held_here);
+  o.held_read_ns_per_byte = absl::GetFlag(FLAGS_held_read_ns_per_byte);
   return o;
 }
 

@@ -16,6 +16,10 @@ absl::Status WhatIfOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("WhatIfOptions.servers must be >= 1, got ", servers));
   }
+  if (!(held_read_ns_per_byte >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "WhatIfOptions.held_read_ns_per_byte must be >= 0, got ", held_read_ns_per_byte));
+  }
   if (layout != "sharded" && layout != "replicated") {
     return absl::InvalidArgumentError(absl::StrCat(
         "WhatIfOptions.layout must be sharded or replicated, got '", layout, "'"));
@@ -60,6 +64,14 @@ absl::StatusOr<WhatIf> PlanWhatIf(const WhatIfOptions& options) {
   ASSIGN_OR_RETURN(out.profile, LoadProfile(options.source));
   out.profile.stages = out.profile.stages.Intersect(options.stages);
   RETURN_IF_ERROR(out.profile.Validate());
+  if (options.expected_crops) UseExpectedJpegCrops(&out.profile);
+  if (options.held_here) {
+    for (SampleProfile& sample : out.profile.samples) {
+      sample.held_here = true;
+      sample.held_read_seconds =
+          options.held_read_ns_per_byte * 1e-9 * static_cast<double>(sample.bytes[kFirstStage]);
+    }
+  }
   Resources& r = out.resources;
   r.net_bytes_per_s = MbitToBytesPerSecond(options.net_mbit);
   r.remote_cpus = options.remote_cpus;

@@ -36,6 +36,13 @@ struct WhatIfOptions {
   std::vector<double> server_net_mbit;
   std::vector<double> server_remote_cpus;
   double ingress_mbit = 0;           // the training node's shared link; 0 = not a limit
+  // As sophon-train plans: each sample's lossless crop (bytes and the times that depend on
+  // it) at the dataset's average crop instead of the profiled epoch's (UseExpectedJpegCrops).
+  bool expected_crops = false;
+  // Every sample in the training node's cache: RAW crosses no link and costs this node
+  // held_read_ns_per_byte of CPU per byte of the file; other stages are still storage jobs.
+  bool held_here = false;
+  double held_read_ns_per_byte = 0;  // >= 0
 
   // The one place these are checked (with Resources::Validate); names the field.
   absl::Status Validate() const;
