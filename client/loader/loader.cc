@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "client/loader/sampler.h"
 #include "sophon/base/half.h"
+#include "sophon/image/jpeg_codec.h"
 #include "sophon/net/grpc_util.h"
 #include "sophon/net/wire.h"
 #include "spdlog/spdlog.h"
@@ -968,6 +969,7 @@ void Loader::WorkerLoop() {
     absl::Status status = SampleStatus(item.sample);
     absl::StatusOr<Stage> stage = StageFromProto(item.sample.stage());
     const Stage received_stage = stage.ok() ? *stage : kFirstStage;
+    uint32_t image_width = 0, image_height = 0;
     // A file that arrived whole is offered to the sample cache (before its
     // payload moves into the pipeline).
     bool kept = false;
@@ -981,6 +983,14 @@ void Loader::WorkerLoop() {
       if (status.ok() && options_.measure_skipped_ops) {
         status = MeasureSkippedOps(*data, SampleKey{options_.seed, epoch_, id}, options_.pipeline,
                                    &times, &stage_bytes);
+        if (status.ok() && data->stage == kFirstStage) {
+          // The profile keeps the image's size: a planner draws any epoch's crop box from it.
+          absl::StatusOr<ImageInfo> info = ReadJpegInfo(data->data, options_.pipeline.limits);
+          if (info.ok()) {
+            image_width = static_cast<uint32_t>(info->width);
+            image_height = static_cast<uint32_t>(info->height);
+          }
+        }
       }
       if (status.ok()) {
         status = Finish(*std::move(data), id, item.batch, item.slot, &times, &stage_bytes);
@@ -1007,6 +1017,8 @@ void Loader::WorkerLoop() {
     obs.server_read_seconds = item.sample.server_read_seconds();
     obs.cache_hit = item.sample.cache_hit();
     obs.ok = status.ok();
+    obs.image_width = image_width;
+    obs.image_height = image_height;
     // A cache hit crossed no link and no server: not an observation of them.
     if (!item.from_cache) policy_->OnSample(obs);  // outside the lock: the policy has its own
     absl::MutexLock lock(&mu_);

@@ -36,6 +36,10 @@ struct SampleObservation {
   double server_read_seconds = 0;  // ... of which reading the file
   bool cache_hit = false;          // the server read it from its sample cache
   bool ok = true;
+  // The image's size, read from its header (LoaderOptions.measure_skipped_ops only, for a
+  // sample received RAW); 0 when not read.
+  uint32_t image_width = 0;
+  uint32_t image_height = 0;
 };
 
 // Where one sample is processed.

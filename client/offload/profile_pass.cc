@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "client/loader/sampler.h"
 #include "sophon/net/wire.h"
+#include "sophon/planning/epoch_crops.h"
 #include "sophon/planning/profile_csv.h"
 #include "spdlog/spdlog.h"
 
@@ -20,7 +21,7 @@ constexpr uint64_t kProfileEpoch = 0;
 // Every sample RAW, recording the op times the loader measured for each.
 class RecordingRawPolicy final : public OffloadPolicy {
  public:
-  explicit RecordingRawPolicy(uint64_t n) : times_(n), bytes_(n), ok_(n, 0) {}
+  explicit RecordingRawPolicy(uint64_t n) : times_(n), bytes_(n), ok_(n, 0), sizes_(n) {}
   std::string name() const override { return "profile"; }
   absl::Status BeginEpoch(uint64_t, absl::Span<const uint64_t>) override {
     return absl::OkStatus();
@@ -34,6 +35,7 @@ class RecordingRawPolicy final : public OffloadPolicy {
     times_[obs.id] = obs.local;
     bytes_[obs.id] = obs.local_bytes;
     ok_[obs.id] = obs.ok;
+    sizes_[obs.id] = {obs.image_width, obs.image_height};
   }
   std::vector<OpTimes> times() const {
     absl::MutexLock lock(&mu_);
@@ -47,12 +49,18 @@ class RecordingRawPolicy final : public OffloadPolicy {
     absl::MutexLock lock(&mu_);
     return ok_;
   }
+  // Each image's width and height (0, 0 when its header was not read).
+  std::vector<std::pair<uint32_t, uint32_t>> sizes() const {
+    absl::MutexLock lock(&mu_);
+    return sizes_;
+  }
 
  private:
   mutable absl::Mutex mu_;
   std::vector<OpTimes> times_ ABSL_GUARDED_BY(mu_);
   std::vector<PerStage<uint64_t>> bytes_ ABSL_GUARDED_BY(mu_);
   std::vector<char> ok_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<uint32_t, uint32_t>> sizes_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
@@ -117,6 +125,7 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
   const std::vector<OpTimes> times = all_raw.times();
   const std::vector<PerStage<uint64_t>> local_bytes = all_raw.bytes();
   const std::vector<char> ok = all_raw.ok();
+  const std::vector<std::pair<uint32_t, uint32_t>> sizes = all_raw.sizes();
 
   DatasetProfile profile;
   profile.dataset = manifest.dataset_name;
@@ -137,6 +146,10 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
     // A stage whose size the crop size does not fix (opaque, after the first)
     // is as large as the pass saw it; a bad sample counts as its file size.
     p.client = times[id];  // zero for a bad sample: nothing to offload
+    p.width = sizes[id].first;
+    p.height = sizes[id].second;
+    p.crop_part = CropPart(SampleKey{options.seed, kProfileEpoch, id}, p.width, p.height,
+                           options.pipeline.augment);
     for (Stage stage : AllStages()) {
       if (stage > options.target) {
         p.bytes[stage] = 0;  // past the job's last stage: not measured

@@ -79,6 +79,21 @@ DatasetProfile PlanningView(DatasetProfile profile, StageSet allowed) {
   return profile;
 }
 
+// The crop model of the profile as measured, when the job's crops are known.
+std::optional<EpochCropModel> FitCrops(const DatasetProfile& profile,
+                                       const SmartoffOptions& options) {
+  if (!options.crops.has_value()) return std::nullopt;
+  std::optional<EpochCropModel> model = EpochCropModel::Fit(profile);
+  if (model.has_value()) {
+    spdlog::info("smartoff: each epoch planned at the crop boxes it draws ({} samples whose "
+                 "image size the profile holds)", model->samples());
+  } else if (profile.stages.Has(Stage::kJpegCrop)) {
+    spdlog::info("smartoff: every epoch planned at the average crop (the profile holds too few "
+                 "images' sizes; a profile made by this version has them)");
+  }
+  return model;
+}
+
 }  // namespace
 
 absl::Status SmartoffOptions::Validate() const {
@@ -131,7 +146,8 @@ absl::Status SmartoffOptions::Validate() const {
 SmartoffPolicy::SmartoffPolicy(DatasetProfile profile, Resources resources,
                                const SmartoffOptions& options, double storage_wall_scale,
                                Clock clock)
-    : profile_(PlanningView(std::move(profile), options.stages)),
+    : crop_model_(FitCrops(profile, options)),
+      profile_(PlanningView(std::move(profile), options.stages)),
       options_(options),
       measure_gpu_(options.gpu_batch_seconds < 0),
       storage_wall_scale_(storage_wall_scale),
@@ -157,7 +173,12 @@ absl::Status SmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const uint64_
     r = resources_;
   }
   DatasetProfile scratch;
-  const DatasetProfile& planning = PlanningProfile(&scratch);
+  double crop_part = 0;
+  const DatasetProfile& planning = PlanningProfile(epoch, &scratch, &crop_part);
+  if (crop_part > 0) {
+    spdlog::info("smartoff: {}'s crop boxes keep {:.1f}% of their images on average",
+                 EpochName(epoch), 100 * crop_part);
+  }
   if (const uint64_t cached = cached_samples(); cached > 0) {
     spdlog::info("smartoff: {} samples came from the storage nodes' sample cache last time: "
                  "planned without a read", cached);
@@ -182,6 +203,7 @@ absl::Status SmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const uint64_
     stages.assign(order.size(), kFirstStage);
   }
   absl::MutexLock lock(&mu_);
+  epoch_ = epoch;
   order_.assign(order.begin(), order.end());
   plan_ = std::move(stages);
   planned_ = 0;
@@ -279,12 +301,19 @@ void SmartoffPolicy::ResetWindowLocked() {
   window_start_ = absl::InfiniteFuture();
 }
 
-const DatasetProfile& SmartoffPolicy::PlanningProfile(DatasetProfile* scratch) const {
+const DatasetProfile& SmartoffPolicy::PlanningProfile(uint64_t epoch, DatasetProfile* scratch,
+                                                      double* crop_part) const {
+  const bool crops = crop_model_.has_value() && options_.crops.has_value();
   {
     absl::MutexLock lock(&mu_);
-    if (cached_count_ == 0 && !options_.held_here) return profile_;
+    if (cached_count_ == 0 && !options_.held_here && !crops) return profile_;
     *scratch = profile_;
     for (size_t id = 0; id < cached_.size(); ++id) scratch->samples[id].cached = cached_[id] != 0;
+  }
+  if (crops) {
+    const double part =
+        crop_model_->Apply(options_.crops->seed, epoch, options_.crops->augment, scratch);
+    if (crop_part != nullptr) *crop_part = part;
   }
   // Outside the lock: the predicate takes the cache's own.
   if (options_.held_here) {
@@ -398,6 +427,7 @@ bool SmartoffPolicy::MaybeReplan() {
   // before the epoch): the epoch's prediction is made again from this one.
   bool first_step_time = false;
   bool fill = true;
+  uint64_t epoch = 0;
   {
     absl::MutexLock lock(&mu_);
     fill = fill_cache_;
@@ -452,11 +482,12 @@ bool SmartoffPolicy::MaybeReplan() {
     from = planned_;
     if (from >= static_cast<int64_t>(order_.size())) return false;
     rest.assign(order_.begin() + from, order_.end());
+    epoch = epoch_;
   }
   // Planning runs without the lock: the loader keeps sending meanwhile, and
   // only the positions it has not asked for yet take the new plan.
   DatasetProfile scratch;
-  const DatasetProfile& planning = PlanningProfile(&scratch);
+  const DatasetProfile& planning = PlanningProfile(epoch, &scratch);
   absl::StatusOr<PlanResult> plan = MakePlan(options_.planner, planning, r, rest);
   if (!plan.ok()) {
     spdlog::error("smartoff: re-planning failed: {}", std::string(plan.status().message()));
@@ -646,7 +677,9 @@ absl::StatusOr<std::unique_ptr<SmartoffPolicy>> CreateSmartoffPolicy(
   const Resources resources =
       FirstPlanResources(*measured, profile->server_speed_factor, loader_options, options);
   if (absl::Status st = resources.Validate(); !st.ok()) return st;
-  return std::make_unique<SmartoffPolicy>(*std::move(profile), resources, options,
+  SmartoffOptions with_crops = options;
+  with_crops.crops = SmartoffOptions::JobCrops{loader_options.seed, loader_options.pipeline.augment};
+  return std::make_unique<SmartoffPolicy>(*std::move(profile), resources, with_crops,
                                           measured->wall_scale);
 }
 

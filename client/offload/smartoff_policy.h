@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,9 @@
 #include "client/loader/sample_client.h"
 #include "client/offload/net_probe.h"
 #include "client/offload/offload_policy.h"
+#include "sophon/ops/augment.h"
 #include "sophon/planning/cluster_plan.h"
+#include "sophon/planning/epoch_crops.h"
 #include "client/loader/sample_cache.h"
 #include "sophon/planning/planner.h"
 #include "sophon/planning/profile.h"
@@ -69,6 +72,14 @@ struct SmartoffOptions {
   int64_t last_epoch = -1;
   // The cache outlives the job (a disk tier): filling pays in a later job.
   bool cache_outlives_job = false;
+  // The job's crops: its seed and augmentation (LoaderOptions'). With them, and a profile
+  // that knows its images' sizes, each epoch is planned at the crop boxes it draws
+  // (EpochCropModel); without, at the average crop. CreateSmartoffPolicy sets them.
+  struct JobCrops {
+    uint64_t seed = 0;
+    AugmentOptions augment;
+  };
+  std::optional<JobCrops> crops;
 
   // The one place these are checked; names the offending field.
   absl::Status Validate() const;
@@ -143,7 +154,10 @@ class SmartoffPolicy final : public OffloadPolicy {
   // profile_ with the samples the servers last served from their sample
   // cache marked `cached` (planned without a read), in *scratch; profile_
   // itself when there are none.
-  const DatasetProfile& PlanningProfile(DatasetProfile* scratch) const;
+  // With a crop model, the crop-dependent sizes and times at the boxes `epoch` draws (always
+  // in *scratch); *crop_part, when given, the mean part of the images they keep (0 without).
+  const DatasetProfile& PlanningProfile(uint64_t epoch, DatasetProfile* scratch,
+                                        double* crop_part = nullptr) const;
   // SmartoffOptions.cache_room_bytes: the first samples of `ids` that are not
   // held and fit the room go RAW in *plan, whose cost is evaluated again.
   void PlanCacheFill(const DatasetProfile& planning, const Resources& r,
@@ -153,6 +167,9 @@ class SmartoffPolicy final : public OffloadPolicy {
   bool MaybeReplan();
 
   // Constant after construction.
+  // Fitted on the profile as measured (before profile_'s average crops); empty without
+  // SmartoffOptions.crops or the images' sizes.
+  const std::optional<EpochCropModel> crop_model_;
   const DatasetProfile profile_;
   const SmartoffOptions options_;
   const bool measure_gpu_;
@@ -170,6 +187,7 @@ class SmartoffPolicy final : public OffloadPolicy {
   int64_t epoch_steps_ ABSL_GUARDED_BY(mu_) = 0;  // OnStep calls since BeginEpoch
   bool fill_cache_ ABSL_GUARDED_BY(mu_) = true;   // this epoch fills the sample cache
   std::vector<ReplanEvent> replans_ ABSL_GUARDED_BY(mu_);
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;  // BeginEpoch's
   // Measurements since the last (re)plan.
   int64_t observed_ ABSL_GUARDED_BY(mu_) = 0;
   double server_actual_s_ ABSL_GUARDED_BY(mu_) = 0;     // server seconds of the ops

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "sophon/planning/epoch_crops.h"
 
 namespace sophon {
 namespace {
@@ -77,51 +78,6 @@ void SetSizedStageBytes(int crop_size, SampleProfile* sample) {
   }
 }
 
-namespace {
-
-// t = a + b * raw + c * raw * area, fitted by least squares over a profile's samples:
-// an op's time as its file's size and the part of the file its crop kept.
-struct CropTimeFit {
-  double a = 0, b = 0, c = 0;
-  double At(double raw, double area) const { return a + b * raw + c * raw * area; }
-};
-
-// Solves the 3x3 normal equations (Gaussian elimination with partial pivoting);
-// nullopt when they are singular (every file the same size, or every crop alike).
-std::optional<CropTimeFit> FitCropTimes(const std::vector<double>& t,
-                                        const std::vector<double>& raw,
-                                        const std::vector<double>& area) {
-  double m[3][4] = {};
-  for (size_t i = 0; i < t.size(); ++i) {
-    const double x[3] = {1.0, raw[i], raw[i] * area[i]};
-    for (int r = 0; r < 3; ++r) {
-      for (int c = 0; c < 3; ++c) m[r][c] += x[r] * x[c];
-      m[r][3] += x[r] * t[i];
-    }
-  }
-  for (int col = 0; col < 3; ++col) {
-    int pivot = col;
-    for (int r = col + 1; r < 3; ++r) {
-      if (std::abs(m[r][col]) > std::abs(m[pivot][col])) pivot = r;
-    }
-    if (std::abs(m[pivot][col]) < 1e-9 * std::abs(m[0][0])) return std::nullopt;
-    std::swap(m[col], m[pivot]);
-    for (int r = 0; r < 3; ++r) {
-      if (r == col) continue;
-      const double f = m[r][col] / m[col][col];
-      for (int c = col; c < 4; ++c) m[r][c] -= f * m[col][c];
-    }
-  }
-  CropTimeFit fit{m[0][3] / m[0][0], m[1][3] / m[1][1], m[2][3] / m[2][2]};
-  if (!std::isfinite(fit.a) || !std::isfinite(fit.b) || !std::isfinite(fit.c)) return std::nullopt;
-  return fit;
-}
-
-// Fewest samples a fit is made from; a smaller profile keeps its measured times.
-constexpr size_t kMinSamplesForCropFit = 20;
-
-}  // namespace
-
 void UseExpectedJpegCrops(DatasetProfile* profile) {
   if (!profile->stages.Has(Stage::kJpegCrop)) return;
   auto cropped = [](const SampleProfile& p) {
@@ -183,11 +139,11 @@ void UseExpectedJpegCrops(DatasetProfile* profile) {
       }
       if (t.size() < kMinSamplesForCropFit || !std::isfinite(t_min)) continue;
       // Singular (every file of one size, or every crop alike): proportional to the size.
-      std::optional<CropTimeFit> fit = FitCropTimes(t, r, a);
+      std::optional<LinearCropFit> fit = FitLinearCrop(t, r, a);
       if (!fit.has_value()) {
         double t_sum = 0, r_sum = 0;
         for (size_t k = 0; k < t.size(); ++k) t_sum += t[k], r_sum += r[k];
-        fit = CropTimeFit{0, t_sum / r_sum, 0};
+        fit = LinearCropFit{0, t_sum / r_sum, 0};
       }
       for (size_t k = 0; k < index.size(); ++k) {
         SampleProfile& p = profile->samples[index[k]];

@@ -24,8 +24,10 @@ namespace fs = std::filesystem;
 
 constexpr char kMagicPrefix[] = "# sophon-profile ";
 // The version written; versions kOldestVersion .. kVersion are read.
-constexpr int kVersion = 4;
+constexpr int kVersion = 5;
 constexpr int kOldestVersion = 2;
+// The version that added the image's width and height and the profiled crop's part of it.
+constexpr int kCropColumnsSince = 5;
 
 // The version that added each stage's size column and each op's time column:
 // FEATURES (and its op) came in 3, PREDICTIONS (and its op) in 4.
@@ -44,10 +46,10 @@ StageSet StagesOf(int version) {
 }
 
 // A profile file's columns: id, then <stage>_bytes for every stage in stage
-// table order, <op>_s for every op in op table order, then source_pixels;
-// an older version lacks the columns of the stages and ops added since.
+// table order, <op>_s for every op in op table order, then source_pixels, width, height
+// and crop_part; an older version lacks the columns of the stages and ops added since.
 struct Column {
-  enum Kind { kId, kBytes, kSeconds, kPixels } kind;
+  enum Kind { kId, kBytes, kSeconds, kPixels, kWidth, kHeight, kCropPart } kind;
   int index;  // stage or op index
   std::string name;
 };
@@ -66,6 +68,11 @@ const std::vector<Column>& Columns(int version) {
         c.push_back({Column::kSeconds, static_cast<int>(op.op), absl::StrCat(op.name, "_s")});
       }
       c.push_back({Column::kPixels, 0, "source_pixels"});
+      if (v >= kCropColumnsSince) {
+        c.push_back({Column::kWidth, 0, "width"});
+        c.push_back({Column::kHeight, 0, "height"});
+        c.push_back({Column::kCropPart, 0, "crop_part"});
+      }
     }
     return all;
   }();
@@ -201,6 +208,25 @@ absl::StatusOr<SampleProfile> ParseRow(absl::string_view text, absl::string_view
         }
         break;
       }
+      case Column::kWidth:
+      case Column::kHeight: {
+        uint64_t side = 0;
+        if (!csv::ParseUint(f[i], &side) || side > (1u << 30)) {
+          return csv::LineError(file, line,
+                                absl::StrCat(c.name, ": expected pixels in [0, 2^30], got '",
+                                             f[i], "'"));
+        }
+        (c.kind == Column::kWidth ? s.width : s.height) = static_cast<uint32_t>(side);
+        break;
+      }
+      case Column::kCropPart: {
+        if (!csv::ParseDouble(f[i], &s.crop_part) || !(s.crop_part >= 0 && s.crop_part <= 1)) {
+          return csv::LineError(file, line,
+                                absl::StrCat(c.name, ": expected a part in [0, 1], got '", f[i],
+                                             "'"));
+        }
+        break;
+      }
       case Column::kSeconds: {
         double* seconds = &s.client.values[c.index];
         if (!csv::ParseDouble(f[i], seconds) || *seconds < 0) {
@@ -313,13 +339,15 @@ absl::Status WriteSophonProfile(const DatasetProfile& profile, const std::string
   absl::StrAppend(&text,
                   "# units: *_bytes = payload bytes at that stage; *_s = thread CPU seconds of "
                   "the op on the training node; source_pixels = width*height of the encoded "
-                  "image (0 = unknown)\n",
+                  "image, width and height its sides (0 = unknown); crop_part = the part of "
+                  "the image the profiled epoch's crop box kept (0 = unknown)\n",
                   HeaderLine(kVersion), "\n");
   for (const SampleProfile& s : profile.samples) {
     absl::StrAppend(&text, s.id);
     for (uint64_t bytes : s.bytes.values) absl::StrAppend(&text, ",", bytes);
     for (double seconds : s.client.values) absl::StrAppendFormat(&text, ",%.9g", seconds);
-    absl::StrAppend(&text, ",", s.source_pixels, "\n");
+    absl::StrAppend(&text, ",", s.source_pixels, ",", s.width, ",", s.height);
+    absl::StrAppendFormat(&text, ",%.6g\n", s.crop_part);
   }
   // A temporary file of its own renamed into place: processes writing the
   // same profile at once (ranks of a node) never interleave.

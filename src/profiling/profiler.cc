@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sophon/base/status_macros.h"
+#include "sophon/planning/epoch_crops.h"
 
 namespace sophon {
 
@@ -59,7 +60,12 @@ absl::StatusOr<DatasetProfile> MeasureProfile(const SampleSource& source,
         absl::StatusOr<ImageInfo> info = ReadJpegInfo(bytes, options.pipeline.limits);
         if (!info.ok()) return fail(info.status());
         sample.source_pixels = static_cast<uint64_t>(info->width) * info->height;
+        sample.width = static_cast<uint32_t>(info->width);
+        sample.height = static_cast<uint32_t>(info->height);
       }
+      sample.crop_part += CropPart(SampleKey{options.seed, static_cast<uint64_t>(epoch), id},
+                                   sample.width, sample.height, options.pipeline.augment) /
+                          options.epochs;
       StageData raw;
       raw.data = std::move(bytes);
       PerStage<uint64_t> stage_bytes;

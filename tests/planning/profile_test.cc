@@ -40,6 +40,9 @@ DatasetProfile SmallProfile() {
     s.client[Op::kJpegCrop] = 0.00123456789;
     s.client[Op::kDecodeJpegCrop] = 0.00345678912 + i * 1e-5;
     s.source_pixels = i == 1 ? 0 : 1024 * 768;
+    s.width = i == 1 ? 0 : 1024;
+    s.height = i == 1 ? 0 : 768;
+    s.crop_part = i == 1 ? 0 : 0.123456 * (i + 1);
     p.samples.push_back(s);
   }
   return p;
@@ -59,6 +62,9 @@ void ExpectSameProfile(const DatasetProfile& a, const DatasetProfile& b) {
     EXPECT_EQ(x.id, y.id);
     EXPECT_EQ(x.bytes, y.bytes);
     EXPECT_EQ(x.source_pixels, y.source_pixels);
+    EXPECT_EQ(x.width, y.width);
+    EXPECT_EQ(x.height, y.height);
+    EXPECT_NEAR(x.crop_part, y.crop_part, 1e-6);
     // Written with 9 significant digits.
     for (const OpInfo& op : kOpTable) {
       EXPECT_NEAR(x.client[op.op], y.client[op.op], 1e-8 * x.client[op.op]) << op.name;
@@ -122,7 +128,7 @@ TEST(SophonProfileTest, PredictionsRoundTripAndVersion3FilesHaveNone) {
   const std::string dir = testing::MakeTempDir("profile_predictions");
   ASSERT_TRUE(WriteSophonProfile(p, dir + "/p.csv").ok());
   const std::string text = testing::ReadFile(dir + "/p.csv");
-  EXPECT_EQ(text.rfind("# sophon-profile v4\n", 0), 0u) << text.substr(0, 40);
+  EXPECT_EQ(text.rfind("# sophon-profile v5\n", 0), 0u) << text.substr(0, 40);
   EXPECT_NE(text.find("predictions_bytes"), std::string::npos);
   EXPECT_NE(text.find("predict_s"), std::string::npos);
   absl::StatusOr<DatasetProfile> back = ReadSophonProfile(dir + "/p.csv");
@@ -146,10 +152,12 @@ TEST(SophonProfileTest, PredictionsRoundTripAndVersion3FilesHaveNone) {
   EXPECT_DOUBLE_EQ(old->samples[0].client[Op::kFeatures], 0.3);
   EXPECT_EQ(old->samples[0].bytes[Stage::kPredictions], 0u);
   EXPECT_EQ(old->samples[0].source_pixels, 100u);
+  EXPECT_EQ(old->samples[0].width, 0u);  // sizes and crop parts came in version 5
+  EXPECT_EQ(old->samples[0].crop_part, 0);
   // A version this build does not know is refused as such.
   const absl::Status v9 = ParseSophonProfile("# sophon-profile v9\n", "new.csv").status();
   EXPECT_TRUE(absl::IsFailedPrecondition(v9)) << v9;
-  EXPECT_NE(v9.message().find("v2' to '# sophon-profile v4"), std::string::npos) << v9;
+  EXPECT_NE(v9.message().find("v2' to '# sophon-profile v5"), std::string::npos) << v9;
 }
 
 TEST(SophonProfileTest, FolderRefusesAProfileOfAnotherFileList) {

@@ -28,6 +28,14 @@ struct SampleProfile {
   // Width * height of the encoded image; 0 when unknown. Only the times model
   // (times_model.h) uses it.
   uint64_t source_pixels = 0;
+  // The image's sides in pixels (0 when unknown): with them a planner draws the crop box of
+  // any epoch (ops/augment.h).
+  uint32_t width = 0;
+  uint32_t height = 0;
+  // The part of the image (pixel area, in (0, 1]) the crop box of the profiled epoch kept, its
+  // mean over the profiled epochs; 0 when unknown. The lossless crop's bytes and the times of
+  // the ops that depend on the crop were measured at this part.
+  double crop_part = 0;
   // The storage node served it from its sample cache when it was last read
   // (sophon-server --cache-bytes): planned without a read. Not stored in
   // profile files; smartoff sets it from what the servers report.

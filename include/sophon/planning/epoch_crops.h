@@ -1,0 +1,69 @@
+// Planning each epoch at the crops it draws. A sample's crop box is a pure function of the
+// job's seed, the epoch, the sample's id and its image's size (ops/augment.h), so a planner
+// that knows the images' sizes knows, before an epoch starts, which samples' lossless crops
+// come out small (cheap to send) and which come out large. A profile holds one epoch's crops;
+// EpochCropModel fits, over its samples, how the lossless crop's bytes and the times of the
+// ops that depend on the crop grow with the file's size and the part of the image the crop
+// keeps, and sets them for any epoch's boxes.
+#ifndef SOPHON_PLANNING_EPOCH_CROPS_H_
+#define SOPHON_PLANNING_EPOCH_CROPS_H_
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "sophon/ops/augment.h"
+#include "sophon/planning/profile.h"
+
+namespace sophon {
+
+// y = a + b * size + c * size * part, fitted by least squares (size in any unit, part in
+// [0, 1]).
+struct LinearCropFit {
+  double a = 0, b = 0, c = 0;
+  double At(double size, double part) const { return a + b * size + c * size * part; }
+};
+
+// Solves the 3x3 normal equations (Gaussian elimination with partial pivoting); nullopt when
+// they are singular (every file of one size, or every crop alike) or the sizes differ.
+std::optional<LinearCropFit> FitLinearCrop(const std::vector<double>& y,
+                                           const std::vector<double>& size,
+                                           const std::vector<double>& part);
+
+// The part of a width x height image (pixel area) the crop box of `key` keeps; 0 when the size
+// is unknown (0).
+double CropPart(const SampleKey& key, uint32_t width, uint32_t height,
+                const AugmentOptions& augment);
+
+// Fewest samples a fit is made from.
+inline constexpr size_t kMinSamplesForCropFit = 20;
+
+class EpochCropModel {
+ public:
+  // Fitted over the samples whose image size and profiled crop part are known and whose crop
+  // was not declined (JPEG_CROP smaller than the file). nullopt when the profile has no
+  // JPEG_CROP or fewer than kMinSamplesForCropFit such samples, or a fit is singular: an
+  // older profile, without the images' sizes, is planned at the average crop
+  // (UseExpectedJpegCrops).
+  static std::optional<EpochCropModel> Fit(const DatasetProfile& profile);
+
+  // Sets, in `profile` (the one fitted, or a copy), each fitted sample's JPEG_CROP bytes and
+  // the lossless crop's, the file decode's and the region decode's times at the crop box
+  // (seed, epoch, id) draws. Other samples keep what they have. Returns the mean part kept.
+  double Apply(uint64_t seed, uint64_t epoch, const AugmentOptions& augment,
+               DatasetProfile* profile) const;
+
+  size_t samples() const { return fitted_.size(); }
+
+ private:
+  static constexpr int kFits = 4;  // the crop's bytes, then the three ops' times
+  std::array<LinearCropFit, kFits> fit_{};
+  std::array<double, kFits> floor_{};  // the smallest value measured
+  double size_unit_ = 1;               // the mean file size
+  std::vector<uint64_t> fitted_;       // ids of the samples fitted (and set by Apply)
+};
+
+}  // namespace sophon
+
+#endif  // SOPHON_PLANNING_EPOCH_CROPS_H_
