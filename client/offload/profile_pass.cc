@@ -148,8 +148,10 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
     p.client = times[id];  // zero for a bad sample: nothing to offload
     p.width = sizes[id].first;
     p.height = sizes[id].second;
-    p.crop_part = CropPart(SampleKey{options.seed, kProfileEpoch, id}, p.width, p.height,
-                           options.pipeline.augment);
+    const CropExtent crop = CropExtentOf(SampleKey{options.seed, kProfileEpoch, id}, p.width,
+                                         p.height, options.pipeline.augment);
+    p.crop_part = crop.part;
+    p.crop_reach = crop.reach;
     for (Stage stage : AllStages()) {
       if (stage > options.target) {
         p.bytes[stage] = 0;  // past the job's last stage: not measured

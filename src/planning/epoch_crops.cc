@@ -7,53 +7,80 @@
 
 namespace sophon {
 
+std::optional<std::vector<double>> LeastSquares(const std::vector<std::vector<double>>& x,
+                                                const std::vector<double>& y) {
+  if (x.empty() || x.size() != y.size()) return std::nullopt;
+  const size_t k = x[0].size();
+  if (k == 0) return std::nullopt;
+  std::vector<std::vector<double>> m(k, std::vector<double>(k + 1, 0.0));
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i].size() != k) return std::nullopt;
+    for (size_t r = 0; r < k; ++r) {
+      for (size_t c = 0; c < k; ++c) m[r][c] += x[i][r] * x[i][c];
+      m[r][k] += x[i][r] * y[i];
+    }
+  }
+  double scale = 0;
+  for (size_t r = 0; r < k; ++r) scale = std::max(scale, std::abs(m[r][r]));
+  for (size_t col = 0; col < k; ++col) {
+    size_t pivot = col;
+    for (size_t r = col + 1; r < k; ++r) {
+      if (std::abs(m[r][col]) > std::abs(m[pivot][col])) pivot = r;
+    }
+    if (std::abs(m[pivot][col]) < 1e-9 * scale) return std::nullopt;
+    std::swap(m[col], m[pivot]);
+    for (size_t r = 0; r < k; ++r) {
+      if (r == col) continue;
+      const double f = m[r][col] / m[col][col];
+      for (size_t c = col; c <= k; ++c) m[r][c] -= f * m[col][c];
+    }
+  }
+  std::vector<double> out(k);
+  for (size_t r = 0; r < k; ++r) {
+    out[r] = m[r][k] / m[r][r];
+    if (!std::isfinite(out[r])) return std::nullopt;
+  }
+  return out;
+}
+
 std::optional<LinearCropFit> FitLinearCrop(const std::vector<double>& y,
                                            const std::vector<double>& size,
                                            const std::vector<double>& part) {
-  if (y.size() != size.size() || y.size() != part.size() || y.empty()) return std::nullopt;
-  double m[3][4] = {};
-  for (size_t i = 0; i < y.size(); ++i) {
-    const double x[3] = {1.0, size[i], size[i] * part[i]};
-    for (int r = 0; r < 3; ++r) {
-      for (int c = 0; c < 3; ++c) m[r][c] += x[r] * x[c];
-      m[r][3] += x[r] * y[i];
-    }
-  }
-  for (int col = 0; col < 3; ++col) {
-    int pivot = col;
-    for (int r = col + 1; r < 3; ++r) {
-      if (std::abs(m[r][col]) > std::abs(m[pivot][col])) pivot = r;
-    }
-    if (std::abs(m[pivot][col]) < 1e-9 * std::abs(m[0][0])) return std::nullopt;
-    std::swap(m[col], m[pivot]);
-    for (int r = 0; r < 3; ++r) {
-      if (r == col) continue;
-      const double f = m[r][col] / m[col][col];
-      for (int c = col; c < 4; ++c) m[r][c] -= f * m[col][c];
-    }
-  }
-  LinearCropFit fit{m[0][3] / m[0][0], m[1][3] / m[1][1], m[2][3] / m[2][2]};
-  if (!std::isfinite(fit.a) || !std::isfinite(fit.b) || !std::isfinite(fit.c)) return std::nullopt;
-  return fit;
+  if (y.size() != size.size() || y.size() != part.size()) return std::nullopt;
+  std::vector<std::vector<double>> x;
+  for (size_t i = 0; i < y.size(); ++i) x.push_back({1.0, size[i], size[i] * part[i]});
+  std::optional<std::vector<double>> c = LeastSquares(x, y);
+  if (!c.has_value()) return std::nullopt;
+  return LinearCropFit{(*c)[0], (*c)[1], (*c)[2]};
 }
 
-double CropPart(const SampleKey& key, uint32_t width, uint32_t height,
-                const AugmentOptions& augment) {
-  if (width == 0 || height == 0) return 0;
+CropExtent CropExtentOf(const SampleKey& key, uint32_t width, uint32_t height,
+                        const AugmentOptions& augment) {
+  if (width == 0 || height == 0) return {};
   const SampleAugment a =
       AugmentFor(key, static_cast<int>(height), static_cast<int>(width), augment);
-  const double part = static_cast<double>(a.box.width) * a.box.height /
-                      (static_cast<double>(width) * height);
-  return std::clamp(part, 0.0, 1.0);
+  CropExtent e;
+  e.part = std::clamp(static_cast<double>(a.box.width) * a.box.height /
+                          (static_cast<double>(width) * height),
+                      0.0, 1.0);
+  e.reach = std::clamp(static_cast<double>(a.box.top + a.box.height) / height, 0.0, 1.0);
+  return e;
 }
 
 namespace {
 
 constexpr Op kCropOps[] = {Op::kJpegCrop, Op::kDecodeCrop, Op::kDecodeJpegCrop};
 
+// The features of fit k: the crop's bytes follow the file's size and the pixels kept; the
+// ops' times also the rows read down to the box's bottom.
+std::vector<double> Features(int k, double size, double part, double reach) {
+  if (k == 0) return {1.0, size, size * part};
+  return {1.0, size, size * part, size * reach};
+}
+
 bool Fittable(const DatasetProfile& profile, const SampleProfile& p) {
   return profile.stages.Has(Stage::kJpegCrop) && p.width > 0 && p.height > 0 &&
-         p.crop_part > 0 && p.bytes[kFirstStage] > 0 && p.bytes[Stage::kJpegCrop] > 0 &&
+         p.crop_part > 0 && p.crop_reach > 0 && p.bytes[kFirstStage] > 0 && p.bytes[Stage::kJpegCrop] > 0 &&
          p.bytes[Stage::kJpegCrop] < p.bytes[kFirstStage];
 }
 
@@ -70,13 +97,8 @@ std::optional<EpochCropModel> EpochCropModel::Fit(const DatasetProfile& profile)
   if (model.fitted_.size() < kMinSamplesForCropFit) return std::nullopt;
   // Sizes in units of the mean file: the normal equations' terms are then all near 1.
   model.size_unit_ = size_sum / static_cast<double>(model.fitted_.size());
-  std::vector<double> size, part;
-  for (uint64_t id : model.fitted_) {
-    const SampleProfile& p = profile.samples[id];
-    size.push_back(static_cast<double>(p.bytes[kFirstStage]) / model.size_unit_);
-    part.push_back(p.crop_part);
-  }
   for (int k = 0; k < kFits; ++k) {
+    std::vector<std::vector<double>> x;
     std::vector<double> y;
     double floor = std::numeric_limits<double>::infinity();
     for (uint64_t id : model.fitted_) {
@@ -84,11 +106,13 @@ std::optional<EpochCropModel> EpochCropModel::Fit(const DatasetProfile& profile)
       const double v = k == 0 ? static_cast<double>(p.bytes[Stage::kJpegCrop]) / model.size_unit_
                               : p.client[kCropOps[k - 1]];
       y.push_back(v);
+      x.push_back(Features(k, static_cast<double>(p.bytes[kFirstStage]) / model.size_unit_,
+                           p.crop_part, p.crop_reach));
       if (v > 0) floor = std::min(floor, v);
     }
-    std::optional<LinearCropFit> fit = FitLinearCrop(y, size, part);
+    std::optional<std::vector<double>> fit = LeastSquares(x, y);
     if (!fit.has_value()) return std::nullopt;
-    model.fit_[k] = *fit;
+    model.fit_[k] = *std::move(fit);
     model.floor_[k] = std::isfinite(floor) ? floor : 0;
   }
   return model;
@@ -100,15 +124,20 @@ double EpochCropModel::Apply(uint64_t seed, uint64_t epoch, const AugmentOptions
   for (uint64_t id : fitted_) {
     if (id >= profile->samples.size()) continue;
     SampleProfile& p = profile->samples[id];
-    const double part = CropPart(SampleKey{seed, epoch, id}, p.width, p.height, augment);
-    part_sum += part;
-    const double raw = static_cast<double>(p.bytes[kFirstStage]);
-    const double size = raw / size_unit_;
-    const double bytes = std::max(floor_[0], fit_[0].At(size, part)) * size_unit_;
+    const CropExtent e = CropExtentOf(SampleKey{seed, epoch, id}, p.width, p.height, augment);
+    part_sum += e.part;
+    const double size = static_cast<double>(p.bytes[kFirstStage]) / size_unit_;
+    auto at = [&](int k) {
+      const std::vector<double> x = Features(k, size, e.part, e.reach);
+      double v = 0;
+      for (size_t j = 0; j < x.size(); ++j) v += fit_[k][j] * x[j];
+      return std::max(floor_[k], v);
+    };
+    const double bytes = at(0) * size_unit_;
     p.bytes[Stage::kJpegCrop] = static_cast<uint64_t>(std::clamp<int64_t>(
         std::llround(bytes), 1, static_cast<int64_t>(p.bytes[kFirstStage]) - 1));
     for (int k = 1; k < kFits; ++k) {
-      p.client[kCropOps[k - 1]] = std::max(floor_[k], fit_[k].At(size, part));
+      p.client[kCropOps[k - 1]] = at(k);
     }
   }
   return fitted_.empty() ? 0 : part_sum / static_cast<double>(fitted_.size());

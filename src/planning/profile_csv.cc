@@ -47,9 +47,9 @@ StageSet StagesOf(int version) {
 
 // A profile file's columns: id, then <stage>_bytes for every stage in stage
 // table order, <op>_s for every op in op table order, then source_pixels, width, height
-// and crop_part; an older version lacks the columns of the stages and ops added since.
+// crop_part and crop_reach; an older version lacks the columns of the stages and ops added since.
 struct Column {
-  enum Kind { kId, kBytes, kSeconds, kPixels, kWidth, kHeight, kCropPart } kind;
+  enum Kind { kId, kBytes, kSeconds, kPixels, kWidth, kHeight, kCropPart, kCropReach } kind;
   int index;  // stage or op index
   std::string name;
 };
@@ -72,6 +72,7 @@ const std::vector<Column>& Columns(int version) {
         c.push_back({Column::kWidth, 0, "width"});
         c.push_back({Column::kHeight, 0, "height"});
         c.push_back({Column::kCropPart, 0, "crop_part"});
+        c.push_back({Column::kCropReach, 0, "crop_reach"});
       }
     }
     return all;
@@ -219,8 +220,10 @@ absl::StatusOr<SampleProfile> ParseRow(absl::string_view text, absl::string_view
         (c.kind == Column::kWidth ? s.width : s.height) = static_cast<uint32_t>(side);
         break;
       }
-      case Column::kCropPart: {
-        if (!csv::ParseDouble(f[i], &s.crop_part) || !(s.crop_part >= 0 && s.crop_part <= 1)) {
+      case Column::kCropPart:
+      case Column::kCropReach: {
+        double* part = c.kind == Column::kCropPart ? &s.crop_part : &s.crop_reach;
+        if (!csv::ParseDouble(f[i], part) || !(*part >= 0 && *part <= 1)) {
           return csv::LineError(file, line,
                                 absl::StrCat(c.name, ": expected a part in [0, 1], got '", f[i],
                                              "'"));
@@ -340,14 +343,15 @@ absl::Status WriteSophonProfile(const DatasetProfile& profile, const std::string
                   "# units: *_bytes = payload bytes at that stage; *_s = thread CPU seconds of "
                   "the op on the training node; source_pixels = width*height of the encoded "
                   "image, width and height its sides (0 = unknown); crop_part = the part of "
-                  "the image the profiled epoch's crop box kept (0 = unknown)\n",
+                  "the image the profiled epoch's crop box kept, crop_reach = the part of its rows "
+                  "down to the box's bottom (0 = unknown)\n",
                   HeaderLine(kVersion), "\n");
   for (const SampleProfile& s : profile.samples) {
     absl::StrAppend(&text, s.id);
     for (uint64_t bytes : s.bytes.values) absl::StrAppend(&text, ",", bytes);
     for (double seconds : s.client.values) absl::StrAppendFormat(&text, ",%.9g", seconds);
     absl::StrAppend(&text, ",", s.source_pixels, ",", s.width, ",", s.height);
-    absl::StrAppendFormat(&text, ",%.6g\n", s.crop_part);
+    absl::StrAppendFormat(&text, ",%.6g,%.6g\n", s.crop_part, s.crop_reach);
   }
   // A temporary file of its own renamed into place: processes writing the
   // same profile at once (ranks of a node) never interleave.

@@ -63,9 +63,11 @@ absl::StatusOr<DatasetProfile> MeasureProfile(const SampleSource& source,
         sample.width = static_cast<uint32_t>(info->width);
         sample.height = static_cast<uint32_t>(info->height);
       }
-      sample.crop_part += CropPart(SampleKey{options.seed, static_cast<uint64_t>(epoch), id},
-                                   sample.width, sample.height, options.pipeline.augment) /
-                          options.epochs;
+      const CropExtent crop =
+          CropExtentOf(SampleKey{options.seed, static_cast<uint64_t>(epoch), id}, sample.width,
+                       sample.height, options.pipeline.augment);
+      sample.crop_part += crop.part / options.epochs;
+      sample.crop_reach += crop.reach / options.epochs;
       StageData raw;
       raw.data = std::move(bytes);
       PerStage<uint64_t> stage_bytes;

@@ -20,12 +20,14 @@ DatasetProfile ProfileOfEpochZero(const AugmentOptions& augment) {
     s.id = id;
     s.width = 400 + 8 * static_cast<uint32_t>(id % 13);
     s.height = 300 + 16 * static_cast<uint32_t>(id % 7);
-    s.crop_part = CropPart(SampleKey{kSeed, 0, id}, s.width, s.height, augment);
+    const CropExtent crop = CropExtentOf(SampleKey{kSeed, 0, id}, s.width, s.height, augment);
+    s.crop_part = crop.part;
+    s.crop_reach = crop.reach;
     const double raw = 100000.0 + 1000.0 * static_cast<double>(id % 17);
     s.bytes[Stage::kRaw] = static_cast<uint64_t>(raw);
     s.bytes[Stage::kJpegCrop] = static_cast<uint64_t>(std::llround(raw * (0.05 + 0.9 * s.crop_part)));
     SetSizedStageBytes(p.crop_size, &s);
-    s.client[Op::kJpegCrop] = 0.001 + 0.002 * raw / 1e5 * s.crop_part;
+    s.client[Op::kJpegCrop] = 0.001 + 0.002 * raw / 1e5 * s.crop_part + 0.003 * raw / 1e5 * s.crop_reach;
     s.client[Op::kDecodeCrop] = 0.004 + 0.001 * raw / 1e5 + 0.003 * raw / 1e5 * s.crop_part;
     s.client[Op::kDecodeJpegCrop] = 0.0005 + 0.004 * raw / 1e5 * s.crop_part;
     p.samples.push_back(s);
@@ -33,17 +35,18 @@ DatasetProfile ProfileOfEpochZero(const AugmentOptions& augment) {
   return p;
 }
 
-TEST(CropPartTest, IsTheBoxsShareOfTheImage) {
+TEST(CropExtentTest, IsTheBoxsShareOfTheImageAndOfItsRows) {
   AugmentOptions augment;
   const SampleKey key{kSeed, 3, 42};
   const SampleAugment a = AugmentFor(key, 300, 400, augment);
-  EXPECT_DOUBLE_EQ(CropPart(key, 400, 300, augment),
-                   static_cast<double>(a.box.width) * a.box.height / (400.0 * 300.0));
-  EXPECT_EQ(CropPart(key, 0, 300, augment), 0);  // size unknown
-  // The evaluation transform keeps the same part every epoch.
+  const CropExtent e = CropExtentOf(key, 400, 300, augment);
+  EXPECT_DOUBLE_EQ(e.part, static_cast<double>(a.box.width) * a.box.height / (400.0 * 300.0));
+  EXPECT_DOUBLE_EQ(e.reach, static_cast<double>(a.box.top + a.box.height) / 300.0);
+  EXPECT_EQ(CropExtentOf(key, 0, 300, augment).part, 0);  // size unknown
+  // The evaluation transform keeps the same box every epoch.
   augment.eval_resize = 256;
-  EXPECT_DOUBLE_EQ(CropPart(SampleKey{kSeed, 1, 42}, 400, 300, augment),
-                   CropPart(SampleKey{kSeed, 9, 42}, 400, 300, augment));
+  EXPECT_DOUBLE_EQ(CropExtentOf(SampleKey{kSeed, 1, 42}, 400, 300, augment).part,
+                   CropExtentOf(SampleKey{kSeed, 9, 42}, 400, 300, augment).part);
 }
 
 TEST(EpochCropModelTest, SetsEachSampleAtTheBoxItsEpochDraws) {
@@ -60,7 +63,8 @@ TEST(EpochCropModelTest, SetsEachSampleAtTheBoxItsEpochDraws) {
   double sum = 0;
   int changed = 0, checked = 0;
   for (const SampleProfile& s : epoch3.samples) {
-    const double part = CropPart(SampleKey{kSeed, 3, s.id}, s.width, s.height, augment);
+    const CropExtent e = CropExtentOf(SampleKey{kSeed, 3, s.id}, s.width, s.height, augment);
+    const double part = e.part;
     sum += part;
     changed += s.bytes[Stage::kJpegCrop] != profile.samples[s.id].bytes[Stage::kJpegCrop];
     if (part < min_part) continue;
@@ -70,6 +74,8 @@ TEST(EpochCropModelTest, SetsEachSampleAtTheBoxItsEpochDraws) {
         << "sample " << s.id;
     EXPECT_NEAR(s.client[Op::kDecodeJpegCrop], 0.0005 + 0.004 * raw / 1e5 * part, 1e-9)
         << "sample " << s.id;
+    EXPECT_NEAR(s.client[Op::kJpegCrop],
+                0.001 + 0.002 * raw / 1e5 * part + 0.003 * raw / 1e5 * e.reach, 1e-9);
     EXPECT_NEAR(s.client[Op::kDecodeCrop],
                 0.004 + 0.001 * raw / 1e5 + 0.003 * raw / 1e5 * part, 1e-9);
   }

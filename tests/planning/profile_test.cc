@@ -43,6 +43,7 @@ DatasetProfile SmallProfile() {
     s.width = i == 1 ? 0 : 1024;
     s.height = i == 1 ? 0 : 768;
     s.crop_part = i == 1 ? 0 : 0.123456 * (i + 1);
+    s.crop_reach = i == 1 ? 0 : 0.25 * (i + 1);
     p.samples.push_back(s);
   }
   return p;
@@ -65,6 +66,7 @@ void ExpectSameProfile(const DatasetProfile& a, const DatasetProfile& b) {
     EXPECT_EQ(x.width, y.width);
     EXPECT_EQ(x.height, y.height);
     EXPECT_NEAR(x.crop_part, y.crop_part, 1e-6);
+    EXPECT_NEAR(x.crop_reach, y.crop_reach, 1e-6);
     // Written with 9 significant digits.
     for (const OpInfo& op : kOpTable) {
       EXPECT_NEAR(x.client[op.op], y.client[op.op], 1e-8 * x.client[op.op]) << op.name;

@@ -18,23 +18,31 @@
 
 namespace sophon {
 
+// Least squares: the coefficients c minimising sum_i (y_i - sum_k c_k x_ik)^2, from the
+// normal equations (Gaussian elimination with partial pivoting). nullopt when they are
+// singular (a feature constant or two proportional over the rows) or the rows are ragged.
+std::optional<std::vector<double>> LeastSquares(const std::vector<std::vector<double>>& x,
+                                                const std::vector<double>& y);
+
 // y = a + b * size + c * size * part, fitted by least squares (size in any unit, part in
 // [0, 1]).
 struct LinearCropFit {
   double a = 0, b = 0, c = 0;
   double At(double size, double part) const { return a + b * size + c * size * part; }
 };
-
-// Solves the 3x3 normal equations (Gaussian elimination with partial pivoting); nullopt when
-// they are singular (every file of one size, or every crop alike) or the sizes differ.
 std::optional<LinearCropFit> FitLinearCrop(const std::vector<double>& y,
                                            const std::vector<double>& size,
                                            const std::vector<double>& part);
 
-// The part of a width x height image (pixel area) the crop box of `key` keeps; 0 when the size
-// is unknown (0).
-double CropPart(const SampleKey& key, uint32_t width, uint32_t height,
-                const AugmentOptions& augment);
+// Where a sample's crop box lies in its width x height image: the part of the image (pixel
+// area) it keeps, and the part of the rows down to its bottom edge. Zeros when the size is
+// unknown (0).
+struct CropExtent {
+  double part = 0;
+  double reach = 0;
+};
+CropExtent CropExtentOf(const SampleKey& key, uint32_t width, uint32_t height,
+                        const AugmentOptions& augment);
 
 // Fewest samples a fit is made from.
 inline constexpr size_t kMinSamplesForCropFit = 20;
@@ -51,6 +59,8 @@ class EpochCropModel {
   // Sets, in `profile` (the one fitted, or a copy), each fitted sample's JPEG_CROP bytes and
   // the lossless crop's, the file decode's and the region decode's times at the crop box
   // (seed, epoch, id) draws. Other samples keep what they have. Returns the mean part kept.
+  // The bytes follow size and size * part; the times size, size * part (the pixels kept) and
+  // size * reach (the rows read: decoding stops after the box's last row).
   double Apply(uint64_t seed, uint64_t epoch, const AugmentOptions& augment,
                DatasetProfile* profile) const;
 
@@ -58,7 +68,7 @@ class EpochCropModel {
 
  private:
   static constexpr int kFits = 4;  // the crop's bytes, then the three ops' times
-  std::array<LinearCropFit, kFits> fit_{};
+  std::array<std::vector<double>, kFits> fit_{};  // coefficients of Features()
   std::array<double, kFits> floor_{};  // the smallest value measured
   double size_unit_ = 1;               // the mean file size
   std::vector<uint64_t> fitted_;       // ids of the samples fitted (and set by Apply)

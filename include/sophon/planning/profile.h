@@ -36,6 +36,9 @@ struct SampleProfile {
   // mean over the profiled epochs; 0 when unknown. The lossless crop's bytes and the times of
   // the ops that depend on the crop were measured at this part.
   double crop_part = 0;
+  // The part of the image's rows down to that box's bottom edge (the rows a lossless crop or
+  // a region decode must read), its mean likewise; 0 when unknown.
+  double crop_reach = 0;
   // The storage node served it from its sample cache when it was last read
   // (sophon-server --cache-bytes): planned without a read. Not stored in
   // profile files; smartoff sets it from what the servers report.
