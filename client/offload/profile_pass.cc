@@ -102,6 +102,9 @@ absl::StatusOr<DatasetProfile> ProfileOverNetwork(SampleClient* client,
   options.rank = 0;
   options.world = 1;
   options.measure_skipped_ops = true;
+  // Every sample measured from the server's bytes: one served from this node's cache would
+  // skip the observation (its times and its image's size).
+  options.sample_cache = nullptr;
   RecordingRawPolicy all_raw(n);
   absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(client, options, &all_raw);
   if (!loader.ok()) return loader.status();

@@ -202,8 +202,14 @@ absl::Status SmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const uint64_
                   std::string(plan.status().message()), StageName(kFirstStage));
     stages.assign(order.size(), kFirstStage);
   }
+  // The epoch's own crop times judge the storage node's speed (OnSample).
+  std::shared_ptr<const DatasetProfile> epoch_profile;
+  if (&planning == &scratch && crop_model_.has_value() && options_.crops.has_value()) {
+    epoch_profile = std::make_shared<const DatasetProfile>(std::move(scratch));
+  }
   absl::MutexLock lock(&mu_);
   epoch_ = epoch;
+  epoch_profile_ = std::move(epoch_profile);
   order_.assign(order.begin(), order.end());
   plan_ = std::move(stages);
   planned_ = 0;
@@ -375,9 +381,11 @@ uint64_t SmartoffPolicy::cached_samples() const {
 
 void SmartoffPolicy::OnSample(const SampleObservation& obs) {
   if (obs.id >= profile_.samples.size()) return;
-  const double predicted = profile_.samples[obs.id].client.Between(kFirstStage, obs.received);
   const absl::Time now = clock_();
   absl::MutexLock lock(&mu_);
+  // The storage node's work as this epoch planned it (its crops' times, when they are planned).
+  const DatasetProfile& planned = epoch_profile_ != nullptr ? *epoch_profile_ : profile_;
+  const double predicted = planned.samples[obs.id].client.Between(kFirstStage, obs.received);
   epoch_wire_bytes_ += obs.payload_bytes;
   if (obs.ok && obs.cache_hit != (cached_[obs.id] != 0)) {
     cached_[obs.id] = obs.cache_hit ? 1 : 0;

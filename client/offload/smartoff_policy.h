@@ -188,6 +188,8 @@ class SmartoffPolicy final : public OffloadPolicy {
   bool fill_cache_ ABSL_GUARDED_BY(mu_) = true;   // this epoch fills the sample cache
   std::vector<ReplanEvent> replans_ ABSL_GUARDED_BY(mu_);
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;  // BeginEpoch's
+  // BeginEpoch's planning profile when it planned the epoch's own crops; null otherwise.
+  std::shared_ptr<const DatasetProfile> epoch_profile_ ABSL_GUARDED_BY(mu_);
   // Measurements since the last (re)plan.
   int64_t observed_ ABSL_GUARDED_BY(mu_) = 0;
   double server_actual_s_ ABSL_GUARDED_BY(mu_) = 0;     // server seconds of the ops

@@ -72,15 +72,16 @@ namespace {
 constexpr Op kCropOps[] = {Op::kJpegCrop, Op::kDecodeCrop, Op::kDecodeJpegCrop};
 
 // The features of fit k: the crop's bytes follow the file's size and the pixels kept; the
-// ops' times also the rows read down to the box's bottom.
-std::vector<double> Features(int k, double size, double part, double reach) {
-  if (k == 0) return {1.0, size, size * part};
-  return {1.0, size, size * part, size * reach};
+// ops' times also the rows read down to the box's bottom (unless `with_reach` is false: every
+// box reaching alike, as the evaluation transform's on images of one shape, makes it singular).
+std::array<double, 4> Features(int k, double size, double part, double reach,
+                               bool with_reach = true) {
+  return {1.0, size, size * part, k > 0 && with_reach ? size * reach : 0.0};
 }
 
 bool Fittable(const DatasetProfile& profile, const SampleProfile& p) {
   return profile.stages.Has(Stage::kJpegCrop) && p.width > 0 && p.height > 0 &&
-         p.crop_part > 0 && p.crop_reach > 0 && p.bytes[kFirstStage] > 0 && p.bytes[Stage::kJpegCrop] > 0 &&
+         p.crop_part > 0 && p.crop_reach > 0 && p.bytes[kFirstStage] > 1 && p.bytes[Stage::kJpegCrop] > 0 &&
          p.bytes[Stage::kJpegCrop] < p.bytes[kFirstStage];
 }
 
@@ -98,19 +99,35 @@ std::optional<EpochCropModel> EpochCropModel::Fit(const DatasetProfile& profile)
   // Sizes in units of the mean file: the normal equations' terms are then all near 1.
   model.size_unit_ = size_sum / static_cast<double>(model.fitted_.size());
   for (int k = 0; k < kFits; ++k) {
-    std::vector<std::vector<double>> x;
     std::vector<double> y;
+    // The floor: the smallest measured, for the bytes as a part of the file.
     double floor = std::numeric_limits<double>::infinity();
     for (uint64_t id : model.fitted_) {
       const SampleProfile& p = profile.samples[id];
+      const double raw = static_cast<double>(p.bytes[kFirstStage]);
       const double v = k == 0 ? static_cast<double>(p.bytes[Stage::kJpegCrop]) / model.size_unit_
                               : p.client[kCropOps[k - 1]];
       y.push_back(v);
-      x.push_back(Features(k, static_cast<double>(p.bytes[kFirstStage]) / model.size_unit_,
-                           p.crop_part, p.crop_reach));
-      if (v > 0) floor = std::min(floor, v);
+      const double f = k == 0 ? static_cast<double>(p.bytes[Stage::kJpegCrop]) / raw : v;
+      if (f > 0) floor = std::min(floor, f);
     }
-    std::optional<std::vector<double>> fit = LeastSquares(x, y);
+    std::optional<std::vector<double>> fit;
+    for (bool with_reach : {true, false}) {
+      if (k == 0 && !with_reach) break;
+      std::vector<std::vector<double>> x;
+      for (uint64_t id : model.fitted_) {
+        const SampleProfile& p = profile.samples[id];
+        const std::array<double, 4> f =
+            Features(k, static_cast<double>(p.bytes[kFirstStage]) / model.size_unit_,
+                     p.crop_part, p.crop_reach, with_reach);
+        x.emplace_back(f.begin(), f.begin() + (k > 0 && with_reach ? 4 : 3));
+      }
+      fit = LeastSquares(x, y);
+      if (fit.has_value()) {
+        fit->resize(4, 0.0);
+        break;
+      }
+    }
     if (!fit.has_value()) return std::nullopt;
     model.fit_[k] = *std::move(fit);
     model.floor_[k] = std::isfinite(floor) ? floor : 0;
@@ -124,20 +141,21 @@ double EpochCropModel::Apply(uint64_t seed, uint64_t epoch, const AugmentOptions
   for (uint64_t id : fitted_) {
     if (id >= profile->samples.size()) continue;
     SampleProfile& p = profile->samples[id];
+    if (p.bytes[kFirstStage] < 2) continue;  // no crop smaller than the file
     const CropExtent e = CropExtentOf(SampleKey{seed, epoch, id}, p.width, p.height, augment);
     part_sum += e.part;
     const double size = static_cast<double>(p.bytes[kFirstStage]) / size_unit_;
     auto at = [&](int k) {
-      const std::vector<double> x = Features(k, size, e.part, e.reach);
+      const std::array<double, 4> x = Features(k, size, e.part, e.reach);
       double v = 0;
       for (size_t j = 0; j < x.size(); ++j) v += fit_[k][j] * x[j];
-      return std::max(floor_[k], v);
+      return v;
     };
-    const double bytes = at(0) * size_unit_;
+    const double bytes = std::max(floor_[0] * size, at(0)) * size_unit_;
     p.bytes[Stage::kJpegCrop] = static_cast<uint64_t>(std::clamp<int64_t>(
         std::llround(bytes), 1, static_cast<int64_t>(p.bytes[kFirstStage]) - 1));
     for (int k = 1; k < kFits; ++k) {
-      p.client[kCropOps[k - 1]] = at(k);
+      p.client[kCropOps[k - 1]] = std::max(floor_[k], at(k));
     }
   }
   return fitted_.empty() ? 0 : part_sum / static_cast<double>(fitted_.size());

@@ -91,6 +91,24 @@ TEST(EpochCropModelTest, SetsEachSampleAtTheBoxItsEpochDraws) {
   }
 }
 
+TEST(EpochCropModelTest, BoxesThatAllReachAlikeAreFittedWithoutTheirReach) {
+  // The evaluation transform on images of one shape: every box ends on the same row share,
+  // which makes size * reach proportional to size.
+  AugmentOptions eval;
+  eval.eval_resize = 256;
+  DatasetProfile profile = ProfileOfEpochZero(AugmentOptions());
+  for (SampleProfile& s : profile.samples) {
+    s.width = 400;
+    s.height = 300;
+    const CropExtent e = CropExtentOf(SampleKey{kSeed, 0, s.id}, s.width, s.height, eval);
+    s.crop_part = e.part * (0.9 + 0.002 * static_cast<double>(s.id % 50));  // parts vary a little
+    s.crop_reach = e.reach;
+  }
+  const std::optional<EpochCropModel> model = EpochCropModel::Fit(profile);
+  ASSERT_TRUE(model.has_value());
+  EXPECT_EQ(model->samples(), 100u);
+}
+
 TEST(EpochCropModelTest, NeedsTheImagesSizesAndTheLosslessCrop) {
   const AugmentOptions augment;
   DatasetProfile no_sizes = ProfileOfEpochZero(augment);

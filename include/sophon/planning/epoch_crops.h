@@ -68,8 +68,9 @@ class EpochCropModel {
 
  private:
   static constexpr int kFits = 4;  // the crop's bytes, then the three ops' times
-  std::array<std::vector<double>, kFits> fit_{};  // coefficients of Features()
-  std::array<double, kFits> floor_{};  // the smallest value measured
+  std::array<std::vector<double>, kFits> fit_{};  // 4 coefficients each (Features())
+  // The smallest value measured: for the bytes, the smallest crop as a part of its file.
+  std::array<double, kFits> floor_{};
   double size_unit_ = 1;               // the mean file size
   std::vector<uint64_t> fitted_;       // ids of the samples fitted (and set by Apply)
 };
