@@ -71,18 +71,18 @@ namespace {
 
 constexpr Op kCropOps[] = {Op::kJpegCrop, Op::kDecodeCrop, Op::kDecodeJpegCrop};
 
-// The features of fit k: the crop's bytes follow the file's size and the pixels kept; the
-// ops' times also the rows read down to the box's bottom (unless `with_reach` is false: every
-// box reaching alike, as the evaluation transform's on images of one shape, makes it singular).
-std::array<double, 4> Features(int k, double size, double part, double reach,
-                               bool with_reach = true) {
-  return {1.0, size, size * part, k > 0 && with_reach ? size * reach : 0.0};
+// The features of every fit: 1, the file's size, the pixels kept and the rows read down to the
+// box's bottom. The crop's bytes use the first three; the ops' times all four, or the first
+// three when every box reaches alike (the evaluation transform on images of one shape makes
+// the fourth proportional to the second); a missing coefficient is 0.
+std::array<double, 4> Features(double size, double part, double reach) {
+  return {1.0, size, size * part, size * reach};
 }
 
 bool Fittable(const DatasetProfile& profile, const SampleProfile& p) {
   return profile.stages.Has(Stage::kJpegCrop) && p.width > 0 && p.height > 0 &&
-         p.crop_part > 0 && p.crop_reach > 0 && p.bytes[kFirstStage] > 1 && p.bytes[Stage::kJpegCrop] > 0 &&
-         p.bytes[Stage::kJpegCrop] < p.bytes[kFirstStage];
+         p.crop_part > 0 && p.crop_reach > 0 && p.bytes[kFirstStage] > 1 &&
+         p.bytes[Stage::kJpegCrop] > 0 && p.bytes[Stage::kJpegCrop] < p.bytes[kFirstStage];
 }
 
 }  // namespace
@@ -111,24 +111,21 @@ std::optional<EpochCropModel> EpochCropModel::Fit(const DatasetProfile& profile)
       const double f = k == 0 ? static_cast<double>(p.bytes[Stage::kJpegCrop]) / raw : v;
       if (f > 0) floor = std::min(floor, f);
     }
-    std::optional<std::vector<double>> fit;
-    for (bool with_reach : {true, false}) {
-      if (k == 0 && !with_reach) break;
+    auto fit_with = [&](size_t features) {
       std::vector<std::vector<double>> x;
       for (uint64_t id : model.fitted_) {
         const SampleProfile& p = profile.samples[id];
-        const std::array<double, 4> f =
-            Features(k, static_cast<double>(p.bytes[kFirstStage]) / model.size_unit_,
-                     p.crop_part, p.crop_reach, with_reach);
-        x.emplace_back(f.begin(), f.begin() + (k > 0 && with_reach ? 4 : 3));
+        const std::array<double, 4> f = Features(
+            static_cast<double>(p.bytes[kFirstStage]) / model.size_unit_, p.crop_part,
+            p.crop_reach);
+        x.emplace_back(f.begin(), f.begin() + features);
       }
-      fit = LeastSquares(x, y);
-      if (fit.has_value()) {
-        fit->resize(4, 0.0);
-        break;
-      }
-    }
+      return LeastSquares(x, y);
+    };
+    std::optional<std::vector<double>> fit = fit_with(k == 0 ? 3 : 4);
+    if (!fit.has_value() && k > 0) fit = fit_with(3);
     if (!fit.has_value()) return std::nullopt;
+    fit->resize(4, 0.0);
     model.fit_[k] = *std::move(fit);
     model.floor_[k] = std::isfinite(floor) ? floor : 0;
   }
@@ -146,7 +143,7 @@ double EpochCropModel::Apply(uint64_t seed, uint64_t epoch, const AugmentOptions
     part_sum += e.part;
     const double size = static_cast<double>(p.bytes[kFirstStage]) / size_unit_;
     auto at = [&](int k) {
-      const std::array<double, 4> x = Features(k, size, e.part, e.reach);
+      const std::array<double, 4> x = Features(size, e.part, e.reach);
       double v = 0;
       for (size_t j = 0; j < x.size(); ++j) v += fit_[k][j] * x[j];
       return v;

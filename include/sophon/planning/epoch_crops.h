@@ -68,7 +68,7 @@ class EpochCropModel {
 
  private:
   static constexpr int kFits = 4;  // the crop's bytes, then the three ops' times
-  std::array<std::vector<double>, kFits> fit_{};  // 4 coefficients each (Features())
+  std::array<std::vector<double>, kFits> fit_{};  // 4 coefficients each (Features(), 0 if unused)
   // The smallest value measured: for the bytes, the smallest crop as a part of its file.
   std::array<double, kFits> floor_{};
   double size_unit_ = 1;               // the mean file size
