@@ -260,6 +260,14 @@ class ReadStallTest : public ::testing::Test {
     auto it = stats.rejections_by_limit().find(limit);
     return it == stats.rejections_by_limit().end() ? 0 : it->second;
   }
+  // Samples the server has accepted from requests so far (in flight or sent).
+  uint64_t SamplesAccepted() {
+    v1::ServerStats stats;
+    EXPECT_TRUE(server_->service()->GetStats({}, &stats).ok());
+    uint64_t sent = 0;
+    for (uint64_t n : stats.samples_by_stage()) sent += n;
+    return sent + stats.samples_failed() + stats.inflight_samples();
+  }
   // Sends one request for `ids` and reads their samples.
   static bool Fetch(FetchCall& call, int first, int count) {
     if (!call.Write(Request(first, count))) return false;
@@ -342,8 +350,10 @@ TEST_F(ReadStallTest, AStreamThatHalfClosesGivesItsSlotBackWhileItsSamplesAreSen
   ASSERT_TRUE(first.Write(Request(0, 4)));
   ASSERT_TRUE(first.WritesDone());
   // Its read ended with the half-close: the slot goes to the next stream
-  // even before the first one's samples are taken.
-  ASSERT_TRUE(WaitFor([&] { return slots().held() == 0; }));
+  // even before the first one's samples are taken. (Held by nobody is not
+  // enough: that is also so before the server has seen the stream, and the
+  // second stream would then take the slot first and keep it.)
+  ASSERT_TRUE(WaitFor([&] { return SamplesAccepted() > 0 && slots().held() == 0; }));
   FetchCall second(stub_.get());
   EXPECT_TRUE(Fetch(second, 0, 1));
   v1::FetchResponse r;
