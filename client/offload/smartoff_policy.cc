@@ -254,23 +254,24 @@ void SmartoffPolicy::UpdateLocalSpeedLocked() {
                                         : 0.0);
   const double wait = epoch_wait_s_ / ran;
   if (std::abs(ratio - 1) < kMinLocalSpeedChange) return;
-  // Longer than predicted is this node's doing only if the loop waited for
-  // data and neither the link nor the storage node was busy enough to be the
-  // cause; shorter is evidence on its own.
-  if (ratio > 1 && (rises_undone_ || link >= kBusyShare || storage >= kBusyShare ||
-                    wait < kMinWaitShare)) {
-    return;
-  }
   if (ratio > 1 && raised_after > 0 && ran >= 0.98 * raised_after) {
     // The last rise moved work off this node, yet the epoch took as long and
     // again longer than this node's share: what holds it back is something
-    // else.
+    // else. Checked before the blame below: the work moved may have made the
+    // link or the storage node busy without making the epoch shorter.
     spdlog::info("smartoff: training node speed {:.2f} again (assumed {:.2f}): the epoch after "
                  "it was raised took {:.2f}s against {:.2f}s, with less work planned here (not "
                  "raised again in this job)",
                  speed_before_rise_, old, ran, raised_after);
     resources_.local_speed = speed_before_rise_;
     rises_undone_ = true;
+    return;
+  }
+  // Longer than predicted is this node's doing only if the loop waited for
+  // data and neither the link nor the storage node was busy enough to be the
+  // cause; shorter is evidence on its own.
+  if (ratio > 1 && (rises_undone_ || link >= kBusyShare || storage >= kBusyShare ||
+                    wait < kMinWaitShare)) {
     return;
   }
   const double speed =

@@ -423,6 +423,18 @@ TEST_F(LocalSpeedTest, ARiseThatChangedNothingIsUndoneForGood) {
   EXPECT_NEAR(speed(), 0.8, 1e-9);
 }
 
+// The work a rise moves off this node can make the link busy without making
+// the epoch any shorter: the rise is undone all the same (the busy link does
+// not take the blame for an epoch the rise itself made what it is).
+TEST_F(LocalSpeedTest, ARiseThatOnlyMadeTheLinkBusyIsUndone) {
+  StartOnOneCore();
+  const double ran = 1.5 * predicted_local_s_;
+  RunEpoch(ran);
+  ASSERT_NEAR(speed(), 1.5, 1e-9);
+  RunEpoch(ran, 0.7, static_cast<uint64_t>(0.95 * 1e9 * ran));
+  EXPECT_DOUBLE_EQ(speed(), 1.0);
+}
+
 // A rise after which the epoch did take less time stands.
 TEST_F(LocalSpeedTest, ARiseThatHelpedStands) {
   StartOnOneCore();
