@@ -3,13 +3,20 @@
 // without a debugger still says where it happened. The frames come from glibc's backtrace()
 // (the unwind tables: no frame pointers needed), their names from Abseil's symbolizer (the
 // ELF symbol tables: functions of the test binary that no dynamic symbol names as well).
+// Each run also gets a temporary folder of its own (TEST_TMPDIR, where the tests' files go,
+// GoogleTest's TempDir() included), removed when the run ends, whatever its result, unless the
+// caller set TEST_TMPDIR itself or SOPHON_KEEP_TEST_FILES is set (a crashed run leaves it).
 #include <execinfo.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <string>
+#include <system_error>
 #include <vector>
 
 #include "absl/debugging/symbolize.h"
@@ -62,11 +69,29 @@ void InstallCrashTraces() {
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTERM}) sigaction(sig, &sa, nullptr);
 }
 
+// A fresh folder for this run's files, or "" when the caller chose one (TEST_TMPDIR set: a
+// death test's child inherits its parent's) or none could be made.
+std::string MakeRunFolder() {
+  if (std::getenv("TEST_TMPDIR") != nullptr) return "";
+  std::error_code error;
+  const std::filesystem::path base = std::filesystem::temp_directory_path(error);
+  std::string pattern = (error ? std::filesystem::path("/tmp") : base) / "sophon_test_XXXXXX";
+  if (mkdtemp(pattern.data()) == nullptr) return "";
+  setenv("TEST_TMPDIR", pattern.c_str(), 1);
+  return pattern;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::InitializeSymbolizer(argv[0]);
   InstallCrashTraces();
   testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  const std::string folder = MakeRunFolder();
+  const int result = RUN_ALL_TESTS();
+  if (!folder.empty() && std::getenv("SOPHON_KEEP_TEST_FILES") == nullptr) {
+    std::error_code error;  // a file a test left read-only is no reason to fail the run
+    std::filesystem::remove_all(folder, error);
+  }
+  return result;
 }
