@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "client/offload/offload_policy.h"
+#include "client/loader/offload_policy.h"
 #include "client/loader/sample_client.h"
 #include "client/loader/feature_cache.h"
 #include "client/loader/sample_cache.h"

@@ -14,8 +14,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "client/loader/global_manifest.h"
+#include "client/loader/offload_policy.h"
 #include "client/loader/server_set.h"
-#include "client/offload/offload_policy.h"
 #include "client/offload/smartoff_policy.h"
 #include "sophon/planning/cluster_plan.h"
 

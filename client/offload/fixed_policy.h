@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "client/offload/offload_policy.h"
+#include "client/loader/offload_policy.h"
 
 namespace sophon {
 

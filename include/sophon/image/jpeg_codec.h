@@ -9,7 +9,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "sophon/ops/augment.h"
+#include "sophon/image/crop_box.h"
 
 namespace sophon {
 

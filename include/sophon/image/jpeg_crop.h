@@ -10,8 +10,8 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "sophon/image/crop_box.h"
 #include "sophon/image/jpeg_codec.h"
-#include "sophon/ops/augment.h"
 
 namespace sophon {
 

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "sophon/image/crop_box.h"
 
 namespace sophon {
 
@@ -28,14 +29,6 @@ struct AugmentOptions {
 
   // The one place these values are checked. Names the offending field.
   absl::Status Validate() const;
-};
-
-// A crop rectangle in source pixels, as torchvision's get_params returns it.
-struct CropBox {
-  int top = 0;
-  int left = 0;
-  int height = 0;
-  int width = 0;
 };
 
 struct SampleAugment {

@@ -1,9 +1,10 @@
 // The offload policy: for every sample, where it is processed. The loader asks
 // it at send time (Plan) and tells it what it observed (OnSample); the train
-// loop tells it the step times (OnStep). Fixed modes and smartoff are its
-// implementations (fixed_policy.h, smartoff_policy.h).
-#ifndef SOPHON_CLIENT_OFFLOAD_OFFLOAD_POLICY_H_
-#define SOPHON_CLIENT_OFFLOAD_OFFLOAD_POLICY_H_
+// loop tells it the step times (OnStep). The interface lives with the loader,
+// its caller; fixed modes and smartoff are its implementations, in
+// client/offload/ (fixed_policy.h, smartoff_policy.h, cluster_policy.h).
+#ifndef SOPHON_CLIENT_LOADER_OFFLOAD_POLICY_H_
+#define SOPHON_CLIENT_LOADER_OFFLOAD_POLICY_H_
 
 #include <cstdint>
 #include <string>
@@ -82,4 +83,4 @@ class OffloadPolicy {
 
 }  // namespace sophon
 
-#endif  // SOPHON_CLIENT_OFFLOAD_OFFLOAD_POLICY_H_
+#endif  // SOPHON_CLIENT_LOADER_OFFLOAD_POLICY_H_
