@@ -9,6 +9,7 @@
 #include "absl/flags/parse.h"
 #include "sophon/base/allocator.h"
 #include "sophon/cli/cli.h"
+#include "sophon/cli/log_level.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
 #include "sophon/data/page_cache.h"
@@ -176,7 +177,6 @@ ABSL_FLAG(std::string, backbone, "",
 ABSL_FLAG(int, backbone_threads, 0,
           "Intra-op threads of each forward pass of --backbone (LibTorch's); 0 = LibTorch's "
           "default (the machine's cores). Default 0.");
-ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error. Default info.");
 
 namespace {
 
@@ -249,7 +249,9 @@ int main(int argc, char** argv) {
       "[--prep-workers=N]");
   sophon::ArgvHolder args(argc, argv);  // accepts --prep-workers and --prep_workers
   absl::ParseCommandLine(args.argc(), args.argv());
-  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+  if (absl::Status s = sophon::ApplyLogLevelFlag(); !s.ok()) {
+    return sophon::FailProgram("sophon-server", s, {});
+  }
   // Threads started below inherit the blocked mask; main waits for a signal.
   const sigset_t signals = BlockTerminationSignals();
 

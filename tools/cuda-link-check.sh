@@ -6,7 +6,8 @@
 # that data-parallel ranks have NCCL. tools/debian13.sh cuda runs it in Debian 13's CUDA
 # layer; it also runs on any machine with a CUDA LibTorch (a GPU machine, before running).
 #
-# Usage: tools/cuda-link-check.sh BUILD   (JOBS=N: parallel compile jobs, default nproc)
+# Usage: tools/cuda-link-check.sh BUILD   (JOBS=N: parallel compile jobs, default nproc;
+#        SOPHON_GLOO=OFF|AUTO|ON: Gloo for ranks, default OFF as in a pip CUDA wheel)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:?usage: tools/cuda-link-check.sh BUILD_DIR}
@@ -15,12 +16,20 @@ die() { echo "cuda-link-check: $*" >&2; exit 1; }
 
 start=$SECONDS
 # -U: the Gloo and NCCL files that an earlier configure found may belong to another LibTorch.
-cmake -S . -B "$build" -UGLOO_INCLUDE_DIR -UGLOO_LIBRARY -UNCCL_INCLUDE_DIR >"$build/cuda-configure.log" 2>&1 ||
+# SOPHON_GLOO=OFF by default: the shape of a pip CUDA wheel (no Gloo headers; ranks over NCCL),
+# so that the Gloo-less branches are compiled here while the CPU builds compile Gloo's.
+# SOPHON_GLOO=AUTO or ON: with Gloo where its headers are found.
+gloo=${SOPHON_GLOO:-OFF}
+cmake -S . -B "$build" -UGLOO_INCLUDE_DIR -UGLOO_LIBRARY -UNCCL_INCLUDE_DIR -DSOPHON_GLOO="$gloo" \
+  >"$build/cuda-configure.log" 2>&1 ||
   { tail -30 "$build/cuda-configure.log" >&2; die "configure failed (log: $build/cuda-configure.log)"; }
 cuda=$(grep -hE 'PyTorch: CUDA detected|c10d backends' "$build/cuda-configure.log" || true)
 echo "$cuda" | sed 's/^/cuda-link-check: /' >&2
 grep -q 'PyTorch: CUDA detected' <<<"$cuda" || die "the LibTorch CMake found is not a CUDA build"
 grep -q 'nccl 1' <<<"$cuda" || die "no NCCL backend in this configuration"
+if [[ $gloo == OFF ]]; then
+  grep -q 'gloo 0' <<<"$cuda" || die "SOPHON_GLOO=OFF but the configuration has Gloo"
+fi
 
 # Everything: what includes LibTorch is rebuilt for CUDA, the rest is up to date.
 make -C "$build" -j"$jobs" >"$build/cuda-build.log" 2>&1 ||

@@ -19,8 +19,8 @@
 # Environment:
 #   DEBIAN13_ROOT=DIR  where the chroot lives (default /var/cache/sophon/debian13); one that is
 #                      there already is reused, a missing one is made
-#   DEBIAN13_MIRROR=URL  Debian archive (default: the first deb.debian.org-style URI of this
-#                      machine's apt sources, else http://deb.debian.org/debian)
+#   DEBIAN13_MIRROR=URL  Debian archive (default: the first .../debian URI of this machine's
+#                      apt sources; with none there, the script stops and says so)
 #   BUILD_DIR, JOBS, BUILD_TYPE, CTEST_ARGS, CMAKE_ARGS  passed on to tools/test.sh
 # The CUDA layer lives beside the chroot, in DEBIAN13_ROOT.cuda/ (made once, about 2.5 GB
 # fetched; made again when the chroot's packages change); the build's overlay is emptied at
@@ -42,7 +42,11 @@ mirror() {
   local uri
   uri=$(grep -hsE '^(URIs:|deb )' /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null |
     grep -oE 'https?://[^ ]+/debian/?( |$)' | head -1 | tr -d ' ' || true)
-  echo "${uri:-http://deb.debian.org/debian}"
+  [[ -n $uri ]] ||
+    die "no Debian archive in this machine's apt sources (/etc/apt/sources.list and" \
+      "/etc/apt/sources.list.d/: a 'deb URL/debian ...' line or 'URIs: URL/debian');" \
+      "give one with DEBIAN13_MIRROR=URL"
+  echo "$uri"
 }
 
 make_root() {

@@ -11,6 +11,7 @@
 #include "absl/flags/usage.h"
 #include "sophon/base/status_macros.h"
 #include "sophon/cli/cli.h"
+#include "sophon/cli/log_level.h"
 #include "sophon/planning/plan_report.h"
 #include "sophon/planning/what_if.h"
 #include "tools/plot_script.h"
@@ -94,7 +95,6 @@ ABSL_FLAG(bool, held_here, false,
 ABSL_FLAG(double, held_read_ns_per_byte, 0,
           "With --held-here: training node CPU ns per byte to take a file out of its cache. "
           "Default 0.");
-ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error. Default info.");
 
 namespace {
 
@@ -176,7 +176,9 @@ int main(int argc, char** argv) {
   sophon::ArgvHolder args(argc, argv);  // accepts --net-bw and --net_bw
   absl::ParseCommandLine(args.argc(), args.argv());
   spdlog::set_default_logger(spdlog::stderr_color_mt("sophon-plan"));  // stdout is the report
-  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+  if (absl::Status s = sophon::ApplyLogLevelFlag(); !s.ok()) {
+    return sophon::FailProgram("sophon-plan", s, {});
+  }
   if (absl::Status s = Run(); !s.ok()) {
     return sophon::FailProgram("sophon-plan", s,
                                {{"Resources.net_bytes_per_s", "--net-bw"},

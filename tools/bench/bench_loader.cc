@@ -14,21 +14,16 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/loader/loader.h"
-#include "client/loader/server_list.h"
-#include "client/loader/server_set.h"
-#include "client/offload/fixed_policy.h"
+#include "client/cli/job_flags.h"
+#include "client/job/job.h"
 #include "sophon/base/status_macros.h"
 #include "sophon/cli/cli.h"
+#include "sophon/cli/log_level.h"
 #include "sophon/planning/planner.h"
 #include "spdlog/spdlog.h"
 
-ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Storage server(s), HOST:PORT[,HOST:PORT...].");
 ABSL_FLAG(std::string, mode, "nooff", "nooff, resizeoff or alloff. Default nooff.");
 ABSL_FLAG(int, batch_size, 256, "Samples per batch. Default 256.");
-ABSL_FLAG(int, crop_size, 224, "Crop size S. Default 224.");
-ABSL_FLAG(int, workers, 2, "Local prep threads. Default 2.");
-ABSL_FLAG(int, prefetch_batches, 3, "Batches requested ahead. Default 3.");
 ABSL_FLAG(int, epochs, 1, "Epochs (0, 1, ...). Default 1.");
 ABSL_FLAG(uint64_t, seed, 0, "Shuffle and augmentation seed. Default 0.");
 ABSL_FLAG(std::string, output, "float32",
@@ -42,12 +37,13 @@ absl::Status Run() {
   if (!sophon::IsFixedKind(mode)) {
     return absl::InvalidArgumentError("--mode must be nooff, resizeoff or alloff");
   }
-  sophon::LoaderOptions options;
+  sophon::JobSpec spec;
+  spec.mode = mode;
+  ASSIGN_OR_RETURN(spec.servers, sophon::ServersSpecFromFlags("127.0.0.1:50051"));
+  sophon::LoaderOptions& options = spec.loader;
+  sophon::LoaderFlagsInto(&options);
   options.batch_size = absl::GetFlag(FLAGS_batch_size);
-  options.workers = absl::GetFlag(FLAGS_workers);
-  options.prefetch_batches = absl::GetFlag(FLAGS_prefetch_batches);
   options.seed = absl::GetFlag(FLAGS_seed);
-  options.pipeline.augment.crop_size = absl::GetFlag(FLAGS_crop_size);
   const std::string output = absl::GetFlag(FLAGS_output);
   if (output == "uint8") {
     options.target = sophon::Stage::kFlipped;
@@ -55,18 +51,8 @@ absl::Status Run() {
     return absl::InvalidArgumentError(
         absl::StrCat("--output must be float32 or uint8, got '", output, "'"));
   }
-  std::vector<sophon::ClientOptions> clients;
-  ASSIGN_OR_RETURN(const std::vector<std::string> addresses,
-                   sophon::ParseServerList(absl::GetFlag(FLAGS_server)));
-  for (const std::string& address : addresses) {
-    sophon::ClientOptions c;
-    c.address = address;
-    clients.push_back(std::move(c));
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<sophon::ServerSet> servers, sophon::ServerSet::Connect(clients));
-  sophon::FixedPolicy policy(sophon::FixedKindStage(mode), sophon::ModeName(mode));
-  ASSIGN_OR_RETURN(std::unique_ptr<sophon::Loader> loader,
-                   sophon::Loader::Create(servers.get(), options, &policy));
+  ASSIGN_OR_RETURN(std::unique_ptr<sophon::Job> job, sophon::Job::Assemble(std::move(spec)));
+  sophon::Loader* const loader = job->loader();
   std::string json = "[";
   for (int epoch = 0; epoch < absl::GetFlag(FLAGS_epochs); ++epoch) {
     const absl::Time start = absl::Now();
@@ -98,11 +84,12 @@ int main(int argc, char** argv) {
       "[--epochs=1]");
   sophon::ArgvHolder args(argc, argv);
   absl::ParseCommandLine(args.argc(), args.argv());
-  if (absl::Status s = Run(); !s.ok()) {
-    return sophon::FailProgram("sophon-bench-loader", s,
-                               {{"LoaderOptions.batch_size", "--batch-size"},
-                                {"LoaderOptions.workers", "--workers"},
-                                {"LoaderOptions.prefetch_batches", "--prefetch-batches"}});
+  absl::Status s = sophon::ApplyLogLevelFlag();
+  if (s.ok()) s = Run();
+  if (!s.ok()) {
+    sophon::FlagNames names = sophon::JobFlagNames();
+    names.push_back({"LoaderOptions.batch_size", "--batch-size"});
+    return sophon::FailProgram("sophon-bench-loader", s, names);
   }
   return 0;
 }
