@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "sophon/net/draining.h"
 #include "sophon/net/grpc_util.h"
+#include "sophon/net/refusal.h"
 #include "sophon/net/wire.h"
 #include "spdlog/spdlog.h"
 
@@ -51,6 +52,7 @@ FetchReactor::FetchReactor(SampleServiceImpl* service, grpc::CallbackServerConte
       finished_ = true;
     }
     if (limit == Limit::kDraining) context_->AddTrailingMetadata(kDrainingMetadataKey, "1");
+    context_->AddTrailingMetadata(kRefusalMetadataKey, RefusalName(limit));
     Finish(ToGrpcStatus(admitted));
     return;
   }
@@ -79,9 +81,10 @@ void FetchReactor::ClearPendingLocked() {
   front_paid_ = false;  // its bytes stay in stream_bytes_ until the end
 }
 
-void FetchReactor::FailLocked(absl::Status status) {
+void FetchReactor::FailLocked(absl::Status status, std::optional<Limit> reason) {
   if (error_.ok()) {
     error_ = std::move(status);
+    error_reason_ = reason;
     error_at_ = service_->Now();
   }
   ClearPendingLocked();
@@ -120,7 +123,7 @@ absl::Status FetchReactor::HandleRequestLocked(Limit* limit) {
     const absl::Status status(checked.status().code(),
                               absl::StrCat("request ", requests_, " on this stream: ",
                                            checked.status().message()));
-    FailLocked(status);
+    FailLocked(status, *limit);
     return status;
   }
   message_.pipeline = std::move(checked->pipeline);
@@ -159,6 +162,7 @@ void FetchReactor::Pump() {
     bool ask_slot = false;
     bool drain_finish = false;  // tells the client so in the trailing metadata
     absl::Status finish_status;
+    std::optional<Limit> finish_reason;  // the sophon-refusal trailer of a failed stream
     {
       absl::MutexLock lock(&mu_);
       if (finished_) return;
@@ -248,6 +252,7 @@ void FetchReactor::Pump() {
         finished_ = true;
         finish = true;
         finish_status = error_;
+        finish_reason = error_reason_;
         if (draining_) {
           drain_finish = true;
           if (finish_status.ok() && !reads_done_) {
@@ -255,7 +260,9 @@ void FetchReactor::Pump() {
                 drain_status_.message(), ": every sample it had started was sent; ",
                 handed_back_, " requested but not started were handed back"));
           }
+          if (!finish_reason.has_value()) finish_reason = Limit::kDraining;
         }
+        if (finish_status.ok()) finish_reason.reset();
       }
     }
     for (CheckedSample& s : jobs) {
@@ -272,6 +279,9 @@ void FetchReactor::Pump() {
     }
     if (finish) {
       if (drain_finish) context_->AddTrailingMetadata(kDrainingMetadataKey, "1");
+      if (finish_reason.has_value()) {
+        context_->AddTrailingMetadata(kRefusalMetadataKey, RefusalName(*finish_reason));
+      }
       Finish(ToGrpcStatus(finish_status));
       return;
     }
@@ -288,7 +298,7 @@ void FetchReactor::Pump() {
         // than send something the client cannot read.
         absl::MutexLock lock(&mu_);
         writing_ = false;
-        FailLocked(absl::InternalError("cannot encode a response message"));
+        FailLocked(absl::InternalError("cannot encode a response message"), std::nullopt);
       }
     }
     if (start_read) StartRead(&read_buf_);
@@ -371,7 +381,7 @@ void FetchReactor::OnWriteDone(bool ok) {
       samples_sent_ += static_cast<uint64_t>(write_samples_);
       bytes_sent_ += static_cast<uint64_t>(write_buf_.Length());
     } else {
-      FailLocked(absl::CancelledError("the client went away (a write failed)"));
+      FailLocked(absl::CancelledError("the client went away (a write failed)"), std::nullopt);
     }
     write_bytes_ = 0;
     write_samples_ = 0;
@@ -384,7 +394,8 @@ void FetchReactor::OnWriteDone(bool ok) {
 void FetchReactor::OnCancel() {
   {
     absl::MutexLock lock(&mu_);
-    FailLocked(absl::CancelledError("the client cancelled the stream or went away"));
+    FailLocked(absl::CancelledError("the client cancelled the stream or went away"),
+               std::nullopt);
   }
   Pump();
 }
@@ -417,9 +428,9 @@ void FetchReactor::Evict(absl::Status why) {
     // The reaper no longer visits an evicted stream: whatever state it is in
     // (even already failed, with a write the client does not take), it ends
     // now.
-    if (error_.ok()) FailLocked(why);
-    if (writing_) cancel_wanted_ = true;
     if (draining_) limit = Limit::kDraining;  // the drain ran out of time
+    if (error_.ok()) FailLocked(why, limit);
+    if (writing_) cancel_wanted_ = true;
   }
   service_->RecordRejection(limit, peer_, why);
   Pump();
@@ -464,7 +475,7 @@ void FetchReactor::OnSlotTaken(absl::Status why) {
     absl::MutexLock lock(&mu_);
     if (slot_ == Slot::kHeld) slot_ = Slot::kDone;  // no longer ours to give back
     if (finished_) return;
-    if (error_.ok()) FailLocked(why);
+    if (error_.ok()) FailLocked(why, Limit::kReadSlotTaken);
     if (writing_) cancel_wanted_ = true;
   }
   service_->RecordRejection(Limit::kReadSlotTaken, peer_, why);
@@ -523,7 +534,7 @@ void FetchReactor::CheckIdle(absl::Time now) {
       } else {
         return;
       }
-      FailLocked(status);
+      FailLocked(status, limit);
       cancel_wanted_ = writing_;
     }
   }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,8 +78,12 @@ class FetchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   // Decides under the lock what can happen next (admit samples, write, read,
   // finish) and does it outside the lock. Called after every event.
   void Pump();
-  // Ends the stream with `status` as soon as no write is outstanding.
-  void FailLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the stream with `status` as soon as no write is outstanding; the
+  // first failure's `reason` (a limit the server applied; none when the
+  // client went away or the server failed) goes to the client in the
+  // sophon-refusal trailer.
+  void FailLocked(absl::Status status, std::optional<Limit> reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Parses and checks the request in read_buf_ and queues its samples; a
   // refused request ends the stream, and its status is returned for logging.
   absl::Status HandleRequestLocked(Limit* limit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -114,6 +119,7 @@ class FetchReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   absl::Status drain_status_ ABSL_GUARDED_BY(mu_);  // why, once draining_
   size_t handed_back_ ABSL_GUARDED_BY(mu_) = 0;     // samples dropped unstarted by the drain
   absl::Status error_ ABSL_GUARDED_BY(mu_);       // ends the stream when set
+  std::optional<Limit> error_reason_ ABSL_GUARDED_BY(mu_);  // why error_, told the client
   Message message_ ABSL_GUARDED_BY(mu_);
   std::deque<CheckedSample> pending_ ABSL_GUARDED_BY(mu_);  // read, not yet admitted
   std::deque<Ready> ready_ ABSL_GUARDED_BY(mu_);

@@ -11,6 +11,7 @@
 #include "server/fetch_reactor.h"
 #include "server/stream_registry.h"
 #include "sophon/net/grpc_util.h"
+#include "sophon/net/refusal.h"
 
 namespace sophon {
 namespace {
@@ -73,6 +74,7 @@ grpc::ServerUnaryReactor* GrpcSampleService::Answer(grpc::CallbackServerContext*
   const absl::Status admitted = impl_->unary_calls().Admit(peer, &limit);
   if (!admitted.ok()) {
     impl_->RecordRejection(limit, context->peer(), admitted);
+    context->AddTrailingMetadata(kRefusalMetadataKey, RefusalName(limit));
     return FinishUnary(context, admitted);
   }
   auto* reactor = new CountedUnaryReactor(&impl_->unary_calls(), std::move(peer));

@@ -2,29 +2,17 @@
 #ifndef SOPHON_SERVER_LIMIT_H_
 #define SOPHON_SERVER_LIMIT_H_
 
+#include "sophon/net/refusal.h"
+
 namespace sophon {
 
 // Names of the limits a request or a stream can hit; each is the name of its
-// ServiceOptions field (and the flag without dashes), reported to clients,
-// logs and metrics.
-enum class Limit : int {
-  kInvalidRequest = 0,     // not a limit: a malformed request
-  kMaxRequestBytes,
-  kMaxIdsPerRequest,
-  kMaxCropSize,
-  kMaxStreamInflightBytes,
-  kMaxStreams,
-  kMaxStreamsPerPeer,
-  kIdleStreamTimeout,
-  kWriteStallTimeout,
-  kStreamEvicted,          // a full server made room for an address with fewer streams
-  kDraining,               // not a limit: the server is draining before it stops
-  kMaxUnaryCallsPerPeer,
-  kMaxUnaryCalls,
-  kReadStallTimeout,       // a read slot held with no request coming while others wait
-  kReadSlotTaken,          // a stream arriving took the read slot of one not using it
-};
-inline constexpr int kNumLimits = 15;
+// ServiceOptions field (and the flag without dashes), reported to clients
+// (the sophon-refusal trailer, sophon/net/refusal.h: the same enum, so that
+// what the server counts and what it tells clients cannot drift apart), logs
+// and metrics.
+using Limit = Refusal;
+inline constexpr int kNumLimits = kNumRefusals;
 const char* LimitName(Limit limit);
 
 }  // namespace sophon

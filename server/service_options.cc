@@ -7,9 +7,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "sophon/net/refusal.h"
 
 namespace sophon {
 namespace {
+
+// The least max_request_bytes Validate accepts. Clients take a request
+// message over what every server's gRPC accepts as one gRPC itself may refuse
+// (sophon/net/refusal.h).
+constexpr int64_t kMinMaxRequestBytes = 64;
+static_assert(kMinServerMessageLimitBytes == kMinMaxRequestBytes + kGrpcMessageSlackBytes);
 
 absl::Status AtLeast(absl::string_view field, int64_t value, int64_t min) {
   if (value >= min) return absl::OkStatus();
@@ -63,7 +70,7 @@ absl::Status ServiceOptions::Validate() const {
            {"max_streams_per_peer", max_streams_per_peer, 1},
            {"max_reading_streams_per_peer", max_reading_streams_per_peer, 1},
            {"max_ids_per_request", max_ids_per_request, 1},
-           {"max_request_bytes", max_request_bytes, 64},
+           {"max_request_bytes", max_request_bytes, kMinMaxRequestBytes},
            {"max_crop_size", max_crop_size, 1},
            {"max_samples_per_message", max_samples_per_message, 1},
            {"max_message_bytes", max_message_bytes, 1},

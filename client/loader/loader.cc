@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/loader/sampler.h"
+#include "client/loader/stream_break.h"
 #include "sophon/base/half.h"
 #include "sophon/image/jpeg_codec.h"
 #include "sophon/net/grpc_util.h"
@@ -618,47 +619,6 @@ void Loader::WriteLoop(int server) {
 
 namespace {
 
-// The server refused the stream for want of a slot (its max_streams, or
-// max_streams_per_peer for this client), or evicted it to make room: the
-// same stream may be admitted once others end.
-bool IsStreamSlotRefusal(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kResourceExhausted &&
-         absl::StrContains(status.message(), "max_streams");
-}
-
-// A break the stream may recover from: the transport failed, or the server
-// went away or is restarting (CANCELLED: it shut down with the call open), or
-// it shed load (gRPC under memory pressure resets streams with
-// ENHANCE_YOUR_CALM, RST_STREAM code 11; the server ends a stream whose write
-// was not taken while others waited, or evicts one to make room for another
-// client).
-bool StreamBreakIsRetryable(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kAborted:
-    case absl::StatusCode::kCancelled:
-      return true;
-    case absl::StatusCode::kResourceExhausted:
-      // Not the server's own limits on a request (max_request_bytes,
-      // max_ids_per_request, max_stream_inflight_bytes), nor gRPC's message
-      // size: the same request would be refused again.
-      return IsStreamSlotRefusal(status) ||
-             absl::StrContains(status.message(), "RST_STREAM with error code 11") ||
-             absl::StrContains(status.message(), "ENHANCE_YOUR_CALM") ||
-             absl::StrContains(status.message(), "GOAWAY") ||
-             absl::StrContains(status.message(), "Buffers full") ||
-             // The server ended the stream for its state, not its requests:
-             // a new stream is served (idle streams, read slots taken back
-             // or held without a request while others waited).
-             absl::StrContains(status.message(), "write_stall_timeout") ||
-             absl::StrContains(status.message(), "idle_stream_timeout") ||
-             absl::StrContains(status.message(), "read_stall_timeout") ||
-             absl::StrContains(status.message(), "read slot");
-    default:
-      return false;
-  }
-}
-
 BackoffOptions ResetBackoff() {
   BackoffOptions backoff;
   backoff.initial = absl::Milliseconds(50);
@@ -789,6 +749,10 @@ void Loader::ReceiveLoop(int server) {
       }
     }
     const absl::Status status = call->Finish();
+    // Whether to retry is decided from the code and the server's reason.
+    const std::string reason = call->RefusalReason();
+    const StreamBreakAction action =
+        DecideStreamBreak({status, reason, call->largest_request_bytes()});
     int64_t outstanding = 0;
     absl::Duration refusal_wait;
     {
@@ -808,7 +772,7 @@ void Loader::ReceiveLoop(int server) {
       link.opened_at_break = opened_batches_;
       // Everything the epoch needs has arrived: nothing to reconnect for.
       if (outstanding == 0 && AllReceivedLocked()) break;
-      if (IsStreamSlotRefusal(status) && delivered == 0) {
+      if (action == StreamBreakAction::kAwaitSlot && delivered == 0) {
         stats_.streams_refused++;
         ss.streams_refused++;
         const absl::Time now = absl::Now();
@@ -831,7 +795,7 @@ void Loader::ReceiveLoop(int server) {
         refusals = 0;
         stats_.stream_breaks++;
         ss.stream_breaks++;
-        if (!StreamBreakIsRetryable(status)) {
+        if (action == StreamBreakAction::kFail) {
           FailLocked(absl::Status(status.code(),
                                   absl::StrCat("fetch stream from storage server ", address,
                                                " failed: ", status.message())));

@@ -208,9 +208,11 @@ class Loader {
   // in every step.
   // Each server has its own stream; a slow or broken one holds back only the
   // batches that wait for its samples.
-  // A stream that breaks for a transient reason (UNAVAILABLE, ABORTED,
-  // CANCELLED; RESOURCE_EXHAUSTED from gRPC shedding load: RST_STREAM code 11,
-  // GOAWAY) is followed by one quick call (SampleClient::Ping):
+  // A stream that breaks for a transient reason (decided from the code and
+  // the server's reason, DecideStreamBreak in stream_break.h: UNAVAILABLE,
+  // ABORTED, CANCELLED; RESOURCE_EXHAUSTED from gRPC shedding load, with no
+  // reason of the server's; the server ending it for its state) is followed
+  // by one quick call (SampleClient::Ping):
   //   - the server answers (it reset the stream; alive): a new stream after
   //     a backoff (exponential, up to 1 s), however often it happens;
   //   - it does not (the connection refused: its process is gone) and

@@ -11,6 +11,7 @@
 #include "sophon/net/draining.h"
 #include "sophon/net/grpc_util.h"
 #include "sophon/net/health_check.h"
+#include "sophon/net/refusal.h"
 #include "spdlog/spdlog.h"
 
 namespace sophon {
@@ -78,7 +79,13 @@ FetchCall::FetchCall(v1::SampleService::Stub* stub) : stream_(stub->Fetch(&conte
 
 FetchCall::~FetchCall() = default;
 
-bool FetchCall::Write(const v1::FetchRequest& request) { return stream_->Write(request); }
+bool FetchCall::Write(const v1::FetchRequest& request) {
+  const int64_t bytes = static_cast<int64_t>(request.ByteSizeLong());
+  if (bytes > largest_request_bytes_.load(std::memory_order_relaxed)) {
+    largest_request_bytes_.store(bytes, std::memory_order_relaxed);  // one writer
+  }
+  return stream_->Write(request);
+}
 bool FetchCall::WritesDone() { return stream_->WritesDone(); }
 bool FetchCall::Read(v1::FetchResponse* response) { return stream_->Read(response); }
 absl::Status FetchCall::Finish() {
@@ -124,6 +131,13 @@ bool FetchCall::ServerDraining() const {
   const auto& trailers = context_.GetServerTrailingMetadata();
   auto it = trailers.find(kDrainingMetadataKey);
   return it != trailers.end() && it->second == "1";
+}
+
+std::string FetchCall::RefusalReason() const {
+  const auto& trailers = context_.GetServerTrailingMetadata();
+  auto it = trailers.find(kRefusalMetadataKey);
+  if (it == trailers.end()) return std::string();
+  return std::string(it->second.data(), it->second.size());
 }
 
 // The manifest's calls over the client's stub: each with the unary deadline,

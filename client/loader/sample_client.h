@@ -4,6 +4,8 @@
 #ifndef SOPHON_CLIENT_LOADER_SAMPLE_CLIENT_H_
 #define SOPHON_CLIENT_LOADER_SAMPLE_CLIENT_H_
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -50,12 +52,22 @@ class FetchCall {
   // draining before it stops (the sophon-draining trailer): it will not
   // serve this client's samples again until it is restarted.
   bool ServerDraining() const;
+  // After Finish: the reason the server gave for ending or refusing the
+  // stream (the sophon-refusal trailer, a RefusalName from
+  // sophon/net/refusal.h); empty when it gave none (gRPC or the transport
+  // ended the stream, or the server is older).
+  std::string RefusalReason() const;
+  // The encoded size of the largest request message written on the stream.
+  int64_t largest_request_bytes() const {
+    return largest_request_bytes_.load(std::memory_order_relaxed);
+  }
   // Ends the call early from any thread.
   void Cancel();
 
  private:
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::FetchRequest, v1::FetchResponse>> stream_;
+  std::atomic<int64_t> largest_request_bytes_{0};
 };
 
 class SampleClient {

@@ -1,15 +1,18 @@
 // Fetch streams that a live storage server resets (gRPC under memory pressure
 // resets streams with RST_STREAM code 11, which the client sees as
-// RESOURCE_EXHAUSTED "Received RST_STREAM with error code 11"; it also sheds
-// load with GOAWAY and cancels): the loader rides them out however many come
-// in a row, and every sample arrives once, in order, byte for byte as without
-// them. A refusal that would come again (PERMISSION_DENIED, INVALID_ARGUMENT,
-// the server's own limits) still ends the epoch at once with its message.
+// RESOURCE_EXHAUSTED "Received RST_STREAM with error code 11" with no reason
+// of the server's; it also sheds load with GOAWAY and cancels; the server
+// ends streams for their state with the reason in its sophon-refusal
+// trailer): the loader rides them out however many come in a row, whatever
+// their messages say, and every sample arrives once, in order, byte for byte
+// as without them. A refusal that would come again (PERMISSION_DENIED,
+// INVALID_ARGUMENT, the server's own limits on requests, by their reason)
+// still ends the epoch at once with its message.
 //
 // The resets come from a small in-test proxy in front of a real storage
 // server (real gRPC on 127.0.0.1, port 0, real files): it forwards every call,
 // except that it ends the first Fetch streams it is told to, after their first
-// request, with the status gRPC reports for such a reset.
+// request, with the status (and the reason trailer) it is given.
 #include <grpcpp/grpcpp.h>
 
 #include <cstring>
@@ -27,12 +30,21 @@
 #include "client/loader/loader.h"
 #include "client/offload/fixed_policy.h"
 #include "gtest/gtest.h"
+#include "sophon/net/refusal.h"
 #include "sophon/v1/sophon.grpc.pb.h"
 #include "tests/cluster/local_server.h"
 #include "tests/test_util.h"
 
 namespace sophon {
 namespace {
+
+// How the proxy ends a stream: a status, and the server's reason (a
+// RefusalName) in the sophon-refusal trailer, or none.
+struct Reset {
+  Reset(grpc::Status s, std::string r = "") : status(std::move(s)), reason(std::move(r)) {}
+  grpc::Status status;
+  std::string reason;
+};
 
 class ResettingProxy final : public v1::SampleService::Service {
  public:
@@ -41,14 +53,14 @@ class ResettingProxy final : public v1::SampleService::Service {
             grpc::CreateChannel(upstream, grpc::InsecureChannelCredentials()))) {}
 
   // The next Fetch streams, one status each, end with these.
-  void ResetNext(std::vector<grpc::Status> statuses) {
+  void ResetNext(std::vector<Reset> resets) {
     absl::MutexLock lock(&mu_);
-    for (grpc::Status& s : statuses) resets_.push_back(std::move(s));
+    for (Reset& r : resets) resets_.push_back(std::move(r));
   }
-  // Every Fetch stream from now on ends with `status`.
-  void ResetAll(grpc::Status status) {
+  // Every Fetch stream from now on ends with `reset`.
+  void ResetAll(Reset reset) {
     absl::MutexLock lock(&mu_);
-    reset_all_ = std::move(status);
+    reset_all_ = std::move(reset);
   }
   int resets_done() const {
     absl::MutexLock lock(&mu_);
@@ -78,7 +90,7 @@ class ResettingProxy final : public v1::SampleService::Service {
 
   grpc::Status Fetch(grpc::ServerContext* server_context,
                      grpc::ServerReaderWriter<v1::FetchResponse, v1::FetchRequest>* down) override {
-    std::optional<grpc::Status> reset;
+    std::optional<Reset> reset;
     {
       absl::MutexLock lock(&mu_);
       if (reset_all_.has_value()) {
@@ -92,7 +104,10 @@ class ResettingProxy final : public v1::SampleService::Service {
     if (reset.has_value()) {
       v1::FetchRequest first;  // the client owes nothing before its first request
       down->Read(&first);
-      return *reset;
+      if (!reset->reason.empty()) {
+        server_context->AddTrailingMetadata(kRefusalMetadataKey, reset->reason);
+      }
+      return reset->status;
     }
     grpc::ClientContext context;
     std::unique_ptr<grpc::ClientReaderWriter<v1::FetchRequest, v1::FetchResponse>> up =
@@ -121,8 +136,8 @@ class ResettingProxy final : public v1::SampleService::Service {
  private:
   std::unique_ptr<v1::SampleService::Stub> stub_;
   mutable absl::Mutex mu_;
-  std::deque<grpc::Status> resets_ ABSL_GUARDED_BY(mu_);
-  std::optional<grpc::Status> reset_all_ ABSL_GUARDED_BY(mu_);
+  std::deque<Reset> resets_ ABSL_GUARDED_BY(mu_);
+  std::optional<Reset> reset_all_ ABSL_GUARDED_BY(mu_);
   int resets_done_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -202,31 +217,30 @@ TEST_F(StreamResetTest, StreamsResetManyTimesInARowByALiveServerAreRiddenOut) {
   LoaderEpochStats stats;
   absl::StatusOr<std::vector<Batch>> reference = RunEpoch(direct_.get(), &stats);
   ASSERT_TRUE(reference.ok()) << reference.status();
-  // Nine streams in a row end before delivering a sample.
+  // Eleven streams in a row end before delivering a sample.
+  const grpc::StatusCode kExhausted = grpc::StatusCode::RESOURCE_EXHAUSTED;
   proxy_->ResetNext({Rst11(), Rst11(), Rst11(), grpc::Status(grpc::StatusCode::CANCELLED, "reset"),
-                     Rst11(),
+                     // The transport shedding load, however gRPC words it.
+                     grpc::Status(kExhausted, "the transport gave up (reworded)"),
                      grpc::Status(grpc::StatusCode::UNAVAILABLE, "GOAWAY received: Buffers full"),
-                     // The server's own stream-state limits (its read slots, idle streams).
-                     grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                  "the stream's read waited 5s for a complete request (3 received "
-                                  "before) while it held a read slot another stream waited for, "
-                                  "over the server's read_stall_timeout limit (5s)"),
-                     grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                  "the server's 127 read slots are all in use (from "
-                                  "ServiceOptions.transport_memory_bytes and max_request_bytes) "
-                                  "and this stream had sent no complete request 1s after it got "
-                                  "its read slot: a new stream took it"),
-                     grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                  "the stream was idle for 5m (no request and no response taken), "
-                                  "over the server's idle_stream_timeout limit (5m)")});
+                     // Not the server's: its words do not make it a refusal of the requests.
+                     grpc::Status(kExhausted, "a request names 900 samples, over the server's "
+                                              "max_ids_per_request limit (512)"),
+                     // The server's own stream-state limits (its read slots, idle streams, a
+                     // write not taken), by their reason, whatever the message says.
+                     Reset(grpc::Status(kExhausted, "slow reader (reworded)"), "read_stall_timeout"),
+                     Reset(grpc::Status(kExhausted, "slot gone"), "max_reading_streams_taken"),
+                     Reset(grpc::Status(kExhausted, ""), "idle_stream_timeout"),
+                     Reset(grpc::Status(kExhausted, "over the server's max_request_bytes limit"),
+                           "write_stall_timeout")});
   const absl::Time start = absl::Now();
   absl::StatusOr<std::vector<Batch>> batches = RunEpoch(client_.get(), &stats);
   ASSERT_TRUE(batches.ok()) << batches.status();
-  EXPECT_EQ(proxy_->resets_done(), 9);
-  EXPECT_EQ(stats.stream_breaks, 9);
-  EXPECT_EQ(stats.reconnects, 9);
+  EXPECT_EQ(proxy_->resets_done(), 11);
+  EXPECT_EQ(stats.stream_breaks, 11);
+  EXPECT_EQ(stats.reconnects, 11);
   EXPECT_EQ(stats.samples, 20u);
-  // Backoffs of 50 ms doubling to 1 s: about 5.6 s at most, not connect_timeout.
+  // Backoffs of 50 ms doubling to 1 s: about 7.6 s at most, not connect_timeout.
   EXPECT_LT(absl::Now() - start, absl::Seconds(15));
   ASSERT_EQ(batches->size(), reference->size());
   std::multiset<uint64_t> ids;
@@ -245,17 +259,25 @@ TEST_F(StreamResetTest, StreamsResetManyTimesInARowByALiveServerAreRiddenOut) {
 }
 
 // A refusal that the same request would meet again ends the epoch at once,
-// with the server's code and message and its address.
+// with the server's code and message and its address: by its code, or by the
+// server's reason whatever the message says.
 TEST_F(StreamResetTest, PermanentRefusalsStillEndTheEpochAtOnce) {
-  for (const grpc::Status& refusal :
-       {grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "this peer may not fetch"),
-        grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no credentials"),
-        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "crop size 0 is not valid"),
-        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                     "a request names 900 samples, over the server's max_ids_per_request "
-                     "limit (512)")}) {
-    SCOPED_TRACE(refusal.error_message());
-    proxy_->ResetAll(refusal);
+  const grpc::StatusCode kExhausted = grpc::StatusCode::RESOURCE_EXHAUSTED;
+  for (const Reset& reset :
+       {Reset(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "this peer may not fetch")),
+        Reset(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no credentials")),
+        Reset(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "crop size 0 is not valid")),
+        Reset(grpc::Status(kExhausted, "a request names 900 samples, over the server's "
+                                       "max_ids_per_request limit (512)"),
+              "max_ids_per_request"),
+        Reset(grpc::Status(kExhausted, "Received RST_STREAM with error code 11 (reworded)"),
+              "max_request_bytes"),
+        Reset(grpc::Status(kExhausted, "the stream was idle (misleading)"), "invalid_request"),
+        // A reason this client does not know, on RESOURCE_EXHAUSTED.
+        Reset(grpc::Status(kExhausted, "a newer server's limit"), "max_something_new")}) {
+    const grpc::Status& refusal = reset.status;
+    SCOPED_TRACE(absl::StrCat(refusal.error_message(), " (reason '", reset.reason, "')"));
+    proxy_->ResetAll(reset);
     const absl::Time start = absl::Now();
     LoaderEpochStats stats;
     absl::StatusOr<std::vector<Batch>> batches = RunEpoch(client_.get(), &stats);

@@ -26,6 +26,7 @@
 #include "server/storage_server.h"
 #include "sophon/base/process_status.h"
 #include "sophon/net/grpc_util.h"
+#include "sophon/net/refusal.h"
 #include "sophon/net/wire.h"
 #include "tests/test_util.h"
 
@@ -82,8 +83,10 @@ class ServerLimitsTest : public ::testing::Test {
     return request;
   }
 
-  // Sends one request, half-closes, reads everything; the final status.
-  absl::Status FetchAll(const v1::FetchRequest& request, std::map<uint64_t, v1::Sample>* got) {
+  // Sends one request, half-closes, reads everything; the final status, and
+  // the reason the server gave in its sophon-refusal trailer if `reason`.
+  absl::Status FetchAll(const v1::FetchRequest& request, std::map<uint64_t, v1::Sample>* got,
+                        std::string* reason = nullptr) {
     FetchCall call(stub_.get());
     call.Write(request);
     call.WritesDone();
@@ -91,7 +94,9 @@ class ServerLimitsTest : public ::testing::Test {
     while (call.Read(&response)) {
       for (const v1::Sample& s : response.samples()) (*got)[s.id()] = s;
     }
-    return call.Finish();
+    absl::Status status = call.Finish();
+    if (reason != nullptr) *reason = call.RefusalReason();
+    return status;
   }
 
   v1::ServerStats Stats() {
@@ -117,14 +122,17 @@ TEST_F(ServerLimitsTest, CropSizeOverTheLimitIsRefusedNamingIt) {
   o.max_crop_size = 256;
   Start(o);
   std::map<uint64_t, v1::Sample> got;
-  const absl::Status s = FetchAll(Request({0}, Stage::kTensor, 4096), &got);
+  std::string reason;
+  const absl::Status s = FetchAll(Request({0}, Stage::kTensor, 4096), &got, &reason);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("max_crop_size"), std::string::npos) << s;
+  EXPECT_EQ(reason, "max_crop_size");  // the sophon-refusal trailer
   EXPECT_TRUE(got.empty());
   EXPECT_EQ(Stats().rejections_by_limit().at("max_crop_size"), 1u);
-  // The server goes on serving.
-  EXPECT_TRUE(FetchAll(Request({0, 1}), &got).ok());
+  // The server goes on serving, and a stream that ends well carries no reason.
+  EXPECT_TRUE(FetchAll(Request({0, 1}), &got, &reason).ok());
   EXPECT_EQ(got.size(), 2u);
+  EXPECT_EQ(reason, "");
 }
 
 TEST_F(ServerLimitsTest, TooManyIdsInOneMessageAreRefusedBeforeAnyWork) {
@@ -132,9 +140,11 @@ TEST_F(ServerLimitsTest, TooManyIdsInOneMessageAreRefusedBeforeAnyWork) {
   o.max_ids_per_request = 100;
   Start(o);
   std::map<uint64_t, v1::Sample> got;
-  const absl::Status s = FetchAll(Request(std::vector<uint64_t>(101, 0)), &got);
+  std::string reason;
+  const absl::Status s = FetchAll(Request(std::vector<uint64_t>(101, 0)), &got, &reason);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_NE(s.message().find("max_ids_per_request"), std::string::npos) << s;
+  EXPECT_EQ(reason, "max_ids_per_request");
   EXPECT_TRUE(got.empty());
 }
 
@@ -145,9 +155,11 @@ TEST_F(ServerLimitsTest, ARequestMessageOverTheByteLimitIsRefusedNamingIt) {
   Start(o);
   std::map<uint64_t, v1::Sample> got;
   // ~2000 bytes: over the service's limit, under gRPC's (twice it).
-  const absl::Status s = FetchAll(Request(std::vector<uint64_t>(500, 1)), &got);
+  std::string reason;
+  const absl::Status s = FetchAll(Request(std::vector<uint64_t>(500, 1)), &got, &reason);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_NE(s.message().find("max_request_bytes"), std::string::npos) << s;
+  EXPECT_EQ(reason, "max_request_bytes");
 }
 
 TEST_F(ServerLimitsTest, GarbageBytesInAFetchStreamAreInvalidArgumentNotOk) {
@@ -168,6 +180,10 @@ TEST_F(ServerLimitsTest, GarbageBytesInAFetchStreamAreInvalidArgumentNotOk) {
   const absl::Status s = FromGrpcStatus(stream->Finish());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("not a valid sophon.v1.FetchRequest"), std::string::npos) << s;
+  const auto& trailers = context.GetServerTrailingMetadata();
+  auto reason = trailers.find(kRefusalMetadataKey);
+  ASSERT_NE(reason, trailers.end());
+  EXPECT_EQ(std::string(reason->second.data(), reason->second.size()), "invalid_request");
   EXPECT_EQ(Stats().rejections_by_limit().at("invalid_request"), 1u);
 }
 
@@ -228,6 +244,7 @@ TEST_F(ServerLimitsTest, StreamsPerPeerAreCappedAndFreedWhenTheyClose) {
     const absl::Status s = third.Finish();
     EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
     EXPECT_NE(s.message().find("max_streams_per_peer"), std::string::npos) << s;
+    EXPECT_EQ(third.RefusalReason(), "max_streams_per_peer");
   }
   a->WritesDone();
   v1::FetchResponse r;
@@ -258,6 +275,7 @@ TEST_F(ServerLimitsTest, AnIdleStreamIsEndedNamingTheTimeout) {
   const absl::Status s = idle.Finish();
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_NE(s.message().find("idle_stream_timeout"), std::string::npos) << s;
+  EXPECT_EQ(idle.RefusalReason(), "idle_stream_timeout");
   EXPECT_EQ(Stats().rejections_by_limit().at("idle_stream_timeout"), 1u);
 }
 
