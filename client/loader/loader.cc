@@ -219,6 +219,7 @@ Loader::Loader(ServerSet* servers, const LoaderOptions& options, OffloadPolicy* 
                                                           options.feature_cache_bytes)
                          : nullptr) {
   absl::MutexLock lock(&mu_);
+  plan_ = std::make_shared<const EpochPlan>();
   links_.resize(servers->size());
   for (int i = 0; i < servers->size(); ++i) {
     links_[i].server = i;
@@ -236,7 +237,20 @@ Stage Loader::StageFor(int server, Stage stage) const {
 }
 
 absl::Status Loader::StartEpoch(uint64_t epoch, int64_t max_batches, int64_t start_position) {
-  Stop();  // ends whatever is left of the previous epoch
+  absl::MutexLock lifecycle(&lifecycle_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (waiting_callers_ > 0) {
+      // Stopping that epoch under the other thread would hand it this one's
+      // batches (or an error) in the middle of its loop.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot start epoch ", epoch, ": the loader is iterated by another thread (it waits "
+          "for a batch of epoch ", plan_->epoch, "); one iteration at a time: let that one end "
+          "or call Stop first"));
+    }
+    stopping_ = true;  // a Next that starts now returns CANCELLED until the new epoch is set
+  }
+  StopLocked();  // ends whatever is left of the previous epoch
   if (start_position < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("epoch start position must be >= 0 (got ", start_position, ")"));
@@ -252,25 +266,30 @@ absl::Status Loader::StartEpoch(uint64_t epoch, int64_t max_batches, int64_t sta
         epoch_length, " positions: ", manifest.num_samples(), " samples over ", options_.world,
         " ranks); was the checkpoint made for another dataset?"));
   }
-  epoch_ = epoch;
-  start_position_ = start_position;
-  order_ = RankSlice(options_.shuffle && options_.shuffle_window > 0
+  auto plan = std::make_shared<EpochPlan>();
+  plan->epoch = epoch;
+  plan->start_position = start_position;
+  plan->order = RankSlice(options_.shuffle && options_.shuffle_window > 0
                          ? GroupedEpochOrder(options_.seed, epoch, ShardGroups(manifest.shards()),
                                              options_.shuffle_window)
                          : EpochOrder(options_.seed, epoch, manifest.num_samples(),
                                       options_.shuffle),
                      options_.rank, options_.world, start_position);
-  if (absl::Status s = policy_->BeginEpoch(epoch, order_); !s.ok()) return s;
-  position_of_id_.assign(manifest.num_samples(), -1);
-  for (size_t i = 0; i < order_.size(); ++i) position_of_id_[order_[i]] = static_cast<int64_t>(i);
-  const int64_t n = static_cast<int64_t>(order_.size());
+  if (absl::Status s = policy_->BeginEpoch(epoch, plan->order); !s.ok()) return s;
+  plan->position_of_id.assign(manifest.num_samples(), -1);
+  for (size_t i = 0; i < plan->order.size(); ++i) {
+    plan->position_of_id[plan->order[i]] = static_cast<int64_t>(i);
+  }
+  const int64_t n = static_cast<int64_t>(plan->order.size());
   const int64_t b = options_.batch_size;
-  num_batches_ = options_.drop_last ? n / b : (n + b - 1) / b;
-  if (max_batches > 0) num_batches_ = std::min(num_batches_, max_batches);
-  if (absl::Status s = ProbeDownServers(); !s.ok()) return s;
+  plan->num_batches = options_.drop_last ? n / b : (n + b - 1) / b;
+  if (max_batches > 0) plan->num_batches = std::min(plan->num_batches, max_batches);
+  if (absl::Status s = ProbeDownServers(epoch); !s.ok()) return s;
+  std::shared_ptr<const EpochPlan> running = std::move(plan);
   std::vector<int> live;
   {
     absl::MutexLock lock(&mu_);
+    plan_ = running;
     pending_.clear();
     work_.clear();
     next_batch_ = 0;
@@ -304,22 +323,23 @@ absl::Status Loader::StartEpoch(uint64_t epoch, int64_t max_batches, int64_t sta
     absl::MutexLock lock(&mu_);
     links_[s].call = std::move(call);
   }
-  threads_.emplace_back([this] { SendLoop(); });
+  // Each thread holds the epoch's plan for as long as it runs.
+  threads_.emplace_back([this, running] { SendLoop(*running); });
   NameThread(threads_.back(), "sophon-send");
   for (int s : live) {
-    threads_.emplace_back([this, s] { WriteLoop(s); });
+    threads_.emplace_back([this, s, running] { WriteLoop(s, *running); });
     NameThread(threads_.back(), absl::StrCat("sophon-write-", s));
-    threads_.emplace_back([this, s] { ReceiveLoop(s); });
+    threads_.emplace_back([this, s, running] { ReceiveLoop(s, *running); });
     NameThread(threads_.back(), absl::StrCat("sophon-recv-", s));
   }
   for (int i = 0; i < options_.workers; ++i) {
-    threads_.emplace_back([this] { WorkerLoop(); });
+    threads_.emplace_back([this, running] { WorkerLoop(*running); });
     NameThread(threads_.back(), absl::StrCat("sophon-prep-", i));
   }
   return absl::OkStatus();
 }
 
-absl::Status Loader::ProbeDownServers() {
+absl::Status Loader::ProbeDownServers(uint64_t epoch) {
   std::vector<int> down;
   {
     absl::MutexLock lock(&mu_);
@@ -347,7 +367,7 @@ absl::Status Loader::ProbeDownServers() {
     if (probes[i].ok()) {
       if (link.lost) {
         spdlog::info("storage server {} is back: it serves again from epoch {}",
-                     link.client->address(), epoch_);
+                     link.client->address(), epoch);
       }
       link.lost = false;
     }
@@ -359,7 +379,7 @@ absl::Status Loader::ProbeDownServers() {
     if (HasLiveReplicaLocked(down[i])) {
       link.lost = true;
       spdlog::warn("storage server {} is down ({}); epoch {} goes on without it",
-                   link.client->address(), std::string(probes[i].message()), epoch_);
+                   link.client->address(), std::string(probes[i].message()), epoch);
     }
   }
   // A shard none of whose servers is left is waited for (up to
@@ -389,7 +409,7 @@ void Loader::NotePeaksLocked() {
 }
 
 bool Loader::AllReceivedLocked() const {
-  return opened_batches_ == num_batches_ && received_ == requested_;
+  return opened_batches_ == plan_->num_batches && received_ == requested_;
 }
 
 int Loader::RouteLocked(uint64_t id, int wanted) const {
@@ -410,9 +430,9 @@ int Loader::RouteLocked(uint64_t id, int wanted) const {
   return best;
 }
 
-bool Loader::WriteRequests(uint64_t key_offset, FetchCall* call,
+bool Loader::WriteRequests(uint64_t epoch, uint64_t key_offset, FetchCall* call,
                            const std::deque<std::pair<uint64_t, Stage>>& requests) {
-  FetchRequestBuilder builder(epoch_, options_.seed, options_.pipeline, key_offset);
+  FetchRequestBuilder builder(epoch, options_.seed, options_.pipeline, key_offset);
   for (size_t i = 0; i < requests.size(); ++i) {
     builder.Add(requests[i].first - key_offset, requests[i].second);
     if (builder.size() == options_.requests_per_message || i + 1 == requests.size()) {
@@ -425,11 +445,13 @@ bool Loader::WriteRequests(uint64_t key_offset, FetchCall* call,
 // Registers each batch (under mu_) and queues its requests to the servers'
 // writers: nothing here blocks on a server, so a slow one holds back only the
 // batches that wait for its samples.
-void Loader::SendLoop() {
+void Loader::SendLoop(const EpochPlan& plan) {
   const GlobalManifest& manifest = servers_->manifest();
   const int64_t b = options_.batch_size;
-  const int64_t total = options_.drop_last ? num_batches_ * b : static_cast<int64_t>(order_.size());
-  for (int64_t k = 0; k < num_batches_; ++k) {
+  const std::vector<uint64_t>& order = plan.order;
+  const int64_t total =
+      options_.drop_last ? plan.num_batches * b : static_cast<int64_t>(order.size());
+  for (int64_t k = 0; k < plan.num_batches; ++k) {
     auto batch = std::make_unique<PendingBatch>();
     batch->index = k;
     const int64_t begin = k * b;
@@ -458,8 +480,8 @@ void Loader::SendLoop() {
     batch->arrived.assign(batch->n, 0);
     batch->remaining = batch->n;
     for (int64_t p = begin; p < end; ++p) {
-      batch->ids.push_back(order_[p]);
-      batch->labels.push_back(manifest.label(order_[p]));
+      batch->ids.push_back(order[p]);
+      batch->labels.push_back(manifest.label(order[p]));
     }
     {
       absl::MutexLock lock(&mu_);
@@ -552,7 +574,7 @@ void Loader::SendLoop() {
   }
 }
 
-void Loader::WriteLoop(int server) {
+void Loader::WriteLoop(int server, const EpochPlan& plan) {
   uint64_t gen = 0;
   std::shared_ptr<FetchCall> call;
   uint64_t key_offset = 0;  // constant; read once under the lock
@@ -612,7 +634,7 @@ void Loader::WriteLoop(int server) {
     }
     // A failed write means the stream broke: the receiver re-opens it and
     // the next generation resends.
-    if (!writes.empty()) WriteRequests(key_offset, call.get(), writes);
+    if (!writes.empty()) WriteRequests(plan.epoch, key_offset, call.get(), writes);
     if (send_done) call->WritesDone();
   }
 }
@@ -655,16 +677,16 @@ void Loader::LoseServerLocked(int server, const absl::Status& why) {
       }
     }
     const int64_t b = options_.batch_size;
-    const int64_t total =
-        std::min(static_cast<int64_t>(order_.size()), num_batches_ * b);
+    const std::vector<uint64_t>& order = plan_->order;
+    const int64_t total = std::min(static_cast<int64_t>(order.size()), plan_->num_batches * b);
     int64_t unrequested = 0;
     for (int64_t p = opened_batches_ * b; p < total; ++p) {
-      if (m.ShardOf(order_[p]) == shard_index) ++unrequested;
+      if (m.ShardOf(order[p]) == shard_index) ++unrequested;
     }
     FailLocked(absl::UnavailableError(absl::StrCat(
         "storage server ", link.client->address(), " is gone and no other server holds its shard ('",
         shard.dataset_name, "', ", shard.size, " samples): ", owed + unrequested,
-        " samples of epoch ", epoch_, " are missing (", owed, " requested and not received, ",
+        " samples of epoch ", plan_->epoch, " are missing (", owed, " requested and not received, ",
         unrequested, " not requested yet); ", why.message())));
     return;
   }
@@ -694,8 +716,9 @@ void Loader::LoseServerLocked(int server, const absl::Status& why) {
                names.empty() ? std::string("none") : absl::StrJoin(names, ", "));
 }
 
-void Loader::ReceiveLoop(int server) {
+void Loader::ReceiveLoop(int server, const EpochPlan& plan) {
   SampleClient* const client = servers_->client(server);
+  const std::vector<int64_t>& position_of_id = plan.position_of_id;
   const std::string& address = client->address();
   v1::FetchResponse response;
   const int64_t b = options_.batch_size;
@@ -719,7 +742,7 @@ void Loader::ReceiveLoop(int server) {
       Link& link = links_[server];
       for (v1::Sample& sample : *response.mutable_samples()) {
         const uint64_t id = key_offset + sample.id();
-        const int64_t pos = id < position_of_id_.size() ? position_of_id_[id] : -1;
+        const int64_t pos = id < position_of_id.size() ? position_of_id[id] : -1;
         auto it = pos >= 0 ? pending_.find(pos / b) : pending_.end();
         const int slot = static_cast<int>(pos % b);
         if (it == pending_.end() || it->second->arrived[slot] ||
@@ -913,7 +936,7 @@ void Loader::ReceiveLoop(int server) {
   --streams_open_;
 }
 
-void Loader::WorkerLoop() {
+void Loader::WorkerLoop(const EpochPlan& plan) {
   while (true) {
     WorkItem item;
     {
@@ -945,8 +968,8 @@ void Loader::WorkerLoop() {
       absl::StatusOr<StageData> data = StageDataFromProto(&item.sample);
       status = data.status();
       if (status.ok() && options_.measure_skipped_ops) {
-        status = MeasureSkippedOps(*data, SampleKey{options_.seed, epoch_, id}, options_.pipeline,
-                                   &times, &stage_bytes);
+        status = MeasureSkippedOps(*data, SampleKey{options_.seed, plan.epoch, id},
+                                   options_.pipeline, &times, &stage_bytes);
         if (status.ok() && data->stage == kFirstStage) {
           // The profile keeps the image's size: a planner draws any epoch's crop box from it.
           absl::StatusOr<ImageInfo> info = ReadJpegInfo(data->data, options_.pipeline.limits);
@@ -957,7 +980,8 @@ void Loader::WorkerLoop() {
         }
       }
       if (status.ok()) {
-        status = Finish(*std::move(data), id, item.batch, item.slot, &times, &stage_bytes);
+        status = Finish(*std::move(data), plan.epoch, id, item.batch, item.slot, &times,
+                        &stage_bytes);
         if (!status.ok()) {
           status = absl::Status(
               status.code(),
@@ -1010,9 +1034,9 @@ void Loader::WorkerLoop() {
   }
 }
 
-absl::Status Loader::Finish(StageData data, uint64_t id, PendingBatch* batch, int slot,
-                            OpTimes* times, PerStage<uint64_t>* stage_bytes) {
-  const SampleKey key{options_.seed, epoch_, id};
+absl::Status Loader::Finish(StageData data, uint64_t epoch, uint64_t id, PendingBatch* batch,
+                            int slot, OpTimes* times, PerStage<uint64_t>* stage_bytes) {
+  const SampleKey key{options_.seed, epoch, id};
   if (options_.target == Stage::kTensor) {
     return FinishToTensor(std::move(data), key, options_.pipeline,
                           batch->images.data() + slot * sample_values_, times, stage_bytes);
@@ -1049,25 +1073,42 @@ absl::Status Loader::Finish(StageData data, uint64_t id, PendingBatch* batch, in
 }
 
 bool Loader::NextReadyLocked() const {
-  if (!error_.ok() || stopping_ || next_batch_ >= num_batches_) return true;
+  if (!error_.ok() || stopping_ || next_batch_ >= plan_->num_batches) return true;
   auto it = pending_.find(next_batch_);
   return it != pending_.end() && it->second->remaining == 0;
 }
 
 bool Loader::WaitForNext(absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
-  return mu_.AwaitWithTimeout(absl::Condition(this, &Loader::NextReadyLocked), timeout);
+  ++waiting_callers_;
+  const bool ready =
+      mu_.AwaitWithTimeout(absl::Condition(this, &Loader::NextReadyLocked), timeout);
+  --waiting_callers_;
+  return ready;
 }
 
 absl::StatusOr<bool> Loader::Next(Batch* out) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++waiting_callers_;
+  }
+  absl::StatusOr<bool> result = NextBatch(out);
+  absl::MutexLock lock(&mu_);
+  --waiting_callers_;
+  return result;
+}
+
+absl::StatusOr<bool> Loader::NextBatch(Batch* out) {
   while (true) {
     std::unique_ptr<PendingBatch> batch;
+    std::shared_ptr<const EpochPlan> plan;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(this, &Loader::NextReadyLocked));
       if (!error_.ok()) return error_;
       if (stopping_) return absl::CancelledError("loader stopped");
-      if (next_batch_ >= num_batches_) return false;
+      if (next_batch_ >= plan_->num_batches) return false;
+      plan = plan_;
       auto it = pending_.find(next_batch_);
       batch = std::move(it->second);
       pending_.erase(it);
@@ -1135,11 +1176,11 @@ absl::StatusOr<bool> Loader::Next(Batch* out) {
       // The flip the FLIP op would have applied, for the device to apply.
       for (uint64_t id : out->ids) {
         out->flips.push_back(
-            FlipFor(SampleKey{options_.seed, epoch_, id}, options_.pipeline.augment) ? 1 : 0);
+            FlipFor(SampleKey{options_.seed, plan->epoch, id}, options_.pipeline.augment) ? 1 : 0);
       }
     }
     out->cursor = std::min(
-        start_position_ + (batch->first_position + batch->n) * options_.world,
+        plan->start_position + (batch->first_position + batch->n) * options_.world,
         PaddedEpochLength(servers_->manifest().num_samples(), options_.world));
     return true;
   }
@@ -1159,7 +1200,31 @@ LoaderEpochStats Loader::stats() const {
   return stats;
 }
 
+int64_t Loader::num_batches() const {
+  absl::MutexLock lock(&mu_);
+  return plan_->num_batches;
+}
+
+int64_t Loader::epoch_samples() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(plan_->order.size());
+}
+
+std::vector<uint64_t> Loader::order() const {
+  std::shared_ptr<const EpochPlan> plan;
+  {
+    absl::MutexLock lock(&mu_);
+    plan = plan_;
+  }
+  return plan->order;  // copied outside the lock: the plan does not change
+}
+
 void Loader::Stop() {
+  absl::MutexLock lifecycle(&lifecycle_mu_);
+  StopLocked();
+}
+
+void Loader::StopLocked() {
   std::vector<std::shared_ptr<FetchCall>> calls;
   {
     absl::MutexLock lock(&mu_);

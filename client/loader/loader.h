@@ -179,6 +179,14 @@ absl::StatusOr<int> CheckFeatureSources(const ServerSet& servers, const FeatureE
 // last stage.
 Stage ServedStage(const ServerManifest& manifest, const FeatureExtractor* local);
 
+// Threads: every public method may be called from any thread. One iteration
+// at a time: StartEpoch while another thread waits in Next or WaitForNext
+// fails with FAILED_PRECONDITION (the epoch it iterates goes on); Stop from
+// any thread ends the epoch, and a Next waiting in another thread returns
+// CANCELLED at once. Two threads calling Next share the epoch: each batch goes
+// to one of them. StartEpoch, Stop and the destructor are serialized (the
+// threads of an epoch are started and joined by one caller at a time).
+// REQUIRES: no call is in progress when the loader is destroyed.
 class Loader {
  public:
   // `servers` and `policy` must outlive the loader. The policy is asked where
@@ -197,8 +205,10 @@ class Loader {
   // Starts the policy's epoch and starts fetching `epoch` from global
   // position `start_position` of its padded order (a checkpoint's data
   // cursor; 0 = its start), only the first `max_batches` batches when > 0
-  // (nothing beyond them is requested). REQUIRES: the previous epoch is over
-  // (Next returned false or an error) or none was started.
+  // (nothing beyond them is requested). Ends what is left of the previous
+  // epoch, unless another thread waits in Next or WaitForNext for it: then
+  // FAILED_PRECONDITION, and that epoch goes on. A thread that calls Next
+  // after a successful StartEpoch takes the new epoch's batches.
   absl::Status StartEpoch(uint64_t epoch, int64_t max_batches = 0, int64_t start_position = 0);
   // The next batch in epoch order. false at the end of the epoch. Errors:
   // a failed stream (naming the server), or a bad sample under kFail.
@@ -234,6 +244,8 @@ class Loader {
   // request...) ends the epoch at once, naming the server.
   // `batch`'s previous image buffer is recycled for a later batch (every slot
   // is overwritten, so buffers are neither zeroed nor faulted in anew).
+  // CANCELLED ("loader stopped") once Stop was called (from any thread),
+  // until the next StartEpoch.
   absl::StatusOr<bool> Next(Batch* batch);
   // Waits up to `timeout` until Next has something to return at once (a
   // batch, the end of the epoch, an error); false on timeout. Lets a caller
@@ -241,17 +253,18 @@ class Loader {
   // Next may still wait after true when every sample of the batch was bad.
   bool WaitForNext(absl::Duration timeout) const;
   // Batches this epoch will yield (an upper bound when samples are skipped).
-  int64_t num_batches() const { return num_batches_; }
+  int64_t num_batches() const;
   // This rank's samples this epoch (from the start position; padding included).
-  int64_t epoch_samples() const { return static_cast<int64_t>(order_.size()); }
+  int64_t epoch_samples() const;
   ServerSet* servers() const { return servers_; }
   int world() const { return options_.world; }
   LoaderEpochStats stats() const;
   // The offload policy the loader asks (the train loop reports steps to it).
   OffloadPolicy* policy() const { return policy_; }
-  // The epoch's request order (valid after StartEpoch).
-  const std::vector<uint64_t>& order() const { return order_; }
-  // Cancels the stream and joins the threads. Idempotent.
+  // The epoch's request order (empty before StartEpoch).
+  std::vector<uint64_t> order() const;
+  // Cancels the streams and joins the threads. Idempotent; from any thread
+  // (waits for a StartEpoch in progress in another one, then stops its epoch).
   void Stop();
 
  private:
@@ -294,6 +307,17 @@ class Loader {
     int64_t opened_at_break = 0;
   };
 
+  // What StartEpoch fixed for one epoch: immutable once published in plan_,
+  // shared (by shared_ptr) with the epoch's threads, which read it without
+  // the lock.
+  struct EpochPlan {
+    uint64_t epoch = 0;
+    int64_t start_position = 0;
+    std::vector<uint64_t> order;
+    std::vector<int64_t> position_of_id;  // -1 if not in this epoch
+    int64_t num_batches = 0;
+  };
+
   // `vector_size`: the values per sample of a vector target (F for FEATURES,
   // 2k for PREDICTIONS; 0 otherwise).
   Loader(ServerSet* servers, const LoaderOptions& options, OffloadPolicy* policy,
@@ -303,24 +327,26 @@ class Loader {
   // not is left out of the epoch while a replica of its shard is up (a shard
   // with none is awaited as a broken stream is). FAILED_PRECONDITION if one
   // came back with another dataset.
-  absl::Status ProbeDownServers();
+  absl::Status ProbeDownServers(uint64_t epoch);
   // The stage to ask `server` for a sample planned at `stage`.
   Stage StageFor(int server, Stage stage) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SendLoop();
+  void SendLoop(const EpochPlan& plan);
   // Per server: writes what the sender queued, and after a reconnect first
   // everything owed; WritesDone once the epoch has all it needs.
-  void WriteLoop(int server);
+  void WriteLoop(int server, const EpochPlan& plan);
   // Writes requests (global ids) on `call`, requests_per_message to a
   // message; false at the first failed write (the stream broke, and the
   // receiver re-opens it).
-  bool WriteRequests(uint64_t key_offset, FetchCall* call,
+  bool WriteRequests(uint64_t epoch, uint64_t key_offset, FetchCall* call,
                      const std::deque<std::pair<uint64_t, Stage>>& requests);
-  void ReceiveLoop(int server);
-  void WorkerLoop();
+  void ReceiveLoop(int server, const EpochPlan& plan);
+  void WorkerLoop(const EpochPlan& plan);
+  // Next without the count of callers inside it (waiting_callers_).
+  absl::StatusOr<bool> NextBatch(Batch* batch);
   bool NextReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes a received sample to options_.target into its slot of `batch`.
-  absl::Status Finish(StageData data, uint64_t id, PendingBatch* batch, int slot, OpTimes* times,
-                      PerStage<uint64_t>* stage_bytes);
+  absl::Status Finish(StageData data, uint64_t epoch, uint64_t id, PendingBatch* batch, int slot,
+                      OpTimes* times, PerStage<uint64_t>* stage_bytes);
   // The server for global `id` when the policy asked for `wanted`: wanted
   // itself unless it is lost (then the live replica of its shard that owes
   // least); -1 if wanted does not hold the sample or no replica is left.
@@ -336,7 +362,10 @@ class Loader {
   void FailLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Updates the peaks of LoaderEpochStats from the current holdings.
   void NotePeaksLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void JoinThreads();
+  // Ends the epoch: marks it stopping (waking Next), cancels the streams,
+  // joins the threads.
+  void StopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_mu_);
+  void JoinThreads() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_mu_);
 
   // Constant after construction.
   std::unique_ptr<ServerSet> owned_servers_;  // Create(SampleClient*)
@@ -348,15 +377,17 @@ class Loader {
   const bool float_target_;      // TENSOR or FEATURES: floats (Batch.images), not uint8
   const std::unique_ptr<FeatureCache> feature_cache_;  // null unless feature_cache_bytes
 
-  // Set by StartEpoch, read-only while the epoch runs.
-  uint64_t epoch_ = 0;
-  int64_t start_position_ = 0;
-  std::vector<uint64_t> order_;
-  std::vector<int64_t> position_of_id_;  // -1 if not in this epoch
-  int64_t num_batches_ = 0;
-  std::vector<std::thread> threads_;
+  // Serializes StartEpoch, Stop and the destructor: one caller at a time
+  // starts or joins the epoch's threads. Taken before mu_, never by the
+  // epoch's threads nor by Next, so a wait for data never waits for it.
+  absl::Mutex lifecycle_mu_;
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(lifecycle_mu_);
 
-  mutable absl::Mutex mu_;
+  mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(lifecycle_mu_);
+  // The current epoch (an empty one before the first StartEpoch).
+  std::shared_ptr<const EpochPlan> plan_ ABSL_GUARDED_BY(mu_);
+  // Callers inside Next or WaitForNext: StartEpoch refuses while there is one.
+  mutable int waiting_callers_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Link> links_ ABSL_GUARDED_BY(mu_);  // one per server, for the loader's life
   std::map<int64_t, std::unique_ptr<PendingBatch>> pending_ ABSL_GUARDED_BY(mu_);
   std::deque<WorkItem> work_ ABSL_GUARDED_BY(mu_);

@@ -20,6 +20,7 @@ import json as _json
 import math as _math
 import operator as _operator
 import os as _os
+import threading as _threading
 from collections.abc import Mapping as _Mapping
 
 from . import _sophon
@@ -189,6 +190,16 @@ class Loader(_Base):
     tls_ca, tls_cert, tls_key, tls_server_name, auth_token_file: as
         sophon-train's flags of the same names.
 
+    Threads: one iteration at a time. An iteration (a for loop over the loader, or
+    batches()) belongs to the thread that started it until it ends (its last batch, an
+    error, or its iterator closed or dropped). Another thread that starts one meanwhile
+    (iter(), batches(), len() of another epoch, load_state_dict) gets a RuntimeError that
+    names the thread iterating; hand the batches to other threads instead (a
+    queue.Queue). The thread that owns the iteration may start a new one: the old iterator
+    then raises RuntimeError if resumed. report(), state_dict(), num_samples, classes,
+    set_epoch() and close() may be called from any thread; close() ends an iteration
+    under way in another thread, whose next batch raises RuntimeError.
+
     Errors are raised as Python exceptions naming the option, sample, file or
     address: TypeError for an argument of the wrong type (a float or a string for an
     integer), ValueError for a bad value (out of range, with the value as given; a number
@@ -249,7 +260,13 @@ class Loader(_Base):
         self._start_position = 0  # where the next iteration of self._epoch starts
         self._cursor = 0          # global position after the last batch yielded
         self._started = None      # the epoch started by len() and not yet iterated
-        self._iterating = None    # (epoch, token) of the iteration under way
+        # (epoch, token, thread id, thread name) of the iteration under way.
+        self._iterating = None
+        # Guards _iterating, _started and _start_position, and serializes starting an
+        # epoch (held while the C++ loader starts one, never while waiting for a batch).
+        # Reentrant: an abandoned iterator's finally may run (garbage collection) while its
+        # thread holds it.
+        self._lock = _threading.RLock()
         self._closed = False
         self._options = {"seed": seed, "world_size": world_size, "batch_size": batch_size,
                          "shuffle_window": shuffle_window,
@@ -269,9 +286,10 @@ class Loader(_Base):
     def set_epoch(self, epoch):
         """The epoch the next iteration yields (its order and augmentations)."""
         epoch = _int("epoch", epoch, 0, _UINT64_MAX)
-        if epoch != self._epoch:
-            self._start_position = 0
-        self._epoch = epoch
+        with self._lock:
+            if epoch != self._epoch:
+                self._start_position = 0
+            self._epoch = epoch
 
     def state_dict(self):
         """The data cursor: the epoch and the global position after the last batch yielded
@@ -341,19 +359,34 @@ class Loader(_Base):
             raise ValueError(
                 f"load_state_dict: state['position'] {position} is not a multiple of the global "
                 f"batch {global_batch} nor the end of the epoch ({end})")
-        self._epoch = s["epoch"]
-        self._start_position = position
-        self._cursor = position
-        self._started = None  # an epoch started before (by len()) starts again from here
-        self._iterating = None
+        with self._lock:
+            self._refuse_if_iterated_elsewhere("load a state")
+            self._epoch = s["epoch"]
+            self._start_position = position
+            self._cursor = position
+            self._started = None  # an epoch started before (by len()) starts again from here
+            self._iterating = None
 
     def __len__(self):
         """Batches per epoch for this rank (from the resume position, after load_state_dict)."""
-        running = self._iterating is not None and self._iterating[0] == self._epoch
-        if not running and self._started != self._epoch:
-            self._impl.start_epoch(self._epoch, self._start_position, self._max_batches)
-            self._started = self._epoch
+        with self._lock:
+            running = self._iterating is not None and self._iterating[0] == self._epoch
+            if not running and self._started != self._epoch:
+                self._refuse_if_iterated_elsewhere(f"start epoch {self._epoch} to count its "
+                                                   f"batches")
+                self._impl.start_epoch(self._epoch, self._start_position, self._max_batches)
+                self._started = self._epoch
         return self._impl.num_batches()
+
+    def _refuse_if_iterated_elsewhere(self, what):
+        """RuntimeError if another thread's iteration is under way (REQUIRES: self._lock)."""
+        it = self._iterating
+        if it is not None and it[2] != _threading.get_ident():
+            raise RuntimeError(
+                f"sophon.Loader: cannot {what}: the loader is iterated by another thread "
+                f"({it[3]!r}, epoch {it[0]}); one iteration at a time: let that iteration end "
+                f"(its last batch, or close its iterator) first, or hand its batches to this "
+                f"thread (e.g. through a queue.Queue)")
 
     def batches(self):
         """The epoch's batches as NumPy arrays (images, labels, ids, cursor), no torch."""
@@ -365,22 +398,32 @@ class Loader(_Base):
                 "once per epoch: in a DataLoader worker process every worker would load the "
                 "whole epoch. Use torch.utils.data.DataLoader(loader, batch_size=None, "
                 "num_workers=0), or iterate the loader directly.")
-        if self._started != self._epoch:
-            self._impl.start_epoch(self._epoch, self._start_position, self._max_batches)
-        self._started = None
-        self._start_position = 0
-        # len() now counts this epoch, without restarting it.
-        self._iterating = iteration = (self._epoch, object())
+        me = _threading.current_thread()
+        with self._lock:
+            self._refuse_if_iterated_elsewhere(f"iterate epoch {self._epoch}")
+            epoch = self._epoch
+            if self._started != epoch:
+                self._impl.start_epoch(epoch, self._start_position, self._max_batches)
+            self._started = None
+            self._start_position = 0
+            # len() now counts this epoch, without restarting it.
+            self._iterating = iteration = (epoch, object(), me.ident, me.name)
         try:
             while True:
+                if self._iterating is not iteration:
+                    raise RuntimeError(
+                        f"sophon.Loader: this iteration of epoch {epoch} was replaced by a "
+                        f"newer one (iter(), batches() or load_state_dict since): iterate the "
+                        f"newer one")
                 batch = self._impl.next()
                 if batch is None:
                     return
                 self._cursor = batch[3]
                 yield batch
         finally:
-            if self._iterating is iteration:
-                self._iterating = None
+            with self._lock:
+                if self._iterating is iteration:
+                    self._iterating = None
 
     def __iter__(self):
         torch = _torch()

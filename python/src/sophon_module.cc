@@ -238,18 +238,26 @@ class PyLoader {
 
   ~PyLoader() { Close(); }
 
+  // Every method may be called from any Python thread (the Loader's threads
+  // contract, client/loader/loader.h): each call holds its own reference to
+  // the C++ loader while the GIL is released, so a close() in another thread
+  // stops it (a waiting next() raises "CANCELLED: loader stopped") without
+  // destroying it under that call.
+
   // Starts `epoch` (from global position `start_position` of its order;
   // only its first `max_batches` batches when > 0). Ends what is left of the
-  // previous one.
+  // previous one; RuntimeError (FAILED_PRECONDITION) while another thread
+  // waits in next().
   void StartEpoch(uint64_t epoch, int64_t start_position, int64_t max_batches) {
-    CheckOpen();
+    std::shared_ptr<Loader> loader = OpenLoader();
     if (max_batches < 0) throw py::value_error("max_batches must be >= 0 (0: every batch)");
     absl::Status s;
     {
       py::gil_scoped_release release;
-      s = loader_->StartEpoch(epoch, max_batches, start_position);
+      s = loader->StartEpoch(epoch, max_batches, start_position);
     }
     Check(s);
+    std::lock_guard<std::mutex> lock(mu_);
     returned_at_ = absl::InfinitePast();
   }
 
@@ -259,11 +267,17 @@ class PyLoader {
   // the batch; it lives as long as any of them. Waits in slices, checking for
   // signals between them, so Ctrl-C interrupts a wait promptly.
   py::object Next() {
-    CheckOpen();
+    std::shared_ptr<Loader> loader = OpenLoader();
     // The caller's time since the previous batch is its training step: what
     // smartoff plans the GPU's share with (sophon-train's loop reports it too).
-    if (returned_at_ != absl::InfinitePast()) {
-      policy_->OnStep(absl::ToDoubleSeconds(absl::Now() - returned_at_));
+    // Taken once: a second thread's next() does not count the same step.
+    absl::Time returned_at;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      returned_at = std::exchange(returned_at_, absl::InfinitePast());
+    }
+    if (returned_at != absl::InfinitePast()) {
+      policy_->OnStep(absl::ToDoubleSeconds(absl::Now() - returned_at));  // the policy locks
     }
     const absl::Time wait_start = absl::Now();
     std::unique_ptr<Batch> batch = pool_->Take();
@@ -272,22 +286,23 @@ class PyLoader {
       bool ready;
       {
         py::gil_scoped_release release;
-        ready = loader_->WaitForNext(absl::Milliseconds(50));
+        ready = loader->WaitForNext(absl::Milliseconds(50));
       }
       if (ready) break;
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     }
     {
       py::gil_scoped_release release;
-      more = loader_->Next(batch.get());
+      more = loader->Next(batch.get());
     }
     if (!more.ok()) Raise(more.status());
-    if (!*more) {
-      returned_at_ = absl::InfinitePast();
-      return py::none();
+    if (!*more) return py::none();
+    const absl::Time now = absl::Now();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      returned_at_ = now;
     }
-    returned_at_ = absl::Now();
-    policy_->OnDataWait(absl::ToDoubleSeconds(returned_at_ - wait_start));
+    policy_->OnDataWait(absl::ToDoubleSeconds(now - wait_start));
     Batch* b = batch.get();
     auto* handed = new HandedBatch{std::move(batch), pool_};
     py::capsule owner(handed, [](void* p) {
@@ -311,15 +326,21 @@ class PyLoader {
     return py::make_tuple(images, labels, ids, b->cursor);
   }
 
-  int64_t num_batches() const { return loader_ ? loader_->num_batches() : 0; }
+  int64_t num_batches() const {
+    std::shared_ptr<Loader> loader;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      loader = loader_;
+    }
+    return loader ? loader->num_batches() : 0;
+  }
   uint64_t num_samples() const { return servers_->manifest().num_samples(); }
   uint64_t dataset_fingerprint() const { return servers_->manifest().fingerprint(); }
   std::vector<std::string> class_names() const { return servers_->manifest().class_names(); }
   std::string policy_name() const { return policy_ ? policy_->name() : ""; }
 
   py::dict Report() const {
-    CheckOpen();
-    const LoaderEpochStats s = loader_->stats();
+    const LoaderEpochStats s = OpenLoader()->stats();
     py::dict d;
     d["samples"] = s.samples;
     d["skipped"] = s.skipped;
@@ -351,16 +372,26 @@ class PyLoader {
     return d;
   }
 
+  // Idempotent. A call in progress in another thread keeps the stopped
+  // loader alive until it returns; the last reference destroys it.
   void Close() {
-    if (!loader_) return;
+    std::shared_ptr<Loader> loader;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      loader = std::move(loader_);
+    }
+    if (!loader) return;
     py::gil_scoped_release release;
-    loader_->Stop();
-    loader_.reset();
+    loader->Stop();
+    loader.reset();
   }
 
  private:
-  void CheckOpen() const {
+  // The loader, for one call; RuntimeError once closed.
+  std::shared_ptr<Loader> OpenLoader() const {
+    std::lock_guard<std::mutex> lock(mu_);
     if (!loader_) throw std::runtime_error("the loader is closed");
+    return loader_;
   }
 
   absl::Status OpenCache(const PyLoaderOptions& o) {
@@ -425,8 +456,11 @@ class PyLoader {
   LoaderOptions options_;
   std::unique_ptr<ServerSet> servers_;
   std::unique_ptr<OffloadPolicy> policy_;
-  std::unique_ptr<Loader> loader_;
   const std::shared_ptr<BatchPool> pool_ = std::make_shared<BatchPool>();
+  // Guards loader_ and returned_at_; held for no call that blocks, and never
+  // while taking the GIL.
+  mutable std::mutex mu_;
+  std::shared_ptr<Loader> loader_;  // null once closed
   absl::Time returned_at_ = absl::InfinitePast();  // when Next last returned a batch
 };
 
