@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "client/offload/net_probe.h"
 #include "client/offload/profile_pass.h"
+#include "client/offload/rate_estimate.h"
 #include "sophon/planning/profile_csv.h"
 #include "sophon/base/file_lock.h"
 #include "sophon/data/cached_source.h"
@@ -19,24 +20,6 @@
 
 namespace sophon {
 namespace {
-
-// Offloaded work (client CPU seconds) below which a storage speed measurement
-// is too noisy to act on.
-constexpr double kMinSpeedEvidenceSeconds = 0.05;
-// An epoch shorter than this says too little of the training node's speed
-// (start-up and the last batch weigh too much).
-constexpr double kMinLocalEvidenceSeconds = 1.0;
-// A resource busy this share of the epoch or more may have held it back.
-constexpr double kBusyShare = 0.9;
-// The training loop waited for data at least this share of the epoch: the
-// data pipeline, not the step, set its pace.
-constexpr double kMinWaitShare = 0.1;
-// Bounds of the training node's speed, and of one epoch's change to it.
-constexpr double kMinLocalSpeed = 0.5;
-constexpr double kMaxLocalSpeed = 2.0;
-constexpr double kMaxLocalSpeedStep = 2.0;
-// A change of the training node's speed smaller than this is not made.
-constexpr double kMinLocalSpeedChange = 0.02;
 
 std::string DescribePlan(const PlanResult& plan) {
   const PlanCost& c = plan.cost;
@@ -162,11 +145,11 @@ absl::Status SmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const uint64_
     UpdateLocalSpeedLocked();
     // The storage speed measured over the previous epoch (or warm-up), when it
     // offloaded enough work to tell.
-    if (epoch_server_predicted_s_ > kMinSpeedEvidenceSeconds) {
-      const double speed = epoch_server_actual_s_ / epoch_server_predicted_s_;
+    if (const std::optional<double> speed =
+            StorageSpeed(epoch_server_actual_s_, epoch_server_predicted_s_)) {
       spdlog::info("smartoff: storage node speed {:.2f} over the last epoch (assumed {:.2f})",
-                   speed, resources_.remote_speed);
-      resources_.remote_speed = speed;
+                   *speed, resources_.remote_speed);
+      resources_.remote_speed = *speed;
     }
     epoch_server_actual_s_ = 0;
     epoch_server_predicted_s_ = 0;
@@ -238,55 +221,23 @@ void SmartoffPolicy::UpdateLocalSpeedLocked() {
       epoch_batches_ == 0 || epoch_steps_ < epoch_batches_) {
     return;  // not measured here, no epoch yet, a re-planned one, or one not run to its end
   }
-  const PlanCost& plan = epoch_plan_cost_;
-  const double ran = absl::ToDoubleSeconds(last_step_end_ - epoch_start_);
-  if (!(ran >= kMinLocalEvidenceSeconds) || !(plan.local_s > kMinSpeedEvidenceSeconds)) return;
+  EpochRecord epoch;
+  epoch.plan = epoch_plan_cost_;
+  epoch.seconds = absl::ToDoubleSeconds(last_step_end_ - epoch_start_);
+  epoch.wire_bytes = epoch_wire_bytes_;
+  epoch.storage_seconds = epoch_server_actual_s_;
+  epoch.wait_seconds = epoch_wait_s_;
   const double old = resources_.local_speed;
-  const double raised_after = raised_after_s_;
-  raised_after_s_ = 0;
-  const double ratio = ran / plan.local_s;
-  const double link = resources_.net_bytes_per_s > 0
-                          ? static_cast<double>(epoch_wire_bytes_) / ran / resources_.net_bytes_per_s
-                          : 0;
-  const double storage =
-      std::max(plan.remote_s / ran, resources_.remote_cpus > 0
-                                        ? epoch_server_actual_s_ / (ran * resources_.remote_cpus)
-                                        : 0.0);
-  const double wait = epoch_wait_s_ / ran;
-  if (std::abs(ratio - 1) < kMinLocalSpeedChange) return;
-  if (ratio > 1 && raised_after > 0 && ran >= 0.98 * raised_after) {
-    // The last rise moved work off this node, yet the epoch took as long and
-    // again longer than this node's share: what holds it back is something
-    // else. Checked before the blame below: the work moved may have made the
-    // link or the storage node busy without making the epoch shorter.
-    spdlog::info("smartoff: training node speed {:.2f} again (assumed {:.2f}): the epoch after "
-                 "it was raised took {:.2f}s against {:.2f}s, with less work planned here (not "
-                 "raised again in this job)",
-                 speed_before_rise_, old, ran, raised_after);
-    resources_.local_speed = speed_before_rise_;
-    rises_undone_ = true;
+  const LocalSpeedEstimate::Update update = local_speed_.Observe(epoch, resources_);
+  if (update.speed == old) {
+    spdlog::debug("smartoff: training node speed {:.2f} kept ({}): {}", old,
+                  LocalSpeedEstimate::EvidenceName(update.evidence), update.reason);
     return;
   }
-  // Longer than predicted is this node's doing only if the loop waited for
-  // data and neither the link nor the storage node was busy enough to be the
-  // cause; shorter is evidence on its own.
-  if (ratio > 1 && (rises_undone_ || link >= kBusyShare || storage >= kBusyShare ||
-                    wait < kMinWaitShare)) {
-    return;
-  }
-  const double speed =
-      std::clamp(old * std::clamp(ratio, 1 / kMaxLocalSpeedStep, kMaxLocalSpeedStep),
-                 kMinLocalSpeed, kMaxLocalSpeed);
-  if (speed == old) return;
-  spdlog::info("smartoff: training node speed {:.2f} over the last epoch (assumed {:.2f}): it "
-               "ran {:.2f}s where its CPUs' share was predicted {:.2f}s; the link was {:.0f}% "
-               "and the storage node {:.0f}% busy, the training loop waited {:.0f}% of it for data",
-               speed, old, ran, plan.local_s, 100 * link, 100 * storage, 100 * wait);
-  if (speed > old) {
-    raised_after_s_ = ran;
-    speed_before_rise_ = old;
-  }
-  resources_.local_speed = speed;
+  spdlog::info("smartoff: training node speed {:.2f} over the last epoch (assumed {:.2f}; {}): {}",
+               update.speed, old, LocalSpeedEstimate::EvidenceName(update.evidence),
+               update.reason);
+  resources_.local_speed = update.speed;
 }
 
 void SmartoffPolicy::Plan(int64_t first_position, absl::Span<const uint64_t> ids,
@@ -458,30 +409,24 @@ bool SmartoffPolicy::MaybeReplan() {
     if (observed_ >= options_.replan_min_samples) {
       const double elapsed = absl::ToDoubleSeconds(clock_() - window_start_);
       const double rate = elapsed > 0 ? window_bytes_ / elapsed : 0;
-      if (server_predicted_s_ > kMinSpeedEvidenceSeconds) {
-        const double speed = server_actual_s_ / server_predicted_s_;
-        if (std::abs(speed / resources_.remote_speed - 1) > th) {
-          r.remote_speed = speed;
-          event.reasons.push_back(ReplanReason::kStorageSpeed);
-          details.push_back(absl::StrFormat("storage node speed %.2f (assumed %.2f)", speed,
-                                            resources_.remote_speed));
-        }
+      if (const std::optional<double> speed = StorageSpeed(server_actual_s_, server_predicted_s_);
+          speed.has_value() && std::abs(*speed / resources_.remote_speed - 1) > th) {
+        r.remote_speed = *speed;
+        event.reasons.push_back(ReplanReason::kStorageSpeed);
+        details.push_back(absl::StrFormat("storage node speed %.2f (assumed %.2f)", *speed,
+                                          resources_.remote_speed));
       }
-      // A saturated link shows its bandwidth; an unsaturated one only a lower
-      // bound. A rate below the assumed bandwidth is blamed on the link only
-      // when the plan expected the link to limit and the storage node, busy
-      // less than 80% of the window, was not what held it back.
-      const bool net_bound = last_plan_.cost.bottleneck == Resource::kNetwork;
-      const double server_busy =
-          elapsed > 0 && resources_.remote_cpus > 0
-              ? server_actual_s_ / (elapsed * resources_.remote_cpus)
-              : 0;
-      const bool link_limited = net_bound && server_busy < 0.8;
+      // The link's rate: a bound when above the assumed bandwidth, the
+      // bandwidth itself when below and the link bound the window (the plan
+      // expected it to, and the storage node was not saturated; a window
+      // knows only the storage node's reported share). LinkBandwidth.
       const double bw = resources_.net_bytes_per_s;
-      if (rate > 0 && ((link_limited && rate < (1 - th) * bw) || rate > (1 + th) * bw)) {
-        r.net_bytes_per_s = rate;
+      if (const std::optional<double> link = LinkBandwidth(
+              rate, bw, last_plan_.cost.bottleneck == Resource::kNetwork,
+              StorageShare(0, server_actual_s_, elapsed, resources_.remote_cpus), th)) {
+        r.net_bytes_per_s = *link;
         event.reasons.push_back(ReplanReason::kNetwork);
-        details.push_back(absl::StrFormat("network %.1f Mbit/s (assumed %.1f)", rate * 8 / 1e6,
+        details.push_back(absl::StrFormat("network %.1f Mbit/s (assumed %.1f)", *link * 8 / 1e6,
                                           bw * 8 / 1e6));
       }
       ResetWindowLocked();

@@ -17,6 +17,7 @@
 #include "client/loader/offload_policy.h"
 #include "client/loader/sample_client.h"
 #include "client/offload/net_probe.h"
+#include "client/offload/rate_estimate.h"
 #include "sophon/ops/augment.h"
 #include "sophon/planning/cluster_plan.h"
 #include "sophon/planning/epoch_crops.h"
@@ -140,16 +141,8 @@ class SmartoffPolicy final : public OffloadPolicy {
  private:
   void ResetWindowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // At the start of an epoch: the training node's speed (Resources.local_speed)
-  // from the epoch before, when it ran to its end on its first plan. An epoch
-  // that took longer than the training node's predicted share, while the
-  // training loop waited for data (10% of the epoch or more) and the link and
-  // the storage node each had room (under 90% busy), was held back by this
-  // node's CPUs: the speed rises by that ratio. One that took less shows they
-  // were faster: it falls. A rise after which the next epoch, with less work
-  // planned here, took no less time and again longer than this node's share
-  // was not this node's doing: it is undone, and the speed does not rise again
-  // in this job.
-  // Bounded to [0.5, 2]; unchanged otherwise.
+  // from the epoch before, when it ran to its end on its first plan, as
+  // LocalSpeedEstimate (client/offload/rate_estimate.h) judges it.
   void UpdateLocalSpeedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // profile_ with the samples the servers last served from their sample
   // cache marked `cached` (planned without a read), in *scratch; profile_
@@ -211,10 +204,8 @@ class SmartoffPolicy final : public OffloadPolicy {
   uint64_t epoch_wire_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   double epoch_wait_s_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_step_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  // The last rise of the speed: the epoch that gave it and the speed before.
-  double raised_after_s_ ABSL_GUARDED_BY(mu_) = 0;  // 0: the last change was no rise
-  double speed_before_rise_ ABSL_GUARDED_BY(mu_) = 1.0;
-  bool rises_undone_ ABSL_GUARDED_BY(mu_) = false;  // one was undone: no more rises
+  // The training node's speed across epochs (what it remembers of them).
+  LocalSpeedEstimate local_speed_ ABSL_GUARDED_BY(mu_);
   uint64_t window_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time window_start_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::vector<double> step_seconds_ ABSL_GUARDED_BY(mu_);
