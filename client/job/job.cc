@@ -91,10 +91,20 @@ absl::Status Job::Plan() {
   return absl::OkStatus();
 }
 
+void Job::Close() {
+  closed_ = true;
+  std::shared_ptr<Loader> loader = std::move(loader_);
+  if (loader != nullptr) loader->Stop();
+}
+
 absl::Status Job::Start() {
   if (policy_ == nullptr) return absl::FailedPreconditionError("Job::Start: no plan yet (Plan)");
-  if (loader_ != nullptr) return absl::FailedPreconditionError("Job::Start: started already");
-  ASSIGN_OR_RETURN(loader_, Loader::Create(servers_.get(), spec_.loader, policy_.get()));
+  if (loader_ != nullptr || closed_) {
+    return absl::FailedPreconditionError("Job::Start: started already");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Loader> loader,
+                   Loader::Create(servers_.get(), spec_.loader, policy_.get()));
+  loader_ = std::move(loader);
   return absl::OkStatus();
 }
 

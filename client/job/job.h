@@ -48,9 +48,17 @@ class Job {
   // Step 3: the loader (after Plan). FailedPrecondition if out of order.
   absl::Status Start();
 
-  // Null before Plan / Start.
+  // Null before Plan / Start (the loader also after Close).
   OffloadPolicy* policy() const { return policy_.get(); }
   Loader* loader() const { return loader_.get(); }
+  // The loader as a reference a caller holds across a call that another
+  // thread may Close under it (the Python module): the loader lives until
+  // the last reference goes.
+  std::shared_ptr<Loader> shared_loader() const { return loader_; }
+  // Stops the loader (its streams and threads) and lets it go; the servers
+  // and the policy stay. Idempotent. Not thread-safe itself: a caller that
+  // closes from another thread serializes Close and shared_loader.
+  void Close();
 
  private:
   explicit Job(JobSpec spec) : spec_(std::move(spec)) {}
@@ -58,7 +66,8 @@ class Job {
   JobSpec spec_;
   std::unique_ptr<ServerSet> servers_;
   std::unique_ptr<OffloadPolicy> policy_;
-  std::unique_ptr<Loader> loader_;
+  std::shared_ptr<Loader> loader_;
+  bool closed_ = false;
 };
 
 }  // namespace sophon

@@ -18,11 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/job/job.h"
 #include "client/loader/loader.h"
-#include "client/loader/sample_client.h"
-#include "client/loader/server_set.h"
-#include "client/offload/cluster_policy.h"
-#include "client/offload/fixed_policy.h"
 #include "client/offload/smartoff_policy.h"
 #include "sophon/net/credentials.h"
 #include "sophon/data/batch.h"
@@ -30,6 +27,8 @@
 #include "sophon/planning/planner.h"
 #include "sophon/planning/what_if.h"
 #include "server/storage_server.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 
 namespace py = pybind11;
 
@@ -195,45 +194,34 @@ class PyLoader {
     if (!planner.ok()) throw py::value_error(absl::StrCat("planner: ", planner.status().message()));
     absl::StatusOr<PlannerKind> mode = ParseMode(o.mode, *planner);
     if (!mode.ok()) throw py::value_error(absl::StrCat("mode: ", mode.status().message()));
-    std::vector<ClientOptions> clients;
-    for (const std::string& address : o.servers) {
-      ClientOptions c;
-      c.address = address;
-      c.connect_timeout = absl::Seconds(o.connect_timeout);
-      c.credentials.tls_ca = o.tls_ca;
-      c.credentials.tls_cert = o.tls_cert;
-      c.credentials.tls_key = o.tls_key;
-      c.credentials.tls_server_name = o.tls_server_name;
-      c.credentials.auth_token_file = o.auth_token_file;
-      c.credentials.kind = DefaultCredentialsKind(c.credentials);
-      clients.push_back(std::move(c));
-    }
+    JobSpec spec;
+    spec.servers.addresses = o.servers;
+    spec.servers.connect_timeout = absl::Seconds(o.connect_timeout);
+    spec.servers.credentials.tls_ca = o.tls_ca;
+    spec.servers.credentials.tls_cert = o.tls_cert;
+    spec.servers.credentials.tls_key = o.tls_key;
+    spec.servers.credentials.tls_server_name = o.tls_server_name;
+    spec.servers.credentials.auth_token_file = o.auth_token_file;
+    spec.loader = options_;
+    spec.cache = CacheOptions(o);
+    spec.mode = *mode;
+    spec.smartoff = SmartoffFrom(o);
+    Check(WithArgumentNames(spec.Validate(),
+                            {{"SmartoffOptions.net_bw_mbit", "net_bw"},
+                             {"SmartoffOptions.", ""},
+                             {"LocalCacheOptions.memory_bytes", "local_cache_bytes"},
+                             {"LocalCacheOptions.dir_bytes", "local_cache_dir_bytes"},
+                             {"LocalCacheOptions.dir", "local_cache_dir"},
+                             {"CredentialsOptions.", ""},
+                             {"ClientOptions.connect_timeout", "connect_timeout"}}));
+    absl::StatusOr<std::unique_ptr<Job>> job;
     {
       py::gil_scoped_release release;
-      absl::StatusOr<std::unique_ptr<ServerSet>> servers = ServerSet::Connect(clients);
-      if (!servers.ok()) {
-        py::gil_scoped_acquire acquire;
-        Raise(servers.status());
-      }
-      servers_ = *std::move(servers);
-      absl::Status cache = OpenCache(o);
-      if (!cache.ok()) {
-        py::gil_scoped_acquire acquire;
-        Raise(cache);
-      }
-      absl::Status policy = MakePolicy(*mode, o);
-      if (!policy.ok()) {
-        py::gil_scoped_acquire acquire;
-        Raise(policy);
-      }
-      absl::StatusOr<std::unique_ptr<Loader>> loader =
-          Loader::Create(servers_.get(), options_, policy_.get());
-      if (!loader.ok()) {
-        py::gil_scoped_acquire acquire;
-        Raise(loader.status());
-      }
-      loader_ = *std::move(loader);
+      job = Job::Assemble(std::move(spec));
     }
+    if (!job.ok()) Raise(job.status());
+    job_ = *std::move(job);
+    loader_ = job_->shared_loader();
   }
 
   ~PyLoader() { Close(); }
@@ -277,7 +265,7 @@ class PyLoader {
       returned_at = std::exchange(returned_at_, absl::InfinitePast());
     }
     if (returned_at != absl::InfinitePast()) {
-      policy_->OnStep(absl::ToDoubleSeconds(absl::Now() - returned_at));  // the policy locks
+      job_->policy()->OnStep(absl::ToDoubleSeconds(absl::Now() - returned_at));  // the policy locks
     }
     const absl::Time wait_start = absl::Now();
     std::unique_ptr<Batch> batch = pool_->Take();
@@ -302,7 +290,7 @@ class PyLoader {
       std::lock_guard<std::mutex> lock(mu_);
       returned_at_ = now;
     }
-    policy_->OnDataWait(absl::ToDoubleSeconds(now - wait_start));
+    job_->policy()->OnDataWait(absl::ToDoubleSeconds(now - wait_start));
     Batch* b = batch.get();
     auto* handed = new HandedBatch{std::move(batch), pool_};
     py::capsule owner(handed, [](void* p) {
@@ -334,10 +322,12 @@ class PyLoader {
     }
     return loader ? loader->num_batches() : 0;
   }
-  uint64_t num_samples() const { return servers_->manifest().num_samples(); }
-  uint64_t dataset_fingerprint() const { return servers_->manifest().fingerprint(); }
-  std::vector<std::string> class_names() const { return servers_->manifest().class_names(); }
-  std::string policy_name() const { return policy_ ? policy_->name() : ""; }
+  uint64_t num_samples() const { return job_->servers()->manifest().num_samples(); }
+  uint64_t dataset_fingerprint() const { return job_->servers()->manifest().fingerprint(); }
+  std::vector<std::string> class_names() const {
+    return job_->servers()->manifest().class_names();
+  }
+  std::string policy_name() const { return job_->policy()->name(); }
 
   py::dict Report() const {
     const LoaderEpochStats s = OpenLoader()->stats();
@@ -368,7 +358,7 @@ class PyLoader {
     d["sample_cache_bytes"] = s.sample_cache_bytes;
     // smartoff's prediction of the epoch (0 for the fixed modes): its plan's,
     // made again from the first timed steps when it knew no step time.
-    d["predicted_seconds"] = policy_->PredictedEpochSeconds();
+    d["predicted_seconds"] = job_->policy()->PredictedEpochSeconds();
     return d;
   }
 
@@ -382,7 +372,7 @@ class PyLoader {
     }
     if (!loader) return;
     py::gil_scoped_release release;
-    loader->Stop();
+    job_->Close();  // stops it; only the first close() gets here
     loader.reset();
   }
 
@@ -394,68 +384,38 @@ class PyLoader {
     return loader_;
   }
 
-  absl::Status OpenCache(const PyLoaderOptions& o) {
+  // local_cache_*: this node's sample cache (checked by JobSpec::Validate).
+  static LocalCacheOptions CacheOptions(const PyLoaderOptions& o) {
     LocalCacheOptions cache;
     cache.memory_bytes = o.local_cache_bytes;
     absl::StatusOr<CachePolicy> policy = ParseCachePolicy(o.local_cache_policy);
     if (!policy.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("local_cache_policy: ", policy.status().message()));
+      throw py::value_error(absl::StrCat("local_cache_policy: ", policy.status().message()));
     }
     cache.policy = *policy;
     cache.dir = o.local_cache_dir;
     cache.dir_bytes = o.local_cache_dir_bytes;
-    absl::StatusOr<std::shared_ptr<SampleCache>> opened = OpenSampleCache(
-        cache, servers_->manifest().fingerprint(), servers_->manifest().num_samples());
-    if (!opened.ok()) {
-      return WithArgumentNames(opened.status(),
-                               {{"LocalCacheOptions.memory_bytes", "local_cache_bytes"},
-                                {"LocalCacheOptions.dir_bytes", "local_cache_dir_bytes"},
-                                {"LocalCacheOptions.dir", "local_cache_dir"}});
-    }
-    options_.sample_cache = *std::move(opened);
-    return absl::OkStatus();
+    return cache;
   }
 
-  absl::Status MakePolicy(PlannerKind mode, const PyLoaderOptions& o) {
-    if (IsFixedKind(mode)) {
-      policy_ = std::make_unique<FixedPolicy>(FixedKindStage(mode), ModeName(mode));
-      return absl::OkStatus();
-    }
+  // smartoff's options, as sophon-train's flags of the same names.
+  static SmartoffOptions SmartoffFrom(const PyLoaderOptions& o) {
     SmartoffOptions smart;
-    smart.planner = mode;
     smart.profile_folder = o.profile_folder;
     smart.net_bw_mbit = o.net_bw;
     smart.remote_cpus = o.remote_cpus;
     smart.gpu_batch_seconds = o.gpu_batch_seconds;
     smart.replan_threshold = o.replan_threshold;
     absl::StatusOr<StageSet> stages = ParseStageSet(o.stages);
-    if (!stages.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("stages: ", stages.status().message()));
-    }
+    if (!stages.ok()) throw py::value_error(absl::StrCat("stages: ", stages.status().message()));
     smart.stages = *stages;
-    PlanWithSampleCache(options_.sample_cache.get(), &smart);
-    if (absl::Status s = smart.Validate(); !s.ok()) {
-      return WithArgumentNames(s, {{"SmartoffOptions.net_bw_mbit", "net_bw"},
-                                   {"SmartoffOptions.", ""}});
-    }
-    if (servers_->size() > 1) {
-      absl::StatusOr<std::unique_ptr<ClusterSmartoffPolicy>> p =
-          CreateClusterSmartoffPolicy(servers_.get(), options_, smart, -1);
-      if (!p.ok()) return p.status();
-      policy_ = *std::move(p);
-    } else {
-      absl::StatusOr<std::unique_ptr<SmartoffPolicy>> p =
-          CreateSmartoffPolicy(servers_->client(0), options_, smart);
-      if (!p.ok()) return p.status();
-      policy_ = *std::move(p);
-    }
-    return absl::OkStatus();
+    return smart;
   }
 
   LoaderOptions options_;
-  std::unique_ptr<ServerSet> servers_;
-  std::unique_ptr<OffloadPolicy> policy_;
+  // The servers, the policy and the loader (client/job/job.h); the servers
+  // and the policy stay after close().
+  std::unique_ptr<Job> job_;
   const std::shared_ptr<BatchPool> pool_ = std::make_shared<BatchPool>();
   // Guards loader_ and returned_at_; held for no call that blocks, and never
   // while taking the GIL.
@@ -547,6 +507,9 @@ PYBIND11_MODULE(_sophon, m) {
   using sophon::PyLoader;
   using sophon::PyLoaderOptions;
   m.doc() = "Sophon's C++ loader (use the sophon package, not this module)";
+  // The library's log lines go to stderr, as Python's own diagnostics do:
+  // a program's stdout stays its own.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("sophon"));
   m.attr("IMAGENET_MEAN") =
       py::make_tuple(sophon::kImageNetMean[0], sophon::kImageNetMean[1], sophon::kImageNetMean[2]);
   m.attr("IMAGENET_STD") =
