@@ -1,8 +1,10 @@
-// The architectures of sophon-train, written once over a layer kind `L`:
-// models.cc builds them from ordinary LibTorch layers (PlainLayers), and
-// fused_models.cc from fused layers that hold B models (FusedLayers), with the
-// same submodule and parameter names, so that slot k of a fused array is an
-// ordinary model tensor for tensor.
+// The architectures of sophon-train, written once over a layer kind `L`, and
+// their registry (Architectures<L>(), at the end): each architecture declared
+// once, with its facts and its builder. models.cc builds them from ordinary
+// LibTorch layers (PlainLayers), and client/torch/fused_models.cc from fused
+// layers that hold B models (FusedLayers), with the same submodule and
+// parameter names, so that slot k of a fused array is an ordinary model tensor
+// for tensor.
 //
 // A layer kind provides:
 //   using Base = ...;                      // the module's base class, constructed from `models`
@@ -23,7 +25,9 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 namespace sophon::architectures {
 
@@ -251,6 +255,67 @@ class TinyMlp final : public L::Base {
   ConvOf<L> hidden_{nullptr};
   LinearOf<L> fc_{nullptr};
 };
+
+// How an ordinary model is initialised once its layers are built (a fused
+// array is not: its slots are filled from ordinary models).
+enum class Init {
+  kLayerDefaults,  // LibTorch's defaults, which are PyTorch's
+  // torchvision's ResNet initialisation: kaiming_normal_(fan_out, relu) for
+  // every convolution, weight 1 and bias 0 for every batch norm (linear
+  // layers keep the defaults).
+  kKaimingConvUnitNorm,
+};
+
+// One architecture as the registry declares it.
+template <typename L>
+struct Architecture {
+  const char* name;
+  int min_input_size;  // the smallest image side (H and W) it accepts
+  int feature_size;    // the length of features(x) per image
+  const char* head;    // the submodule head() runs
+  Init init;
+  // Builds it over `layers` (before `init`); `dropout` is AlexNet's (the
+  // others have none).
+  std::shared_ptr<typename L::Base> (*build)(const L& layers, int num_classes, double dropout);
+};
+
+// The registry: every architecture, sorted by name, declared once here and
+// read over either layer kind (the same rows, so the ordinary and the fused
+// forms have the same names by construction). To add an architecture, write
+// its template above and add its row.
+template <typename L>
+const std::vector<Architecture<L>>& Architectures() {
+  using Built = std::shared_ptr<typename L::Base>;
+  static const auto* table = new std::vector<Architecture<L>>{
+      {"alexnet", 63, 256 * 6 * 6, "classifier", Init::kLayerDefaults,
+       [](const L& l, int n, double dropout) -> Built {
+         return std::make_shared<AlexNet<L>>(l, n, dropout);
+       }},
+      {"resnet18", 32, 512, "fc", Init::kKaimingConvUnitNorm,
+       [](const L& l, int n, double) -> Built {
+         return std::make_shared<ResNet<L, BasicBlock>>(l, std::array<int, 4>{2, 2, 2, 2}, n);
+       }},
+      {"resnet50", 32, 2048, "fc", Init::kKaimingConvUnitNorm,
+       [](const L& l, int n, double) -> Built {
+         return std::make_shared<ResNet<L, Bottleneck>>(l, std::array<int, 4>{3, 4, 6, 3}, n);
+       }},
+      {"tinycnn", 32, 128, "fc", Init::kKaimingConvUnitNorm,
+       [](const L& l, int n, double) -> Built { return std::make_shared<TinyCnn<L>>(l, n); }},
+      // The defaults: no normalisation to compensate for kaiming's fan_out.
+      {"tinymlp", 32, 64, "fc", Init::kLayerDefaults,
+       [](const L& l, int n, double) -> Built { return std::make_shared<TinyMlp<L>>(l, n); }},
+  };
+  return *table;
+}
+
+// The row of `name`, or nullptr for an unknown name.
+template <typename L>
+const Architecture<L>* FindArchitecture(const std::string& name) {
+  for (const Architecture<L>& architecture : Architectures<L>()) {
+    if (name == architecture.name) return &architecture;
+  }
+  return nullptr;
+}
 
 }  // namespace sophon::architectures
 

@@ -2,14 +2,12 @@
 
 #include <torch/serialize.h>
 
-#include <array>
 #include <cstdio>
 #include <fstream>
 #include <limits>
 #include <optional>
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -43,9 +41,9 @@ struct PlainLayers {
   torch::Tensor Flatten(const torch::Tensor& x) const { return torch::flatten(x, 1); }
 };
 
-// torchvision's ResNet initialisation: kaiming_normal_(fan_out, relu) for every
-// convolution, weight 1 and bias 0 for every batch norm. Linear layers keep
-// LibTorch's default init, which is PyTorch's.
+// architectures::Init::kKaimingConvUnitNorm, torchvision's ResNet initialisation:
+// kaiming_normal_(fan_out, relu) for every convolution, weight 1 and bias 0 for
+// every batch norm. Linear layers keep LibTorch's default init, which is PyTorch's.
 void InitConvAndBatchNorm(nn::Module& model) {
   for (const auto& module : model.modules(/*include_self=*/false)) {
     if (auto* conv = module->as<nn::Conv2d>()) {
@@ -57,58 +55,13 @@ void InitConvAndBatchNorm(nn::Module& model) {
   }
 }
 
-struct ModelSpec {
-  const char* name;
-  int min_input_size;
-  int feature_size;  // features(x) per image
-  const char* head;  // the submodule head() runs
-  std::function<Classifier(int num_classes, double dropout)> build;
-};
+using ModelSpec = architectures::Architecture<PlainLayers>;
 
-// Sorted by name.
-const std::vector<ModelSpec>& Specs() {
-  static const auto* specs = new std::vector<ModelSpec>{
-      {"alexnet", 63, 256 * 6 * 6, "classifier",
-       [](int n, double dropout) -> Classifier {
-         // Keeps LibTorch's default init, as torchvision keeps PyTorch's.
-         return std::make_shared<architectures::AlexNet<PlainLayers>>(PlainLayers{}, n, dropout);
-       }},
-      {"resnet18", 32, 512, "fc",
-       [](int n, double) -> Classifier {
-         auto model = std::make_shared<
-             architectures::ResNet<PlainLayers, architectures::BasicBlock>>(
-             PlainLayers{}, std::array<int, 4>{2, 2, 2, 2}, n);
-         InitConvAndBatchNorm(*model);
-         return model;
-       }},
-      {"resnet50", 32, 2048, "fc",
-       [](int n, double) -> Classifier {
-         auto model = std::make_shared<
-             architectures::ResNet<PlainLayers, architectures::Bottleneck>>(
-             PlainLayers{}, std::array<int, 4>{3, 4, 6, 3}, n);
-         InitConvAndBatchNorm(*model);
-         return model;
-       }},
-      {"tinycnn", 32, 128, "fc",
-       [](int n, double) -> Classifier {
-         auto model = std::make_shared<architectures::TinyCnn<PlainLayers>>(PlainLayers{}, n);
-         InitConvAndBatchNorm(*model);
-         return model;
-       }},
-      {"tinymlp", 32, 64, "fc",
-       [](int n, double) -> Classifier {
-         // LibTorch's default init (no normalisation to compensate for kaiming's fan_out).
-         return std::make_shared<architectures::TinyMlp<PlainLayers>>(PlainLayers{}, n);
-       }},
-  };
-  return *specs;
-}
+// The registry's rows over ordinary layers.
+const std::vector<ModelSpec>& Specs() { return architectures::Architectures<PlainLayers>(); }
 
 const ModelSpec* FindSpec(const std::string& arch) {
-  for (const ModelSpec& spec : Specs()) {
-    if (arch == spec.name) return &spec;
-  }
-  return nullptr;
+  return architectures::FindArchitecture<PlainLayers>(arch);
 }
 
 }  // namespace
@@ -160,7 +113,9 @@ absl::StatusOr<Classifier> MakeModel(const std::string& arch, int num_classes, d
         absl::StrCat("num_classes must be > 0 for ", arch, ", got ", num_classes));
   }
   try {
-    return spec->build(num_classes, dropout);
+    Classifier model = spec->build(PlainLayers{}, num_classes, dropout);
+    if (spec->init == architectures::Init::kKaimingConvUnitNorm) InitConvAndBatchNorm(*model);
+    return model;
   } catch (const std::exception& e) {  // c10::Error derives from std::exception.
     return absl::InternalError(absl::StrCat("building ", arch, " failed: ", e.what()));
   }

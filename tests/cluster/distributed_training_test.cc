@@ -14,9 +14,9 @@
 #include "client/train/trainer.h"
 #include "gtest/gtest.h"
 #include "sophon/planning/planner.h"
-#include "tests/client/train/ranks.h"
-#include "tests/client/train/skip_without_gloo.h"
-#include "tests/client/train/saved_models.h"
+#include "tests/client/torch/ranks.h"
+#include "tests/client/torch/saved_models.h"
+#include "tests/client/torch/skip_without_gloo.h"
 #include "tests/cluster/local_cluster.h"
 #include "tests/test_util.h"
 

@@ -34,9 +34,9 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "client/train/device_ops.h"
-#include "client/train/fused_models.h"
-#include "client/train/fused_optimizer.h"
+#include "client/torch/device_ops.h"
+#include "client/torch/fused_models.h"
+#include "client/torch/fused_optimizer.h"
 #include "model/models.h"
 #include "sophon/base/allocator.h"
 
