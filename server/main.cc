@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -240,21 +241,8 @@ sigset_t BlockTerminationSignals() {
   return set;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  sophon::ConfigureAllocatorForLargeBuffers(sophon::kServerMaxArenas);
-  sophon::InitUsage(
-      "Sophon storage node.\nUsage: sophon-server --data=DIR [--port=50051] "
-      "[--prep-workers=N]");
-  sophon::ArgvHolder args(argc, argv);  // accepts --prep-workers and --prep_workers
-  absl::ParseCommandLine(args.argc(), args.argv());
-  if (absl::Status s = sophon::ApplyLogLevelFlag(); !s.ok()) {
-    return sophon::FailProgram("sophon-server", s, {});
-  }
-  // Threads started below inherit the blocked mask; main waits for a signal.
-  const sigset_t signals = BlockTerminationSignals();
-
+// The server's options from the flags (and --backbone loaded).
+absl::StatusOr<sophon::StorageServerOptions> OptionsFromFlags() {
   sophon::StorageServerOptions options;
   options.data_dir = absl::GetFlag(FLAGS_data);
   options.host = absl::GetFlag(FLAGS_host);
@@ -292,14 +280,12 @@ int main(int argc, char** argv) {
   options.pack.group_buffer_bytes = absl::GetFlag(FLAGS_pack_buffer_bytes);
   absl::StatusOr<sophon::FollowSymlinks> follow =
       sophon::ParseFollowSymlinks(absl::GetFlag(FLAGS_follow_symlinks));
-  if (!follow.ok()) return sophon::FailProgram("sophon-server", follow.status(), kFlagNames);
+  if (!follow.ok()) return follow.status();
   options.source.follow_symlinks = *follow;
   options.service.cache.bytes = absl::GetFlag(FLAGS_cache_bytes);
   absl::StatusOr<sophon::CachePolicy> cache_policy =
       sophon::ParseCachePolicy(absl::GetFlag(FLAGS_cache_policy));
-  if (!cache_policy.ok()) {
-    return sophon::FailProgram("sophon-server", cache_policy.status(), kFlagNames);
-  }
+  if (!cache_policy.ok()) return cache_policy.status();
   options.service.cache.policy = *cache_policy;
   options.stats_interval = absl::GetFlag(FLAGS_stats_interval);
   options.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
@@ -315,48 +301,84 @@ int main(int argc, char** argv) {
                          : absl::GetFlag(FLAGS_credentials);
 
   if (absl::GetFlag(FLAGS_backbone_threads) < 0) {
-    return sophon::FailProgram(
-        "sophon-server",
-        absl::InvalidArgumentError(absl::StrCat("--backbone-threads must be >= 0 (got ",
-                                                absl::GetFlag(FLAGS_backbone_threads), ")")),
-        kFlagNames);
+    return absl::InvalidArgumentError(absl::StrCat("--backbone-threads must be >= 0 (got ",
+                                                   absl::GetFlag(FLAGS_backbone_threads), ")"));
   }
   if (!absl::GetFlag(FLAGS_backbone).empty()) {
     absl::StatusOr<std::shared_ptr<const sophon::FeatureExtractor>> backbone =
         sophon::LoadServerBackbone(absl::GetFlag(FLAGS_backbone),
                                    absl::GetFlag(FLAGS_backbone_threads));
-    if (!backbone.ok()) {
-      return sophon::FailProgram(
-          "sophon-server",
-          absl::Status(backbone.status().code(),
-                       absl::StrCat("--backbone: ", backbone.status().message())),
-          kFlagNames);
-    }
+    if (!backbone.ok()) return sophon::FlagError("--backbone", backbone.status());
     options.service.backbone = *std::move(backbone);
     spdlog::info("backbone: {}, {} features per sample (fp16)",
                  options.service.backbone->description(),
                  options.service.backbone->feature_size());
   }
+  return options;
+}
 
-  absl::StatusOr<std::unique_ptr<sophon::StorageServer>> server =
-      sophon::StorageServer::Start(options);
-  if (!server.ok()) return sophon::FailProgram("sophon-server", server.status(), kFlagNames);
-  if (!sophon::IsLoopbackHost(options.host)) {
-    if (credentials.kind == "insecure") {
-      spdlog::warn(
-          "listening on {} without TLS: traffic and data are unauthenticated and unencrypted; "
-          "anyone who can reach this port can read the dataset. Give --tls-cert and --tls-key "
-          "(and --tls-client-ca or --auth-token-file to admit only your clients), or listen on "
-          "--host=127.0.0.1",
-          options.host);
-    } else if (credentials.kind == "tls" && credentials.tls_client_ca.empty() &&
-               credentials.auth_token_file.empty()) {
-      spdlog::warn(
-          "listening on {} with TLS but no client authentication: anyone who can reach this "
-          "port can read the dataset. Give --tls-client-ca or --auth-token-file",
-          options.host);
-    }
+// Warns when the server listens beyond loopback without TLS, or with TLS
+// but no client authentication.
+void WarnIfExposed(const std::string& host, const sophon::CredentialsOptions& credentials) {
+  if (sophon::IsLoopbackHost(host)) return;
+  if (credentials.kind == "insecure") {
+    spdlog::warn(
+        "listening on {} without TLS: traffic and data are unauthenticated and unencrypted; "
+        "anyone who can reach this port can read the dataset. Give --tls-cert and --tls-key "
+        "(and --tls-client-ca or --auth-token-file to admit only your clients), or listen on "
+        "--host=127.0.0.1",
+        host);
+  } else if (credentials.kind == "tls" && credentials.tls_client_ca.empty() &&
+             credentials.auth_token_file.empty()) {
+    spdlog::warn(
+        "listening on {} with TLS but no client authentication: anyone who can reach this "
+        "port can read the dataset. Give --tls-client-ca or --auth-token-file",
+        host);
   }
+}
+
+// Serves until SIGTERM or SIGINT, then drains (a second signal cuts the
+// drain short) and shuts down.
+void ServeUntilSignalled(sophon::StorageServer* server, const sigset_t& signals) {
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("signal {} ({}): draining, then shutting down; a second signal stops at once", sig,
+               strsignal(sig));
+  // The drain runs on its own thread so that a second signal can cut it short.
+  absl::Notification drained;
+  std::thread drainer([&] {
+    server->Drain();
+    drained.Notify();
+  });
+  const timespec poll{0, 50 * 1000 * 1000};
+  while (!drained.HasBeenNotified()) {
+    if (sigtimedwait(&signals, nullptr, &poll) > 0) server->CutDrainShort();
+  }
+  drainer.join();
+  server->Shutdown();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  sophon::ConfigureAllocatorForLargeBuffers(sophon::kServerMaxArenas);
+  sophon::InitUsage(
+      "Sophon storage node.\nUsage: sophon-server --data=DIR [--port=50051] "
+      "[--prep-workers=N]");
+  sophon::ArgvHolder args(argc, argv);  // accepts --prep-workers and --prep_workers
+  absl::ParseCommandLine(args.argc(), args.argv());
+  if (absl::Status s = sophon::ApplyLogLevelFlag(); !s.ok()) {
+    return sophon::FailProgram("sophon-server", s, {});
+  }
+  // Threads started below inherit the blocked mask; main waits for a signal.
+  const sigset_t signals = BlockTerminationSignals();
+
+  absl::StatusOr<sophon::StorageServerOptions> options = OptionsFromFlags();
+  if (!options.ok()) return sophon::FailProgram("sophon-server", options.status(), kFlagNames);
+  absl::StatusOr<std::unique_ptr<sophon::StorageServer>> server =
+      sophon::StorageServer::Start(*options);
+  if (!server.ok()) return sophon::FailProgram("sophon-server", server.status(), kFlagNames);
+  WarnIfExposed(options->host, options->credentials);
   if (absl::GetFlag(FLAGS_evict_cache)) {
     absl::StatusOr<sophon::CacheResidency> residency =
         sophon::EvictFromPageCache(sophon::DatasetFilePaths((*server)->source()));
@@ -371,24 +393,9 @@ int main(int argc, char** argv) {
   // Print the port for scripts that start us with --port=0.
   std::printf("listening on %s\n", (*server)->address().c_str());
   if ((*server)->metrics_port() > 0) {
-    std::printf("metrics on %s:%d\n", options.metrics.host.c_str(), (*server)->metrics_port());
+    std::printf("metrics on %s:%d\n", options->metrics.host.c_str(), (*server)->metrics_port());
   }
   std::fflush(stdout);
-  int sig = 0;
-  sigwait(&signals, &sig);
-  spdlog::info("signal {} ({}): draining, then shutting down; a second signal stops at once", sig,
-               strsignal(sig));
-  // The drain runs on its own thread so that a second signal can cut it short.
-  absl::Notification drained;
-  std::thread drainer([&] {
-    (*server)->Drain();
-    drained.Notify();
-  });
-  const timespec poll{0, 50 * 1000 * 1000};
-  while (!drained.HasBeenNotified()) {
-    if (sigtimedwait(&signals, nullptr, &poll) > 0) (*server)->CutDrainShort();
-  }
-  drainer.join();
-  (*server)->Shutdown();
+  ServeUntilSignalled(server->get(), signals);
   return 0;
 }
