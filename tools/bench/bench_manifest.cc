@@ -19,14 +19,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/cli/job_flags.h"
 #include "client/loader/server_set.h"
 #include "sophon/base/process_status.h"
 #include "sophon/cli/cli.h"
 
-ABSL_FLAG(sophon::CommaList, server, sophon::CommaList(),
-          "HOST:PORT of each running sophon-server, comma-separated. Required.");
-ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(60),
-          "How long to retry reaching the servers. Default 60s.");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(300),
           "Deadline of each manifest call (a server before paged manifests sends the whole "
           "manifest in one reply). Default 300s.");
@@ -62,19 +59,13 @@ int main(int argc, char** argv) {
       "Usage: sophon-bench-manifest --server=HOST:PORT[,HOST:PORT...]");
   sophon::ArgvHolder args(argc, argv);
   absl::ParseCommandLine(args.argc(), args.argv());
-  const std::vector<std::string>& servers = absl::GetFlag(FLAGS_server).items;
-  if (servers.empty()) {
-    std::fprintf(stderr, "sophon-bench-manifest: --server is required\n");
-    return 2;
-  }
-  std::vector<sophon::ClientOptions> options;
-  for (const std::string& address : servers) {
-    sophon::ClientOptions o;
-    o.address = address;
-    o.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
-    o.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
-    options.push_back(o);
-  }
+  // The servers and the transport to them, as every training-node program takes them.
+  absl::StatusOr<sophon::ServersSpec> spec = sophon::ServersSpecFromFlags("");
+  absl::Status valid = spec.ok() ? spec->Validate() : spec.status();
+  if (!valid.ok()) return sophon::FailProgram("sophon-bench-manifest", valid, sophon::JobFlagNames());
+  const std::vector<std::string>& servers = spec->addresses;
+  std::vector<sophon::ClientOptions> options = spec->Clients();
+  for (sophon::ClientOptions& o : options) o.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
   const uint64_t rss_before = sophon::ResidentBytes();
   const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<sophon::ServerSet>> set = sophon::ServerSet::Connect(options);
