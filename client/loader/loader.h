@@ -2,31 +2,39 @@
 // of requests in flight on one Fetch stream per storage server, --workers
 // threads that finish each sample's remaining ops, and in-order collation into
 // batches. No LibTorch here: batches are plain buffers (sophon/data/batch.h).
+// This header is the loader's face: its options, statistics and operations.
+// Its state, mutexes and threads are the private StreamLoader's
+// (stream_loader.h; the links to the servers in server_link.h, the receive
+// loop in receive_loop.cc, the prep threads in local_prep.cc), so neither
+// gRPC's nor protobuf's headers reach the files that include this one.
 #ifndef SOPHON_CLIENT_LOADER_LOADER_H_
 #define SOPHON_CLIENT_LOADER_LOADER_H_
 
 #include <array>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
 #include <string>
-#include <thread>
-#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/loader/offload_policy.h"
-#include "client/loader/sample_client.h"
-#include "client/loader/feature_cache.h"
-#include "client/loader/sample_cache.h"
-#include "client/loader/server_set.h"
 #include "sophon/data/batch.h"
 #include "sophon/ops/pipeline.h"
+#include "sophon/ops/stage.h"
 
 namespace sophon {
+
+// Declared in the loader's other headers: sample_cache.h, sample_client.h,
+// server_manifest.h, server_set.h. This header includes none of them, nor
+// gRPC's or protobuf's (the narrow_headers test checks).
+class SampleCache;
+class SampleClient;
+class ServerSet;
+class StreamLoader;
+struct ServerManifest;
 
 enum class BadSamplePolicy { kSkip, kFail };
 absl::StatusOr<BadSamplePolicy> ParseBadSamplePolicy(absl::string_view name);
@@ -256,11 +264,11 @@ class Loader {
   int64_t num_batches() const;
   // This rank's samples this epoch (from the start position; padding included).
   int64_t epoch_samples() const;
-  ServerSet* servers() const { return servers_; }
-  int world() const { return options_.world; }
+  ServerSet* servers() const;
+  int world() const;
   LoaderEpochStats stats() const;
   // The offload policy the loader asks (the train loop reports steps to it).
-  OffloadPolicy* policy() const { return policy_; }
+  OffloadPolicy* policy() const;
   // The epoch's request order (empty before StartEpoch).
   std::vector<uint64_t> order() const;
   // Cancels the streams and joins the threads. Idempotent; from any thread
@@ -268,144 +276,10 @@ class Loader {
   void Stop();
 
  private:
-  struct PendingBatch {
-    int64_t index = 0;
-    int n = 0;
-    int64_t first_position = 0;  // in order_
-    std::vector<float> images;    // target TENSOR
-    std::vector<uint8_t> pixels;  // a uint8 HWC target
-    std::vector<int64_t> labels;
-    std::vector<uint64_t> ids;  // global ids
-    std::vector<SampleAssignment> assigned;  // as requested (the server after any failover)
-    std::vector<char> bad;
-    std::vector<char> arrived;   // a reply came (counts against `remaining` in WorkerLoop)
-    int remaining = 0;
-  };
-  struct WorkItem {
-    v1::Sample sample;
-    uint64_t id = 0;  // global
-    int server = 0;   // the server that sent it (for a cache hit: the one it was routed to)
-    bool from_cache = false;  // taken from LoaderOptions.sample_cache, not received
-    PendingBatch* batch = nullptr;
-    int slot = 0;
-  };
-  // One server's Fetch stream and what is owed on it.
-  struct Link {
-    int server = 0;
-    SampleClient* client = nullptr;
-    uint64_t key_offset = 0;  // its shard's base: global id = key_offset + local id
-    // The current stream; the receiver replaces it (and bumps the
-    // generation) when the server went away, the writer re-requests on it.
-    std::shared_ptr<FetchCall> call;
-    uint64_t gen = 0;
-    std::deque<std::pair<uint64_t, Stage>> outbox;  // registered, not yet written (global ids)
-    int64_t owed = 0;            // requested from it, not arrived
-    bool stream_done = false;    // the receiver ended
-    bool lost = false;           // down: its samples go to replicas (until a probe finds it back)
-    Stage max_stage = kLastStage;  // ServedStage (constant)
-    // When the stream last broke or was refused: batches registered before it.
-    int64_t opened_at_break = 0;
-  };
+  explicit Loader(std::unique_ptr<StreamLoader> impl);
 
-  // What StartEpoch fixed for one epoch: immutable once published in plan_,
-  // shared (by shared_ptr) with the epoch's threads, which read it without
-  // the lock.
-  struct EpochPlan {
-    uint64_t epoch = 0;
-    int64_t start_position = 0;
-    std::vector<uint64_t> order;
-    std::vector<int64_t> position_of_id;  // -1 if not in this epoch
-    int64_t num_batches = 0;
-  };
-
-  // `vector_size`: the values per sample of a vector target (F for FEATURES,
-  // 2k for PREDICTIONS; 0 otherwise).
-  Loader(ServerSet* servers, const LoaderOptions& options, OffloadPolicy* policy,
-         int vector_size);
-  // At the start of an epoch: probes each server lost or marked down, once
-  // (SampleClient::Probe); one that answers takes part again, one that does
-  // not is left out of the epoch while a replica of its shard is up (a shard
-  // with none is awaited as a broken stream is). FAILED_PRECONDITION if one
-  // came back with another dataset.
-  absl::Status ProbeDownServers(uint64_t epoch);
-  // The stage to ask `server` for a sample planned at `stage`.
-  Stage StageFor(int server, Stage stage) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SendLoop(const EpochPlan& plan);
-  // Per server: writes what the sender queued, and after a reconnect first
-  // everything owed; WritesDone once the epoch has all it needs.
-  void WriteLoop(int server, const EpochPlan& plan);
-  // Writes requests (global ids) on `call`, requests_per_message to a
-  // message; false at the first failed write (the stream broke, and the
-  // receiver re-opens it).
-  bool WriteRequests(uint64_t epoch, uint64_t key_offset, FetchCall* call,
-                     const std::deque<std::pair<uint64_t, Stage>>& requests);
-  void ReceiveLoop(int server, const EpochPlan& plan);
-  void WorkerLoop(const EpochPlan& plan);
-  // Next without the count of callers inside it (waiting_callers_).
-  absl::StatusOr<bool> NextBatch(Batch* batch);
-  bool NextReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Takes a received sample to options_.target into its slot of `batch`.
-  absl::Status Finish(StageData data, uint64_t epoch, uint64_t id, PendingBatch* batch, int slot,
-                      OpTimes* times, PerStage<uint64_t>* stage_bytes);
-  // The server for global `id` when the policy asked for `wanted`: wanted
-  // itself unless it is lost (then the live replica of its shard that owes
-  // least); -1 if wanted does not hold the sample or no replica is left.
-  int RouteLocked(uint64_t id, int wanted) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Another server of `server`'s shard is neither lost nor marked down.
-  bool HasLiveReplicaLocked(int server) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `server` is down: moves what it owes to replicas, or fails the epoch
-  // naming it and the samples missing when its shard has none left. Marks
-  // its client down (SampleClient::MarkDown).
-  void LoseServerLocked(int server, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Every requested sample has arrived and every batch is registered.
-  bool AllReceivedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FailLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Updates the peaks of LoaderEpochStats from the current holdings.
-  void NotePeaksLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the epoch: marks it stopping (waking Next), cancels the streams,
-  // joins the threads.
-  void StopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_mu_);
-  void JoinThreads() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_mu_);
-
-  // Constant after construction.
-  std::unique_ptr<ServerSet> owned_servers_;  // Create(SampleClient*)
-  ServerSet* const servers_;
-  const LoaderOptions options_;
-  OffloadPolicy* const policy_;
-  const bool vector_target_;     // the target's layout is a vector (FEATURES, PREDICTIONS)
-  const int64_t sample_values_;  // values per sample: 3 * S * S, or the vector's
-  const bool float_target_;      // TENSOR or FEATURES: floats (Batch.images), not uint8
-  const std::unique_ptr<FeatureCache> feature_cache_;  // null unless feature_cache_bytes
-
-  // Serializes StartEpoch, Stop and the destructor: one caller at a time
-  // starts or joins the epoch's threads. Taken before mu_, never by the
-  // epoch's threads nor by Next, so a wait for data never waits for it.
-  absl::Mutex lifecycle_mu_;
-  std::vector<std::thread> threads_ ABSL_GUARDED_BY(lifecycle_mu_);
-
-  mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(lifecycle_mu_);
-  // The current epoch (an empty one before the first StartEpoch).
-  std::shared_ptr<const EpochPlan> plan_ ABSL_GUARDED_BY(mu_);
-  // Callers inside Next or WaitForNext: StartEpoch refuses while there is one.
-  mutable int waiting_callers_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<Link> links_ ABSL_GUARDED_BY(mu_);  // one per server, for the loader's life
-  std::map<int64_t, std::unique_ptr<PendingBatch>> pending_ ABSL_GUARDED_BY(mu_);
-  std::deque<WorkItem> work_ ABSL_GUARDED_BY(mu_);
-  int64_t next_batch_ ABSL_GUARDED_BY(mu_) = 0;     // next to hand to the trainer
-  int64_t opened_batches_ ABSL_GUARDED_BY(mu_) = 0; // requested so far
-  int64_t requested_ ABSL_GUARDED_BY(mu_) = 0;  // samples asked for so far
-  int64_t received_ ABSL_GUARDED_BY(mu_) = 0;
-  int streams_open_ ABSL_GUARDED_BY(mu_) = 0;   // receivers still running
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status error_ ABSL_GUARDED_BY(mu_);
-  LoaderEpochStats stats_ ABSL_GUARDED_BY(mu_);
-  // Image buffers handed back through Next(), for SendLoop's next batches.
-  // Image buffers handed back, reused for later batches (one kind is used:
-  // floats for a TENSOR target, uint8 otherwise).
-  std::vector<std::vector<float>> spare_images_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::vector<uint8_t>> spare_pixels_ ABSL_GUARDED_BY(mu_);
-  bool sender_has_buffer_ ABSL_GUARDED_BY(mu_) = false;  // a batch being set up
-  uint64_t queued_payload_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // received, not yet prepared
+  // The state, its mutexes and its threads (stream_loader.h).
+  const std::unique_ptr<StreamLoader> impl_;
 };
 
 }  // namespace sophon

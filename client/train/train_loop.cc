@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "client/loader/offload_policy.h"
 #include "client/loader/sampler.h"
+#include "client/loader/server_set.h"
 #include "client/train/batch_digests.h"
 #include "client/train/batch_timings.h"
 #include "client/train/csv_log.h"
