@@ -64,11 +64,17 @@ for entry in json.load(open(db)):
     while args and not args[0].startswith("-"):
         args = args[1:]
     flags, skip = [], False
-    for a in args:
+    for i, a in enumerate(args):
         if skip:
             skip = False
         elif a in ("-o", "-MF", "-MT", "-MQ"):
             skip = True
+        elif a == "-include" and i + 1 < len(args) and args[i + 1].endswith("cmake_pch.hxx"):
+            # GCC's precompiled header (CMake's -include of it): clang cannot read the .gch,
+            # and parses the unit's own includes instead.
+            skip = True
+        elif a == "-Winvalid-pch":
+            pass
         elif a in ("-c", "-MD", "-MMD"):
             pass
         elif os.path.realpath(os.path.join(entry["directory"], a)) == source:
