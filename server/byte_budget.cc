@@ -1,25 +1,14 @@
 #include "server/byte_budget.h"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <utility>
 
 namespace sophon {
 
 ByteBudget::ByteBudget(const Options& options, TransitionFn on_transition)
-    : options_(options), on_transition_(std::move(on_transition)) {
-  notifier_ = std::thread([this] { NotifierLoop(); });
-  pthread_setname_np(notifier_.native_handle(), "sophon-budget");
-}
+    : options_(options), on_transition_(std::move(on_transition)) {}
 
-ByteBudget::~ByteBudget() {
-  {
-    absl::MutexLock lock(&notify_mu_);
-    stopping_ = true;
-  }
-  notifier_.join();
-}
+ByteBudget::~ByteBudget() = default;
 
 bool ByteBudget::PeerAllowsLocked(const Peer& peer, int64_t bytes) const {
   return peer.held == 0 || peer.held + bytes <= options_.max_peer_bytes;
@@ -108,7 +97,7 @@ bool ByteBudget::Acquire(const std::string& peer_name, int64_t bytes, Waiter* wa
       grants.erase(self);
     }
   }
-  Deliver(std::move(grants));
+  notifier_.Deliver(grants);
   return granted_now;
 }
 
@@ -121,7 +110,7 @@ void ByteBudget::Release(const std::string& peer_name, int64_t bytes) {
     ForgetIfEmptyLocked(peer_name);
     GrantLocked(&grants);
   }
-  Deliver(std::move(grants));
+  notifier_.Deliver(grants);
 }
 
 bool ByteBudget::Cancel(Waiter* waiter) {
@@ -141,32 +130,8 @@ bool ByteBudget::Cancel(Waiter* waiter) {
       GrantLocked(&grants);
     }
   }
-  Deliver(std::move(grants));
+  notifier_.Deliver(grants);
   return found;
-}
-
-void ByteBudget::Deliver(std::vector<Grant> grants) {
-  if (grants.empty()) return;
-  absl::MutexLock lock(&notify_mu_);
-  for (Grant& g : grants) to_deliver_.push_back(g);
-}
-
-void ByteBudget::NotifierLoop() {
-  while (true) {
-    Grant grant;
-    {
-      absl::MutexLock lock(&notify_mu_);
-      notify_mu_.Await(absl::Condition(
-          +[](ByteBudget* b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b->notify_mu_) {
-            return b->stopping_ || !b->to_deliver_.empty();
-          },
-          this));
-      if (to_deliver_.empty()) return;  // stopping, and every grant delivered
-      grant = to_deliver_.front();
-      to_deliver_.pop_front();
-    }
-    grant.waiter->OnBytesGranted(grant.bytes);
-  }
 }
 
 int64_t ByteBudget::used() const {

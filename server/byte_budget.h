@@ -23,16 +23,15 @@
 #define SOPHON_SERVER_BYTE_BUDGET_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <list>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "server/grant_notifier.h"
 
 namespace sophon {
 
@@ -113,8 +112,6 @@ class ByteBudget {
   void AddLocked(Peer& peer, int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PeerAllowsLocked(const Peer& peer, int64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ForgetIfEmptyLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Deliver(std::vector<Grant> grants);
-  void NotifierLoop();
 
   const Options options_;
   const TransitionFn on_transition_;
@@ -125,10 +122,8 @@ class ByteBudget {
   std::list<Queued> queue_ ABSL_GUARDED_BY(mu_);  // FIFO
   std::unordered_map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);  // holding or waiting
 
-  absl::Mutex notify_mu_;
-  std::deque<Grant> to_deliver_ ABSL_GUARDED_BY(notify_mu_);
-  bool stopping_ ABSL_GUARDED_BY(notify_mu_) = false;
-  std::thread notifier_;
+  GrantNotifier<Grant> notifier_{
+      "sophon-budget", [](const Grant& g) { g.waiter->OnBytesGranted(g.bytes); }};  // last
 };
 
 }  // namespace sophon

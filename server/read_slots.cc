@@ -1,7 +1,5 @@
 #include "server/read_slots.h"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <tuple>
 #include <utility>
@@ -11,18 +9,9 @@
 namespace sophon {
 
 ReadSlots::ReadSlots(const Options& options, Clock clock)
-    : options_(options), clock_(clock ? std::move(clock) : Clock([] { return absl::Now(); })) {
-  notifier_ = std::thread([this] { NotifierLoop(); });
-  pthread_setname_np(notifier_.native_handle(), "sophon-slots");
-}
+    : options_(options), clock_(clock ? std::move(clock) : Clock([] { return absl::Now(); })) {}
 
-ReadSlots::~ReadSlots() {
-  {
-    absl::MutexLock lock(&notify_mu_);
-    stopping_ = true;
-  }
-  notifier_.join();
-}
+ReadSlots::~ReadSlots() = default;
 
 bool ReadSlots::RanksBelow(const Count& a, const Count& b) {
   return std::tie(a.newcomers, a.held) < std::tie(b.newcomers, b.held);
@@ -207,7 +196,7 @@ bool ReadSlots::Release(Member* member) {
       was_waiting = true;
     }
   }
-  Deliver(std::move(granted));
+  notifier_.Deliver(granted);
   return was_waiting;
 }
 
@@ -261,30 +250,6 @@ bool ReadSlots::Contended(Member* member) const {
     if (p.held + 2 <= mine.held && p.newcomers <= mine.newcomers) return true;
   }
   return false;
-}
-
-void ReadSlots::Deliver(std::vector<Member*> granted) {
-  if (granted.empty()) return;
-  absl::MutexLock lock(&notify_mu_);
-  for (Member* m : granted) to_deliver_.push_back(m);
-}
-
-void ReadSlots::NotifierLoop() {
-  while (true) {
-    Member* member = nullptr;
-    {
-      absl::MutexLock lock(&notify_mu_);
-      notify_mu_.Await(absl::Condition(
-          +[](ReadSlots* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->notify_mu_) {
-            return s->stopping_ || !s->to_deliver_.empty();
-          },
-          this));
-      if (to_deliver_.empty()) return;  // stopping, and every grant delivered
-      member = to_deliver_.front();
-      to_deliver_.pop_front();
-    }
-    member->OnSlotGranted();
-  }
 }
 
 int ReadSlots::held() const {

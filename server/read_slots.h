@@ -42,7 +42,6 @@
 #include <deque>
 #include <functional>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -50,6 +49,8 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/counted_member.h"
+#include "server/grant_notifier.h"
 
 namespace sophon {
 
@@ -58,12 +59,9 @@ class ReadSlots {
   // A stream that reads requests.
   // A queued member stays alive until OnSlotGranted, or a Release that
   // returns true, has been called (it holds a reference of its own for that).
-  class Member {
+  // Ref/Unref keep the member alive while OnSlotTaken is called.
+  class Member : public CountedMember {
    public:
-    virtual ~Member() = default;
-    // Keep the member alive while OnSlotTaken is called.
-    virtual void Ref() = 0;
-    virtual void Unref() = 0;
     // The slot this member waited for is now its own. Called exactly once
     // per Acquire that returned false and whose member was not released
     // before the grant, on the notifier thread, without the slots' lock held.
@@ -161,8 +159,6 @@ class ReadSlots {
   // Grants free slots to waiters in order; appends them to `granted`.
   void GrantLocked(std::vector<Member*>* granted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ForgetIfEmptyLocked(const std::string& peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Deliver(std::vector<Member*> granted);
-  void NotifierLoop();
 
   const Options options_;
   const Clock clock_;
@@ -173,10 +169,8 @@ class ReadSlots {
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t taken_ ABSL_GUARDED_BY(mu_) = 0;
 
-  absl::Mutex notify_mu_;
-  std::deque<Member*> to_deliver_ ABSL_GUARDED_BY(notify_mu_);
-  bool stopping_ ABSL_GUARDED_BY(notify_mu_) = false;
-  std::thread notifier_;
+  GrantNotifier<Member*> notifier_{"sophon-slots",
+                                   [](Member* const& m) { m->OnSlotGranted(); }};  // last
 };
 
 }  // namespace sophon

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "server/counted_member.h"
 #include "server/limit.h"
 
 namespace sophon {
@@ -24,11 +25,8 @@ namespace sophon {
 class StreamRegistry {
  public:
   // A registered stream. Ref/Unref keep it alive while the registry calls it.
-  class Member {
+  class Member : public CountedMember {
    public:
-    virtual ~Member() = default;
-    virtual void Ref() = 0;
-    virtual void Unref() = 0;
     // Called from the reaper thread without the registry's lock held; the
     // member ends itself if its client has left it idle too long at `now`.
     virtual void CheckIdle(absl::Time now) = 0;
