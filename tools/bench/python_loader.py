@@ -30,17 +30,25 @@ import sys
 import time
 
 
+def epoch_rates(loader, epochs, set_epoch=None):
+    """Images per second of each of `epochs` passes over `loader` (batches of
+    (images, labels)); set_epoch(epoch) is called before each pass."""
+    rates = []
+    for epoch in range(epochs):
+        if set_epoch is not None:
+            set_epoch(epoch)
+        start, images = time.monotonic(), 0
+        for batch, _labels in loader:
+            images += batch.shape[0]
+        rates.append(images / (time.monotonic() - start))
+    return rates
+
+
 def run_python_loader(args):
     import sophon
     with sophon.Loader(args.server, batch_size=args.batch_size, mode=args.mode,
                        crop_size=args.crop_size, workers=args.workers, output=args.output) as loader:
-        rates = []
-        for epoch in range(args.epochs):
-            loader.set_epoch(epoch)
-            start, images = time.monotonic(), 0
-            for batch, _labels in loader:
-                images += batch.shape[0]
-            rates.append(images / (time.monotonic() - start))
+        rates = epoch_rates(loader, args.epochs, loader.set_epoch)
     print(json.dumps({"rates": rates}))
 
 
@@ -56,13 +64,7 @@ def run_torchvision(args):
     dataset = torchvision.datasets.ImageFolder(args.data, transform=transform)
     loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, shuffle=True,
                                          num_workers=args.workers, persistent_workers=True)
-    rates = []
-    for _epoch in range(args.epochs):
-        start, images = time.monotonic(), 0
-        for batch, _labels in loader:
-            images += batch.shape[0]
-        rates.append(images / (time.monotonic() - start))
-    print(json.dumps({"rates": rates}))
+    print(json.dumps({"rates": epoch_rates(loader, args.epochs)}))
 
 
 def last_json(text):
