@@ -53,31 +53,37 @@ absl::StatusOr<std::vector<absl::string_view>> RowFields(const csv::Line& line, 
   return fields;
 }
 
+// Column `name`'s field as `parse` reads it; a LineError naming the column
+// and what it expected otherwise.
+template <typename T>
+absl::StatusOr<T> ParsedField(const std::vector<absl::string_view>& fields,
+                              const ColumnIndex& columns, absl::string_view name,
+                              const csv::Line& line, absl::string_view file,
+                              bool (*parse)(absl::string_view, T*), absl::string_view expected) {
+  const absl::string_view field = fields[columns.find(name)->second];
+  T value = 0;
+  if (!parse(field, &value)) {
+    return csv::LineError(file, line.number,
+                          absl::StrCat(name, ": expected ", expected, ", got '", field, "'"));
+  }
+  return value;
+}
+
 absl::StatusOr<uint64_t> UintField(const std::vector<absl::string_view>& fields,
                                    const ColumnIndex& columns, absl::string_view name,
                                    const csv::Line& line, absl::string_view file) {
-  const absl::string_view field = fields[columns.find(name)->second];
-  uint64_t value = 0;
-  if (!csv::ParseUint(field, &value)) {
-    return csv::LineError(file, line.number,
-                          absl::StrCat(name,
-                                       ": expected a whole number of "
-                                       "bytes, got '",
-                                       field, "'"));
-  }
-  return value;
+  return ParsedField<uint64_t>(fields, columns, name, line, file, &csv::ParseUint,
+                               "a whole number of bytes");
+}
+
+bool ParseSeconds(absl::string_view text, double* seconds) {
+  return csv::ParseDouble(text, seconds) && *seconds >= 0;
 }
 
 absl::StatusOr<double> SecondsField(const std::vector<absl::string_view>& fields,
                                     const ColumnIndex& columns, absl::string_view name,
                                     const csv::Line& line, absl::string_view file) {
-  const absl::string_view field = fields[columns.find(name)->second];
-  double value = 0;
-  if (!csv::ParseDouble(field, &value) || value < 0) {
-    return csv::LineError(file, line.number,
-                          absl::StrCat(name, ": expected seconds >= 0, got '", field, "'"));
-  }
-  return value;
+  return ParsedField<double>(fields, columns, name, line, file, &ParseSeconds, "seconds >= 0");
 }
 
 // "(1024, 768)" -> 1024 * 768.
