@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli/job_flags.h"
 #include "client/job/job.h"
@@ -127,12 +126,11 @@ absl::StatusOr<sophon::JobSpec> JobSpecFromFlags(bool local) {
 
 int main(int argc, char** argv) {
   sophon::ConfigureAllocatorForLargeBuffers();
-  sophon::InitUsage(
+  sophon::ParseProgramFlags(
+      argc, argv,
       "Sophon offline inference.\nUsage: sophon-infer --model=CKPT (--server=HOST:PORT | "
       "--servers-file=FILE | --data=DIR) [--out=predictions.csv] [--mode=auto] [--tls-ca=CA.pem "
       "--auth-token-file=TOKEN]");
-  sophon::ArgvHolder args(argc, argv);
-  absl::ParseCommandLine(args.argc(), args.argv());
   if (absl::Status s = sophon::ApplyLogLevelFlag(); !s.ok()) return Fail(s);
   const std::string data = absl::GetFlag(FLAGS_data);
   if (sophon::ServerFlagsGiven() == !data.empty()) {

@@ -7,7 +7,6 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "sophon/base/allocator.h"
 #include "sophon/cli/cli.h"
 #include "sophon/cli/log_level.h"
@@ -362,11 +361,11 @@ void ServeUntilSignalled(sophon::StorageServer* server, const sigset_t& signals)
 
 int main(int argc, char** argv) {
   sophon::ConfigureAllocatorForLargeBuffers(sophon::kServerMaxArenas);
-  sophon::InitUsage(
+  // accepts --prep-workers and --prep_workers
+  sophon::ParseProgramFlags(
+      argc, argv,
       "Sophon storage node.\nUsage: sophon-server --data=DIR [--port=50051] "
       "[--prep-workers=N]");
-  sophon::ArgvHolder args(argc, argv);  // accepts --prep-workers and --prep_workers
-  absl::ParseCommandLine(args.argc(), args.argv());
   if (absl::Status s = sophon::ApplyLogLevelFlag(); !s.ok()) {
     return sophon::FailProgram("sophon-server", s, {});
   }

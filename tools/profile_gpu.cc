@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -161,12 +160,11 @@ int main(int argc, char** argv) {
   // As sophon-train runs: without it every large activation is a fresh mmap,
   // faulted in page by page at each step (fused arrays: 2x the step time).
   sophon::ConfigureAllocatorForLargeBuffers();
-  sophon::InitUsage(
+  sophon::ParseProgramFlags(
+      argc, argv,
       "Measures training-step times on a real device and writes a Sophon GPU profile.\n"
       "Usage: sophon-profile-gpu --device=cuda --gpu-type=a100 [--models=alexnet,resnet50] "
       "[--batch-sizes=64,128,256] [--out=profiles/gpu/a100.csv]");
-  sophon::ArgvHolder args(argc, argv);
-  absl::ParseCommandLine(args.argc(), args.argv());
 
   sophon::TrainerOptions base;
   base.device = absl::GetFlag(FLAGS_device);

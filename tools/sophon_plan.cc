@@ -7,7 +7,6 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "sophon/base/status_macros.h"
 #include "sophon/cli/cli.h"
@@ -170,11 +169,11 @@ absl::Status Run() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  sophon::InitUsage(
+  // accepts --net-bw and --net_bw
+  sophon::ParseProgramFlags(
+      argc, argv,
       "What-if planning from a profile.\nUsage: sophon-plan --profile=DIR|CSV [--net-bw=500] "
       "[--remote-cpus=4] [--workers=2] [--gpu-batch-seconds=0] [--json] [--sweep]");
-  sophon::ArgvHolder args(argc, argv);  // accepts --net-bw and --net_bw
-  absl::ParseCommandLine(args.argc(), args.argv());
   spdlog::set_default_logger(spdlog::stderr_color_mt("sophon-plan"));  // stdout is the report
   if (absl::Status s = sophon::ApplyLogLevelFlag(); !s.ok()) {
     return sophon::FailProgram("sophon-plan", s, {});

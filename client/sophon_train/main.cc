@@ -8,7 +8,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "client/job/job.h"
 #include "client/sophon_train/train_flags.h"
@@ -25,11 +24,11 @@ int main(int argc, char** argv) {
   // spinning while they wait starves the loader (set before LibTorch starts).
   setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
   sophon::ConfigureAllocatorForLargeBuffers();
-  sophon::InitUsage(
+  // accepts --batch-size and --batch_size
+  sophon::ParseProgramFlags(
+      argc, argv,
       "Sophon training node.\nUsage: sophon-train --server=HOST:PORT --mode=nooff|resizeoff|"
       "alloff|smartoff --arch=resnet18 [--epochs=1] [--workers=N]");
-  sophon::ArgvHolder args(argc, argv);  // accepts --prep-workers and --prep_workers
-  absl::ParseCommandLine(args.argc(), args.argv());
   if (absl::Status s = sophon::ApplyLogLevelFlag(); !s.ok()) return tc::Fail(s);
 
   // Every option checked before any server is reached.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/ascii.h"
@@ -140,6 +141,13 @@ void InitUsage(const char* usage) {
 ArgvHolder::ArgvHolder(int argc, char** argv) : args_(NormalizeFlagNames(argc, argv)) {
   for (std::string& a : args_) pointers_.push_back(a.data());
   pointers_.push_back(nullptr);
+}
+
+std::vector<std::string> ParseProgramFlags(int argc, char** argv, const char* usage) {
+  InitUsage(usage);
+  ArgvHolder args(argc, argv);
+  const std::vector<char*> rest = absl::ParseCommandLine(args.argc(), args.argv());
+  return std::vector<std::string>(rest.begin(), rest.end());
 }
 
 }  // namespace sophon

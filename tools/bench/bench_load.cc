@@ -9,7 +9,6 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -149,11 +148,11 @@ absl::StatusOr<sophon::Stage> ParseStage(const std::string& name, const char* fi
 }  // namespace
 
 int main(int argc, char** argv) {
-  sophon::InitUsage(
+  // accepts --server-pid and --server_pid
+  sophon::ParseProgramFlags(
+      argc, argv,
       "Load benchmark of a running sophon-server.\nUsage: sophon-bench-load --server=HOST:PORT "
       "[--server-pid=PID] [--trainers=16] [--idle=1000] [--hostile=0] [--attack=none]");
-  sophon::ArgvHolder args(argc, argv);  // accepts --server-pid and --server_pid
-  absl::ParseCommandLine(args.argc(), args.argv());
 
   sophon::LoadOptions o;
   o.address = absl::GetFlag(FLAGS_server);

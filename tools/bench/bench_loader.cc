@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -78,12 +77,11 @@ absl::Status Run() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  sophon::InitUsage(
+  sophon::ParseProgramFlags(
+      argc, argv,
       "The C++ loader alone against running storage servers.\n"
       "Usage: sophon-bench-loader --server=HOST:PORT [--mode=nooff] [--batch-size=256] "
       "[--epochs=1]");
-  sophon::ArgvHolder args(argc, argv);
-  absl::ParseCommandLine(args.argc(), args.argv());
   absl::Status s = sophon::ApplyLogLevelFlag();
   if (s.ok()) s = Run();
   if (!s.ok()) {

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -54,11 +53,10 @@ TcpBytes OpenTcpBytes() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  sophon::InitUsage(
+  sophon::ParseProgramFlags(
+      argc, argv,
       "Connects to storage servers as sophon-train does and prints the manifest's cost.\n"
       "Usage: sophon-bench-manifest --server=HOST:PORT[,HOST:PORT...]");
-  sophon::ArgvHolder args(argc, argv);
-  absl::ParseCommandLine(args.argc(), args.argv());
   // The servers and the transport to them, as every training-node program takes them.
   absl::StatusOr<sophon::ServersSpec> spec = sophon::ServersSpecFromFlags("");
   absl::Status valid = spec.ok() ? spec->Validate() : spec.status();

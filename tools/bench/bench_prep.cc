@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "sophon/base/cpu_time.h"
 #include "sophon/base/escape.h"
 #include "sophon/cli/cli.h"
@@ -29,9 +28,10 @@ ABSL_FLAG(bool, checksum, false,
           "same output). Default false.");
 
 int main(int argc, char** argv) {
-  sophon::InitUsage("See the README and --help for this tool's flags.");
-  sophon::ArgvHolder args(argc, argv);  // accepts --prep-workers and --prep_workers
-  absl::ParseCommandLine(args.argc(), args.argv());
+  // accepts --prep-workers and --prep_workers
+  sophon::ParseProgramFlags(
+      argc, argv,
+      "See the README and --help for this tool's flags.");
   const std::string dir = absl::GetFlag(FLAGS_dir);
   if (dir.empty() || !std::filesystem::is_directory(dir)) {
     std::fprintf(stderr, "sophon-bench-prep: --dir must name a directory of JPEG files\n");

@@ -12,7 +12,6 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "sophon/base/allocator.h"
 #include "sophon/cli/cli.h"
@@ -78,11 +77,11 @@ int main(int argc, char** argv) {
   // buffers are fresh pages, whose faults (expensive under a hypervisor)
   // would be measured as op time.
   sophon::ConfigureAllocatorForLargeBuffers();
-  sophon::InitUsage(
+  // accepts --crop-size and --crop_size
+  sophon::ParseProgramFlags(
+      argc, argv,
       "Fits Sophon's op-times model to this machine.\n"
       "Usage: sophon-calibrate-times --data=DIR [--epochs=3] [--profile-out=DIR]");
-  sophon::ArgvHolder args(argc, argv);  // accepts --crop-size and --crop_size
-  absl::ParseCommandLine(args.argc(), args.argv());
 
   absl::StatusOr<std::unique_ptr<sophon::ImageFolderSource>> dataset =
       sophon::ImageFolderSource::Open(absl::GetFlag(FLAGS_data));

@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "client/loader/sampler.h"
@@ -98,10 +97,10 @@ Stats Measure(const std::vector<uint32_t>& labels, int num_classes,
 }  // namespace
 
 int main(int argc, char** argv) {
-  sophon::InitUsage("Measures how random the group-aware order is.\n"
-                    "Usage: sophon-order-stats --pack=PACKDIR [--windows=0,1,4,8,32]");
-  sophon::ArgvHolder args(argc, argv);
-  absl::ParseCommandLine(args.argc(), args.argv());
+  sophon::ParseProgramFlags(
+      argc, argv,
+      "Measures how random the group-aware order is.\n"
+      "Usage: sophon-order-stats --pack=PACKDIR [--windows=0,1,4,8,32]");
   absl::StatusOr<sophon::PackIndex> index = sophon::ReadPackIndex(absl::GetFlag(FLAGS_pack));
   if (!index.ok()) {
     std::fprintf(stderr, "sophon-order-stats: %s\n", std::string(index.status().message()).c_str());

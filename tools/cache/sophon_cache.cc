@@ -9,7 +9,6 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "sophon/cli/cli.h"
 #include "sophon/data/open_source.h"
@@ -32,11 +31,10 @@ int Fail(const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  sophon::InitUsage(
+  sophon::ParseProgramFlags(
+      argc, argv,
       "Page-cache control for a dataset.\nUsage: sophon-cache --data=DIR [--status | --evict | "
       "--warm]");
-  sophon::ArgvHolder args(argc, argv);
-  absl::ParseCommandLine(args.argc(), args.argv());
   const bool evict = absl::GetFlag(FLAGS_evict);
   const bool warm = absl::GetFlag(FLAGS_warm);
   if (evict && warm) {

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "sophon/cli/cli.h"
@@ -152,14 +151,13 @@ int Verify(const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  sophon::InitUsage(
+  const std::vector<std::string> rest = sophon::ParseProgramFlags(
+      argc, argv,
       "Packs a dataset as WebDataset tar shards with an index, indexes existing shards, or "
       "verifies a pack.\n"
       "Usage: sophon-pack --data=DIR --out=PACKDIR [--group-size=G | --group-bytes=N]\n"
       "       sophon-pack index PACKDIR [--group-size=G]\n"
       "       sophon-pack verify PACKDIR");
-  sophon::ArgvHolder args(argc, argv);
-  std::vector<char*> rest = absl::ParseCommandLine(args.argc(), args.argv());
   if (absl::Status s = sophon::ParseFollowSymlinks(absl::GetFlag(FLAGS_follow_symlinks)).status();
       !s.ok()) {
     return Fail(s);

@@ -12,7 +12,6 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "sophon/cli/cli.h"
 #include "sophon/base/csv.h"
@@ -35,11 +34,10 @@ int Fail(const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  sophon::InitUsage(
+  sophon::ParseProgramFlags(
+      argc, argv,
       "Differential data-stall breakdown.\nUsage: sophon-stall-report --csv=FILE [--label=L "
       "--images=N --synthetic-ips=R --cached-seconds=T2 --configured-seconds=T3]");
-  sophon::ArgvHolder args(argc, argv);
-  absl::ParseCommandLine(args.argc(), args.argv());
   const std::string path = absl::GetFlag(FLAGS_csv);
   if (path.empty()) return Fail(absl::InvalidArgumentError("--csv is required"));
 

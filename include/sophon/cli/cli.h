@@ -57,6 +57,12 @@ std::vector<std::string> NormalizeFlagNames(int argc, char** argv);
 // default shows only flags defined in a file named like the program).
 void InitUsage(const char* usage);
 
+// What every program does first: InitUsage(usage), then Abseil's
+// ParseCommandLine over argv with dashes in flag names accepted
+// (NormalizeFlagNames). Returns the arguments that are not flags, the
+// program's name first.
+std::vector<std::string> ParseProgramFlags(int argc, char** argv, const char* usage);
+
 // Keeps the strings alive and exposes them as a char* array for ParseCommandLine.
 class ArgvHolder {
  public:
