@@ -68,13 +68,16 @@ std::vector<torch::Tensor> HeadParameters(const torch::nn::Module& model, const 
 absl::StatusOr<Classifier> MakeModel(const std::string& arch, int num_classes,
                                      double dropout = 0.5);
 
-// Checkpoints: LibTorch's serialized module archive (torch::save of the
-// module: every parameter and buffer by its torchvision name) plus the
-// architecture's name and class count, so that loading into another model
-// fails with a clear error instead of reshaping tensors.
+// Model checkpoints: torch.save's format (checkpoint_file.h), a dict with
+// the architecture's name ("arch"), its class count ("num_classes") and the
+// state_dict under torchvision's names ("model"), so that loading into another
+// model fails with a clear error instead of reshaping tensors, and Python
+// loads it with torch.load(path)["model"] into torchvision's model.
+// Checkpoints of earlier versions (LibTorch's module archive,
+// module_archive.h) are read too.
 //
-// Writes `model` to `path` (through a temporary file renamed into place):
-// CPU copies of its tensors, the model staying on its device.
+// Writes `model` to `path` (the old file or the whole new one): CPU copies of
+// its tensors, the model staying on its device.
 absl::Status SaveModel(const Classifier& model, const std::string& arch, int num_classes,
                        const std::string& path);
 // What a checkpoint says it holds.
@@ -83,7 +86,7 @@ struct CheckpointInfo {
   int num_classes = 0;
 };
 // Reads the architecture and class count of a checkpoint written by
-// SaveModel, without building the model. NotFound for a missing file;
+// SaveModel, without loading the model into one. NotFound for a missing file;
 // InvalidArgument naming the file when it is not such a checkpoint.
 absl::StatusOr<CheckpointInfo> ReadCheckpointInfo(const std::string& path);
 

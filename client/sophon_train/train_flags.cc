@@ -576,7 +576,14 @@ absl::StatusOr<sophon::JobSpec> JobSpecFromFlags(int* epochs) {
         "--mode=featuresoff sends features, which only a head being fine-tuned takes: give "
         "--finetune --init-checkpoint=CHECKPOINT");
   }
-  if (absl::GetFlag(FLAGS_synthetic_data)) return spec;
+  if (absl::GetFlag(FLAGS_synthetic_data)) {
+    if (!absl::GetFlag(FLAGS_checkpoint_dir).empty() || absl::GetFlag(FLAGS_resume)) {
+      return absl::InvalidArgumentError(
+          "--checkpoint-dir and --resume need a dataset: --synthetic-data trains on one "
+          "repeated batch with no data cursor (--save writes its model)");
+    }
+    return spec;
+  }
 
   absl::StatusOr<sophon::DistributedOptions> distributed = DistributedFromFlags();
   if (!distributed.ok()) return distributed.status();

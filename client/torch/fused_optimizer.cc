@@ -20,42 +20,52 @@
 namespace sophon {
 namespace {
 
-using torch::serialize::InputArchive;
-using torch::serialize::OutputArchive;
-
-// `tensors` as "<key>/size" and "<key>/<i>".
-void WriteTensors(OutputArchive& archive, const std::string& key,
-                  const std::vector<torch::Tensor>& tensors) {
-  archive.write(key + "/size", c10::IValue(static_cast<int64_t>(tensors.size())));
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    archive.write(absl::StrCat(key, "/", i), tensors[i].detach().to(torch::kCPU),
-                  /*is_buffer=*/true);
-  }
+// `tensors` as a list of detached CPU copies.
+c10::impl::GenericList TensorList(const std::vector<torch::Tensor>& tensors) {
+  c10::impl::GenericList list(c10::TensorType::get());
+  for (const torch::Tensor& t : tensors) list.push_back(t.detach().to(torch::kCPU).contiguous());
+  return list;
 }
 
-// Reads what WriteTensors wrote, checking it against the shapes and dtypes of
-// `like` (copy them in with CopyInto once everything is checked).
-absl::StatusOr<std::vector<torch::Tensor>> ReadTensors(InputArchive& archive,
+// The list `state[key]`, checked against the shapes and dtypes of `like`
+// (copy them in with CopyInto once everything is checked).
+absl::StatusOr<std::vector<torch::Tensor>> ReadTensors(const c10::impl::GenericDict& state,
                                                        const std::string& key,
                                                        const std::vector<torch::Tensor>& like) {
-  c10::IValue size;
-  if (!archive.try_read(key + "/size", size) || !size.isInt()) {
+  const auto found = state.find(key);
+  if (found == state.end() || !found->value().isList()) {
     return absl::InvalidArgumentError(absl::StrCat("the optimizer state has no ", key));
   }
-  if (size.toInt() != static_cast<int64_t>(like.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("the optimizer state holds ", size.toInt(),
+  const c10::List<c10::IValue> list = found->value().toList();
+  if (list.size() != like.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("the optimizer state holds ", list.size(),
                                                    " ", key, ", this optimizer ", like.size()));
   }
   std::vector<torch::Tensor> tensors(like.size());
   for (size_t i = 0; i < like.size(); ++i) {
-    archive.read(absl::StrCat(key, "/", i), tensors[i], /*is_buffer=*/true);
-    if (!tensors[i].sizes().equals(like[i].sizes()) ||
-        tensors[i].scalar_type() != like[i].scalar_type()) {
+    const c10::IValue item = list.get(i);
+    if (!item.isTensor() || !item.toTensor().sizes().equals(like[i].sizes()) ||
+        item.toTensor().scalar_type() != like[i].scalar_type()) {
       return absl::InvalidArgumentError(
           absl::StrCat("the optimizer state's ", key, " ", i, " does not match parameter ", i));
     }
+    tensors[i] = item.toTensor();
   }
   return tensors;
+}
+
+// An int entry >= 0 of `state`, or -1.
+int64_t ReadCount(const c10::impl::GenericDict& state, const std::string& key) {
+  const auto found = state.find(key);
+  return found != state.end() && found->value().isInt() && found->value().toInt() >= 0
+             ? found->value().toInt()
+             : -1;
+}
+
+bool KindIs(const c10::impl::GenericDict& state, const std::string& kind) {
+  const auto found = state.find("kind");
+  return found != state.end() && found->value().isString() &&
+         found->value().toStringRef() == kind;
 }
 
 void CopyInto(const std::vector<torch::Tensor>& from, std::vector<torch::Tensor>& to) {
@@ -113,18 +123,17 @@ class FusedSgd final : public FusedOptimizer {
     at::_foreach_add_(p, at::_foreach_mul(d, PerSlice(neg_lr, active)));
   }
 
-  void Save(OutputArchive& archive) const override {
-    archive.write("kind", c10::IValue(std::string("sgd")));
-    WriteTensors(archive, "momentum_buffers", buffers_);
+  c10::impl::GenericDict State() const override {
+    c10::impl::GenericDict state(c10::StringType::get(), c10::AnyType::get());
+    state.insert("kind", std::string("sgd"));
+    state.insert("momentum_buffers", TensorList(buffers_));
+    return state;
   }
 
-  absl::Status Load(InputArchive& archive) override {
-    c10::IValue kind;
-    if (!archive.try_read("kind", kind) || !kind.isString() || kind.toStringRef() != "sgd") {
-      return absl::InvalidArgumentError("the optimizer state is not SGD's");
-    }
+  absl::Status LoadState(const c10::impl::GenericDict& state) override {
+    if (!KindIs(state, "sgd")) return absl::InvalidArgumentError("the optimizer state is not SGD's");
     absl::StatusOr<std::vector<torch::Tensor>> buffers =
-        ReadTensors(archive, "momentum_buffers", buffers_);
+        ReadTensors(state, "momentum_buffers", buffers_);
     if (!buffers.ok()) return buffers.status();
     CopyInto(*buffers, buffers_);
     return absl::OkStatus();
@@ -210,30 +219,29 @@ class FusedAdam final : public FusedOptimizer {
     at::_foreach_addcdiv_(p, m, denom, PerSlice(neg_step, active));
   }
 
-  void Save(OutputArchive& archive) const override {
-    archive.write("kind", c10::IValue(std::string("adam")));
-    archive.write("step", c10::IValue(step_));
-    WriteTensors(archive, "exp_avg", exp_avg_);
-    WriteTensors(archive, "exp_avg_sq", exp_avg_sq_);
+  c10::impl::GenericDict State() const override {
+    c10::impl::GenericDict state(c10::StringType::get(), c10::AnyType::get());
+    state.insert("kind", std::string("adam"));
+    state.insert("step", step_);
+    state.insert("exp_avg", TensorList(exp_avg_));
+    state.insert("exp_avg_sq", TensorList(exp_avg_sq_));
+    return state;
   }
 
-  absl::Status Load(InputArchive& archive) override {
-    c10::IValue kind, step;
-    if (!archive.try_read("kind", kind) || !kind.isString() || kind.toStringRef() != "adam") {
+  absl::Status LoadState(const c10::impl::GenericDict& state) override {
+    if (!KindIs(state, "adam")) {
       return absl::InvalidArgumentError("the optimizer state is not Adam's");
     }
-    if (!archive.try_read("step", step) || !step.isInt() || step.toInt() < 0) {
-      return absl::InvalidArgumentError("the optimizer state has no step count");
-    }
-    absl::StatusOr<std::vector<torch::Tensor>> exp_avg =
-        ReadTensors(archive, "exp_avg", exp_avg_);
+    const int64_t step = ReadCount(state, "step");
+    if (step < 0) return absl::InvalidArgumentError("the optimizer state has no step count");
+    absl::StatusOr<std::vector<torch::Tensor>> exp_avg = ReadTensors(state, "exp_avg", exp_avg_);
     if (!exp_avg.ok()) return exp_avg.status();
     absl::StatusOr<std::vector<torch::Tensor>> exp_avg_sq =
-        ReadTensors(archive, "exp_avg_sq", exp_avg_sq_);
+        ReadTensors(state, "exp_avg_sq", exp_avg_sq_);
     if (!exp_avg_sq.ok()) return exp_avg_sq.status();
     CopyInto(*exp_avg, exp_avg_);
     CopyInto(*exp_avg_sq, exp_avg_sq_);
-    step_ = step.toInt();
+    step_ = step;
     return absl::OkStatus();
   }
 
@@ -400,6 +408,27 @@ bool FusedOptimizer::AnyNonZero(double Hyperparameters::*field) const {
     if (h.*field != 0) return true;
   }
   return false;
+}
+
+absl::Status FusedOptimizer::LoadArchived(torch::serialize::InputArchive& archive) {
+  // Earlier versions wrote State()'s entries into the archive, each list of
+  // tensors as "<key>/size" and "<key>/<i>".
+  c10::impl::GenericDict state(c10::StringType::get(), c10::AnyType::get());
+  for (const char* key : {"kind", "step"}) {
+    if (c10::IValue value; archive.try_read(key, value)) state.insert(key, value);
+  }
+  for (const char* key : {"momentum_buffers", "exp_avg", "exp_avg_sq"}) {
+    c10::IValue size;
+    if (!archive.try_read(absl::StrCat(key, "/size"), size) || !size.isInt()) continue;
+    c10::impl::GenericList list(c10::TensorType::get());
+    for (int64_t i = 0; i < size.toInt(); ++i) {
+      torch::Tensor t;
+      archive.read(absl::StrCat(key, "/", i), t, /*is_buffer=*/true);
+      list.push_back(t);
+    }
+    state.insert(key, list);
+  }
+  return LoadState(state);
 }
 
 }  // namespace sophon

@@ -7,6 +7,7 @@
 #ifndef SOPHON_CLIENT_TORCH_FUSED_OPTIMIZER_H_
 #define SOPHON_CLIENT_TORCH_FUSED_OPTIMIZER_H_
 
+#include <ATen/core/Dict.h>
 #include <torch/types.h>
 
 #include <memory>
@@ -58,10 +59,15 @@ class FusedOptimizer {
 
   // The state a resumed run needs beside the parameters and the learning
   // rates: SGD's momentum buffers, or Adam's moments and step count.
-  virtual void Save(torch::serialize::OutputArchive& archive) const = 0;
-  // Restores what Save wrote. InvalidArgument, changing nothing, when the
-  // archive holds another optimizer's state or other shapes.
-  virtual absl::Status Load(torch::serialize::InputArchive& archive) = 0;
+  // A dict: "kind" ("sgd" | "adam"), SGD's "momentum_buffers" or Adam's
+  // "step", "exp_avg" and "exp_avg_sq" (lists of CPU tensors, one a fused
+  // parameter, each [B, ...]).
+  virtual c10::impl::GenericDict State() const = 0;
+  // Restores what State gave. InvalidArgument, changing nothing, when it
+  // holds another optimizer's state or other shapes.
+  virtual absl::Status LoadState(const c10::impl::GenericDict& state) = 0;
+  // The same from the LibTorch archive of an earlier version's checkpoint.
+  absl::Status LoadArchived(torch::serialize::InputArchive& archive);
 
  protected:
   FusedOptimizer(std::vector<torch::Tensor> params, std::vector<Hyperparameters> models,

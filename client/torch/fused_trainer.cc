@@ -71,11 +71,12 @@ class FusedTrainer final : public TorchTrainerBase {
     return result;
   }
 
-  void SaveOptimizer(torch::serialize::OutputArchive& archive) const override {
-    optimizer_->Save(archive);
+  c10::impl::GenericDict OptimizerState() const override { return optimizer_->State(); }
+  absl::Status LoadOptimizerState(const c10::impl::GenericDict& state) override {
+    return optimizer_->LoadState(state);
   }
-  absl::Status LoadOptimizer(torch::serialize::InputArchive& archive) override {
-    return optimizer_->Load(archive);
+  absl::Status LoadArchivedOptimizer(torch::serialize::InputArchive& archive) override {
+    return optimizer_->LoadArchived(archive);
   }
   std::vector<double> LearningRates() const override { return optimizer_->LearningRates(); }
   void SetLearningRates(const std::vector<double>& lrs) override {

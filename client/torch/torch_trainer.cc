@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "client/torch/fused_models.h"
 #include "client/torch/fused_trainer.h"
+#include "client/torch/optimizer_state.h"
 #include "client/torch/process_group.h"
 #include "client/torch/torch_step.h"
 #include "client/torch/torch_trainer_base.h"
@@ -84,10 +85,13 @@ class TorchTrainer final : public TorchTrainerBase {
   }
   StepResult EmptyResult() const override { return StepResult{}; }
 
-  void SaveOptimizer(torch::serialize::OutputArchive& archive) const override {
-    optimizer_->save(archive);
+  c10::impl::GenericDict OptimizerState() const override {
+    return SaveOptimizerState(*optimizer_, options_.optimizer);
   }
-  absl::Status LoadOptimizer(torch::serialize::InputArchive& archive) override;
+  absl::Status LoadOptimizerState(const c10::impl::GenericDict& state) override {
+    return sophon::LoadOptimizerState(state, *optimizer_, options_.optimizer);
+  }
+  absl::Status LoadArchivedOptimizer(torch::serialize::InputArchive& archive) override;
   std::vector<double> LearningRates() const override {
     return {optimizer_->param_groups().front().options().get_lr()};
   }
@@ -130,7 +134,7 @@ torch::Tensor TorchTrainer::Forward(const BatchTensors& t, int64_t n, bool train
   return torch::stack({loss.detach().to(torch::kDouble), correct.to(torch::kDouble)}).view({2, 1});
 }
 
-absl::Status TorchTrainer::LoadOptimizer(torch::serialize::InputArchive& archive) {
+absl::Status TorchTrainer::LoadArchivedOptimizer(torch::serialize::InputArchive& archive) {
   // LibTorch's own format; its load checks the parameter groups and throws.
   optimizer_->load(archive);
   if (device_.is_cpu()) return absl::OkStatus();

@@ -305,6 +305,7 @@ class Loader(_Base):
                    "batch_size": (1, _INT_MAX), "shuffle_window": (0, _INT_MAX),
                    "dataset_fingerprint": (0, _UINT64_MAX)}
     _OPTIONAL_STATE_KEYS = ("shuffle_window", "dataset_fingerprint")
+    _UNSIGNED_STATE_KEYS = ("seed", "dataset_fingerprint")
 
     def load_state_dict(self, state):
         """Resumes at a state_dict's cursor: the next iteration continues its epoch after the
@@ -313,7 +314,9 @@ class Loader(_Base):
         world size may differ when the global batch is the same (the position counts samples
         of the epoch's global order, and every step covers the same global batch whatever
         the world size). Raises TypeError or ValueError naming the key; the loader is
-        unchanged then."""
+        unchanged then. The "cursor" of a sophon-train training checkpoint
+        (torch.load(path)["cursor"]) is such a state; its seed and dataset_fingerprint are
+        kept as signed 64-bit ints (their two's complement), which this takes as well."""
         if not isinstance(state, _Mapping):
             raise TypeError(f"load_state_dict: the state must be a dict (from state_dict()), "
                             f"got {type(state).__name__}")
@@ -328,7 +331,13 @@ class Loader(_Base):
                     continue
                 raise ValueError(f"load_state_dict: the state has no {key!r} "
                                  f"(a state_dict has {', '.join(self._STATE_KEYS)})")
-            s[key] = _int(f"load_state_dict: state[{key!r}]", state[key], lo, hi)
+            value = state[key]
+            # sophon-train's checkpoints keep these unsigned 64-bit values as their signed
+            # two's complement (LibTorch's pickled ints are signed): the same number.
+            if key in self._UNSIGNED_STATE_KEYS and isinstance(value, int) and \
+                    -(1 << 63) <= value < 0:
+                value += 1 << 64
+            s[key] = _int(f"load_state_dict: state[{key!r}]", value, lo, hi)
         mine = self._options
         for key in ("dataset_fingerprint", "seed", "shuffle_window"):
             if s.get(key, 0 if key == "shuffle_window" else mine[key]) != mine[key]:

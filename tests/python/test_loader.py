@@ -175,6 +175,40 @@ def test_state_dict_resumes_without_a_repeat_or_a_gap(server):
             other.load_state_dict(state)
 
 
+def test_a_sophon_train_checkpoint_resumes_the_python_loader(server, tmp_path):
+    """sophon-train's training checkpoint opens with torch.load (weights_only, PyTorch 2.6's
+    default); its cursor continues the same epoch's order in the Python loader, and its model
+    loads into torchvision's with strict=True."""
+    import torch
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    subprocess.run([os.path.join(BUILD, "sophon-train"), f"--server={server.address}",
+                    "--mode=nooff", "--arch=resnet18", "--batch-size=4", "--crop-size=32",
+                    "--epochs=1", "--max-steps=2", "--seed=5", "--workers=1",
+                    "--torch-threads=1", f"--checkpoint-dir={folder}", "--log-level=warn"],
+                   check=True, timeout=300)
+    checkpoint = torch.load(str(folder / "checkpoint.pt"), weights_only=True)
+    assert checkpoint["format"] == "sophon-checkpoint" and checkpoint["kind"] == "training"
+    assert checkpoint["steps"] == 2 and checkpoint["optimizer_kind"] == "sgd"
+    cursor = checkpoint["cursor"]
+    assert (cursor["epoch"], cursor["position"], cursor["batch_size"]) == (0, 8, 4)
+    with sophon.Loader([server.address], batch_size=4, mode="nooff", crop_size=32,
+                       seed=5) as loader:
+        whole = [i for b in loader.batches() for i in b[2].tolist()]
+    with sophon.Loader([server.address], batch_size=4, mode="nooff", crop_size=32,
+                       seed=5) as resumed:
+        resumed.load_state_dict(cursor)
+        rest = [i for b in resumed.batches() for i in b[2].tolist()]
+    assert rest == whole[8:]
+    try:
+        import torchvision
+    except ImportError:
+        return
+    model = torchvision.models.resnet18(num_classes=checkpoint["num_classes"])
+    model.load_state_dict(checkpoint["model"], strict=True)
+    assert len(checkpoint["optimizer"]["state"]) == len(list(model.parameters()))
+
+
 def test_as_a_dataloader_dataset(server):
     import torch
     with sophon.Loader([server.address], batch_size=5, mode="nooff", crop_size=16) as loader:

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "model/checkpoint_file.h"
 #include "gtest/gtest.h"
 
 namespace sophon {
@@ -152,18 +153,18 @@ TEST_P(FusedOptimizerStepTest, SavedStateResumesTheSameSteps) {
   };
   step(a, **first, 1);
   step(a, **first, 2);
-  torch::serialize::OutputArchive out;
-  (*first)->Save(out);
-  std::ostringstream bytes;
-  out.save_to(bytes);
+  // Through a checkpoint file, as a training checkpoint keeps it.
+  const std::string path = testing::TempDir() + "/fused_optimizer_state.pt";
+  c10::impl::GenericDict root = NewCheckpointRoot("test");
+  root.insert("optimizer", (*first)->State());
+  ASSERT_TRUE(WriteCheckpointFile(path, root).ok());
   {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < a.size(); ++i) b[i].copy_(a[i]);
   }
-  torch::serialize::InputArchive in;
-  std::istringstream read(bytes.str());
-  in.load_from(read);
-  ASSERT_TRUE((*second)->Load(in).ok());
+  absl::StatusOr<c10::impl::GenericDict> read = ReadCheckpointFile(path, "test");
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_TRUE((*second)->LoadState(read->at("optimizer").toGenericDict()).ok());
   step(a, **first, 3);
   step(b, **second, 3);
   for (size_t i = 0; i < a.size(); ++i) {
