@@ -2,13 +2,13 @@
 
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 
 #include <cstring>
 #include <exception>
 #include <fstream>
-#include <iterator>
 #include <memory>
 #include <vector>
 
@@ -38,7 +38,11 @@ absl::Status MissingFile(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path) {
+namespace {
+
+// The zip of `path`, opened; errors name the file.
+absl::StatusOr<std::unique_ptr<caffe2::serialize::PyTorchStreamReader>> OpenZip(
+    const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return MissingFile(path);
   char magic[4] = {};
@@ -47,13 +51,22 @@ absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path)
     return absl::InvalidArgumentError(absl::StrCat(
         "'", path, "' is not a checkpoint: not a zip archive (torch.save's format)"));
   }
-  std::vector<std::string> records;
   try {
-    caffe2::serialize::PyTorchStreamReader reader(path);
-    records = reader.getAllRecords();
+    return std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("'", path, "' is not a checkpoint: ",
                                                    FirstLine(e), " (truncated or damaged?)"));
+  }
+}
+
+absl::StatusOr<CheckpointFormat> FormatOf(caffe2::serialize::PyTorchStreamReader& zip,
+                                          const std::string& path) {
+  std::vector<std::string> records;
+  try {
+    records = zip.getAllRecords();
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is not a checkpoint: ", FirstLine(e)));
   }
   bool pickle = false;
   for (const std::string& record : records) {
@@ -67,6 +80,14 @@ absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path)
         absl::StrCat("'", path, "' is not a checkpoint: a zip archive without data.pkl"));
   }
   return CheckpointFormat::kPickled;
+}
+
+}  // namespace
+
+absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<caffe2::serialize::PyTorchStreamReader>> zip = OpenZip(path);
+  if (!zip.ok()) return zip.status();
+  return FormatOf(**zip, path);
 }
 
 c10::impl::GenericDict NewCheckpointDict() {
@@ -119,18 +140,20 @@ absl::Status WriteCheckpointFile(const std::string& path, const c10::impl::Gener
 
 absl::StatusOr<c10::impl::GenericDict> ReadCheckpointFile(const std::string& path,
                                                           absl::string_view kind) {
-  absl::StatusOr<CheckpointFormat> format = DetectCheckpointFormat(path);
+  absl::StatusOr<std::unique_ptr<caffe2::serialize::PyTorchStreamReader>> zip = OpenZip(path);
+  if (!zip.ok()) return zip.status();
+  absl::StatusOr<CheckpointFormat> format = FormatOf(**zip, path);
   if (!format.ok()) return format.status();
   if (*format != CheckpointFormat::kPickled) {
     return absl::InvalidArgumentError(absl::StrCat(
         "'", path, "' is in LibTorch's module archive format, not torch.save's"));
   }
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) return MissingFile(path);
   c10::IValue root;
   try {
-    root = torch::pickle_load(bytes);
+    // What torch::pickle_load does, reading the file in place of a copy of it.
+    root = torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
+                                             /*type_resolver=*/{}, /*obj_loader=*/{},
+                                             /*device=*/{}, **zip);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", path, "' cannot be read as a checkpoint: ", FirstLine(e)));

@@ -2,6 +2,7 @@
 // one continues exactly as the one that wrote it (weights, BatchNorm buffers,
 // optimizer state, learning rates, RNG) and gets its cursor back; other
 // trainers are refused by name; a failed write leaves nothing at the path.
+#include <torch/serialize/archive.h>
 #include <torch/types.h>
 
 #include <filesystem>
@@ -11,9 +12,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_join.h"
 #include "client/train/trainer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/checkpoint_file.h"
+#include "model/models.h"
 #include "sophon/data/batch.h"
 #include "tests/client/torch/noise_batch.h"
 #include "tests/client/torch/saved_models.h"
@@ -147,6 +151,110 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"fused_sgd", OptimizerKind::kSgd, 2},
                       Case{"fused_adam", OptimizerKind::kAdam, 2}),
     [](const auto& info) { return info.param.name; });
+
+// A fused array's checkpoint holds one ordinary state_dict a model: each
+// loads into an unfused model of the architecture.
+TEST(TrainingCheckpointFormatTest, AFusedArrayHoldsOneStateDictAModel) {
+  const std::string path = testing::MakeTempDir("training_checkpoint_fused") + "/state.ckpt";
+  std::unique_ptr<Trainer> trainer = Create(Options(OptimizerKind::kSgd, 2));
+  ASSERT_NE(trainer, nullptr);
+  Steps(*trainer, 0, 1);
+  ASSERT_TRUE(trainer->SaveCheckpoint(path, SomeCursor()).ok());
+  absl::StatusOr<c10::impl::GenericDict> root = ReadCheckpointFile(path, "training");
+  ASSERT_TRUE(root.ok()) << root.status();
+  const c10::IValue models = root->at("model");
+  ASSERT_TRUE(models.isList());
+  ASSERT_EQ(models.toList().size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    absl::StatusOr<Classifier> model = MakeModel("tinycnn", kClasses);
+    ASSERT_TRUE(model.ok());
+    EXPECT_TRUE(LoadStateDict(models.toList().get(k), **model, "model").ok()) << "model " << k;
+  }
+  const c10::impl::GenericDict cursor = root->at("cursor").toGenericDict();
+  EXPECT_EQ(cursor.at("batch_size").toInt(), 4);  // global batch 8 over 2 ranks
+  EXPECT_EQ(static_cast<uint64_t>(cursor.at("dataset_fingerprint").toInt()),
+            0xfedcba9876543210ULL);
+}
+
+// The file an earlier version wrote for the same state: LibTorch's archive
+// (client/torch/training_checkpoint_archive.cc has its layout), here of a
+// fused SGD array, made from a checkpoint in this version's format.
+void WriteEarlierVersionsCheckpoint(const std::string& from, const std::string& to) {
+  const c10::impl::GenericDict root = *ReadCheckpointFile(from, "training");
+  torch::serialize::OutputArchive archive;
+  archive.write("sophon_training_checkpoint", c10::IValue(int64_t{1}));
+  for (const char* key : {"arch", "num_classes", "optimizer_kind", "fused", "num_models"}) {
+    archive.write(key, root.at(key));
+  }
+  torch::serialize::OutputArchive model(archive.compilation_unit());
+  const c10::List<c10::IValue> models = root.at("model").toList();
+  std::vector<std::string> names;
+  for (const auto& item : models.get(0).toGenericDict()) {
+    const std::string name = item.key().toStringRef();
+    std::vector<torch::Tensor> slots;
+    for (size_t k = 0; k < models.size(); ++k) {
+      slots.push_back(models.get(k).toGenericDict().at(name).toTensor());
+    }
+    model.write(std::to_string(names.size()), torch::stack(slots), /*is_buffer=*/true);
+    names.push_back(name);
+  }
+  model.write("names", c10::IValue(absl::StrJoin(names, "\n")));
+  archive.write("model", model);
+  torch::serialize::OutputArchive optimizer(archive.compilation_unit());
+  const c10::impl::GenericDict saved_optimizer = root.at("optimizer").toGenericDict();
+  optimizer.write("kind", saved_optimizer.at("kind"));
+  const c10::List<c10::IValue> buffers = saved_optimizer.at("momentum_buffers").toList();
+  optimizer.write("momentum_buffers/size", c10::IValue(static_cast<int64_t>(buffers.size())));
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    optimizer.write("momentum_buffers/" + std::to_string(i), buffers.get(i).toTensor(),
+                    /*is_buffer=*/true);
+  }
+  archive.write("optimizer_state", optimizer);
+  archive.write("learning_rates", root.at("learning_rates").toTensor(), /*is_buffer=*/true);
+  archive.write("rng_cpu", root.at("rng_cpu").toTensor(), /*is_buffer=*/true);
+  const c10::impl::GenericDict saved_cursor = root.at("cursor").toGenericDict();
+  torch::serialize::OutputArchive cursor(archive.compilation_unit());
+  for (const char* key : {"epoch", "position", "world_size", "dataset_fingerprint", "seed",
+                          "shuffle_window"}) {
+    cursor.write(key, saved_cursor.at(key));
+  }
+  cursor.write("steps", root.at("steps"));
+  cursor.write("global_batch", c10::IValue(saved_cursor.at("batch_size").toInt() *
+                                           saved_cursor.at("world_size").toInt()));
+  archive.write("cursor", cursor);
+  archive.save_to(to);
+}
+
+TEST(TrainingCheckpointFormatTest, ACheckpointOfAnEarlierVersionResumesTheSame) {
+  const std::string dir = testing::MakeTempDir("training_checkpoint_earlier");
+  const TrainerOptions options = Options(OptimizerKind::kSgd, 2);
+  std::unique_ptr<Trainer> first = Create(options);
+  ASSERT_NE(first, nullptr);
+  first->BeginEpoch(1, 4);
+  Steps(*first, 0, 2);
+  ASSERT_TRUE(first->SaveCheckpoint(dir + "/now.ckpt", SomeCursor()).ok());
+  WriteEarlierVersionsCheckpoint(dir + "/now.ckpt", dir + "/earlier.ckpt");
+
+  std::vector<std::vector<ModelTensors>> after;
+  for (const char* file : {"/now.ckpt", "/earlier.ckpt"}) {
+    TrainerOptions other_seed = options;
+    other_seed.seed = 77;
+    std::unique_ptr<Trainer> resumed = Create(other_seed);
+    ASSERT_NE(resumed, nullptr);
+    absl::StatusOr<TrainingCursor> cursor = resumed->LoadCheckpoint(dir + file);
+    ASSERT_TRUE(cursor.ok()) << file << ": " << cursor.status();
+    EXPECT_EQ(cursor->position, SomeCursor().position) << file;
+    EXPECT_EQ(cursor->global_batch, SomeCursor().global_batch) << file;
+    EXPECT_EQ(cursor->dataset_fingerprint, SomeCursor().dataset_fingerprint) << file;
+    Steps(*resumed, 2, 2);
+    after.push_back(SavedModels(*resumed, options, dir + file + ".models.pt"));
+  }
+  ASSERT_EQ(after[0].size(), 2u);
+  ASSERT_EQ(after[1].size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_TRUE(BitwiseEqual(after[0][k], after[1][k])) << "model " << k;
+  }
+}
 
 class TrainingCheckpointRefusalTest : public ::testing::Test {
  protected:
