@@ -6,6 +6,10 @@
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -30,6 +34,19 @@ std::string FirstLine(const std::exception& e) {
 
 std::string ShapeString(const at::Tensor& t) {
   return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
+}
+
+// The process's umask (/proc/self/status; umask(2) cannot read it without
+// changing it); 022 where that file does not say.
+mode_t CurrentUmask() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (absl::StartsWith(line, "Umask:")) {
+      return static_cast<mode_t>(std::strtoul(line.c_str() + 6, nullptr, 8));
+    }
+  }
+  return 022;
 }
 
 absl::Status MissingFile(const std::string& path) {
@@ -105,6 +122,13 @@ c10::impl::GenericDict NewCheckpointRoot(absl::string_view kind) {
 absl::Status WriteCheckpointFile(const std::string& path, const c10::impl::GenericDict& root) {
   absl::StatusOr<std::unique_ptr<AtomicFileWriter>> file = AtomicFileWriter::Open(path);
   if (!file.ok()) return file.status();
+  // A checkpoint gets the mode of any file this process creates (a backbone is
+  // often read by a server running as another user), not the temporary
+  // file's 0600.
+  if (chmod((*file)->temp_path().c_str(), 0666 & ~CurrentUmask()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot set the mode of '", (*file)->temp_path(),
+                                            "': ", std::strerror(errno)));
+  }
   absl::Status written;
   try {
     std::vector<char> pickle;

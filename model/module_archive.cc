@@ -89,6 +89,15 @@ absl::StatusOr<std::optional<CheckpointInfo>> SavedInfo(torch::serialize::InputA
   return CheckpointInfo{arch.toStringRef(), static_cast<int>(classes.toInt())};
 }
 
+// Loads `path` into `archive` (throws c10::Error for a file that is not
+// one) and reads what it says it holds.
+absl::StatusOr<std::optional<CheckpointInfo>> Open(torch::serialize::InputArchive& archive,
+                                                   const std::string& path,
+                                                   const std::string& where) {
+  archive.load_from(path);
+  return SavedInfo(archive, where);
+}
+
 }  // namespace
 
 absl::StatusOr<CheckpointInfo> ReadModuleArchiveInfo(const std::string& path) {
@@ -98,8 +107,7 @@ absl::StatusOr<CheckpointInfo> ReadModuleArchiveInfo(const std::string& path) {
   const std::string where = absl::StrCat("checkpoint '", path, "'");
   try {
     torch::serialize::InputArchive archive;
-    archive.load_from(path);
-    absl::StatusOr<std::optional<CheckpointInfo>> saved = SavedInfo(archive, where);
+    absl::StatusOr<std::optional<CheckpointInfo>> saved = Open(archive, path, where);
     if (!saved.ok()) return saved.status();
     if (!saved->has_value()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -136,8 +144,7 @@ absl::Status LoadModuleArchive(const std::string& path, const std::string& arch,
   const std::string where = absl::StrCat("checkpoint '", path, "'");
   try {
     torch::serialize::InputArchive archive;
-    archive.load_from(path);
-    absl::StatusOr<std::optional<CheckpointInfo>> saved = SavedInfo(archive, where);
+    absl::StatusOr<std::optional<CheckpointInfo>> saved = Open(archive, path, where);
     if (!saved.ok()) return saved.status();
     if (saved->has_value() &&
         ((*saved)->arch != arch || (*saved)->num_classes != num_classes)) {

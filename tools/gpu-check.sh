@@ -169,8 +169,8 @@ if has configure; then
     "$OUT/cmake.log" 2>/dev/null | tr '\n' ' ')"
 fi
 targets=(sophon-server sophon-train process_group_test torch_step_test device_ops_test
-  batch_upload_test grad_scaler_test trainer_test training_checkpoint_test backbone_test
-  finetune_test features_test distributed_trainer_test distributed_training_test
+  batch_upload_test grad_scaler_test trainer_test training_checkpoint_test checkpoint_file_test
+  fused_optimizer_test backbone_test finetune_test features_test distributed_trainer_test distributed_training_test
   fused_models_test rank_heartbeat_test sophon-test-rank-helper)
 if has build; then
   # Past a target that fails to compile: the summary then counts every error.

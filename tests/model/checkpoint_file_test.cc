@@ -3,6 +3,7 @@
 #include "model/checkpoint_file.h"
 
 #include <caffe2/serialize/inline_container.h>
+#include <sys/stat.h>
 #include <torch/torch.h>
 
 #include <fstream>
@@ -63,6 +64,18 @@ TEST_F(CheckpointFileTest, WritesAndReadsEveryKindOfEntry) {
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(wrong.status().message(), HasSubstr("\"string\""));
   EXPECT_THAT(IntEntry(*read, "missing", "x").status().message(), HasSubstr("\"missing\""));
+}
+
+// Not the temporary file's 0600: a server running as another user reads a
+// backbone.
+TEST_F(CheckpointFileTest, AFileGetsTheModeTheUmaskGives) {
+  const mode_t previous = umask(027);
+  const absl::Status written = WriteCheckpointFile(dir_ + "/mode.pt", NewCheckpointRoot("test"));
+  umask(previous);
+  ASSERT_TRUE(written.ok()) << written;
+  struct stat info;
+  ASSERT_EQ(stat((dir_ + "/mode.pt").c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0640u);
 }
 
 TEST_F(CheckpointFileTest, TruncatedFilesAreRefusedByNameAtEveryLength) {
