@@ -68,8 +68,10 @@ ABSL_FLAG(std::string, local_cache_dir, "",
           "process of the node that names it (ranks, Python loaders): a restarted or later job "
           "starts warm. Needs --local-cache-dir-bytes. Default: none.");
 ABSL_FLAG(int64_t, local_cache_dir_bytes, 0,
-          "What --local-cache-dir may hold for this dataset, in bytes (each file plus a 40-byte "
-          "header); once full nothing more is written. Default 0.");
+          "What --local-cache-dir may hold, every dataset's folder together, in bytes (each "
+          "file plus a 40-byte header): a dataset that needs room reclaims the folders of those "
+          "opened longest ago that no process uses; once full nothing more is written, and a "
+          "write that fails (a full disk) stops the filling. Default 0.");
 ABSL_FLAG(std::string, profile_folder, "",
           "smartoff: where this dataset's profile (sample_profile.csv) is looked up and, "
           "without one, written. Default profiles/<dataset>/.");

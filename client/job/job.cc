@@ -55,9 +55,14 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Connect(JobSpec spec) {
                  m.prep_workers);
   }
   if (servers.size() > 1) spdlog::info("dataset layout: {}", servers.Describe());
+  int64_t dataset_bytes = 0;  // as the disk tier's entries: each file and its header
+  for (uint64_t id = 0; id < servers.manifest().num_samples(); ++id) {
+    dataset_bytes +=
+        static_cast<int64_t>(servers.manifest().raw_size(id)) + DiskSampleCache::kHeaderBytes;
+  }
   ASSIGN_OR_RETURN(s.loader.sample_cache,
                    OpenSampleCache(s.cache, servers.manifest().fingerprint(),
-                                   servers.manifest().num_samples()));
+                                   servers.manifest().num_samples(), dataset_bytes));
   if (s.loader.sample_cache != nullptr) {
     spdlog::info("sample cache: {:.1f} MB in memory ({}){}", s.cache.memory_bytes / 1e6,
                  std::string(CachePolicyName(s.cache.policy)),

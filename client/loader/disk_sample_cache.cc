@@ -1,6 +1,7 @@
 #include "client/loader/disk_sample_cache.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <system_error>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -20,7 +22,11 @@
 namespace sophon {
 namespace {
 
+namespace fs = std::filesystem;
+
 constexpr char kMagic[8] = {'S', 'O', 'P', 'H', 'C', 'A', 'C', '1'};
+constexpr char kUsageFile[] = "usage";
+constexpr char kInUseFile[] = "in-use";
 
 struct Header {
   char magic[8];
@@ -32,14 +38,11 @@ struct Header {
 };
 static_assert(sizeof(Header) == DiskSampleCache::kHeaderBytes);
 
-// Reads all of `fd` into *out; false on an error.
-bool ReadAll(int fd, std::string* out) {
-  struct stat st;
-  if (fstat(fd, &st) != 0 || st.st_size < 0) return false;
-  out->resize(static_cast<size_t>(st.st_size));
+bool PreadExact(int fd, void* data, size_t size, off_t offset) {
   size_t done = 0;
-  while (done < out->size()) {
-    const ssize_t n = pread(fd, out->data() + done, out->size() - done, static_cast<off_t>(done));
+  while (done < size) {
+    const ssize_t n = pread(fd, static_cast<char*>(data) + done, size - done,
+                            offset + static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     done += static_cast<size_t>(n);
@@ -47,11 +50,145 @@ bool ReadAll(int fd, std::string* out) {
   return true;
 }
 
-// The folder's usage counter (8 bytes at the start of DIR/<fingerprint>/usage), read
-// through `fd` under its flock; false when it holds no valid count.
-bool ReadUsageCounter(int fd, int64_t* usage) {
-  return pread(fd, usage, sizeof(*usage), 0) == static_cast<ssize_t>(sizeof(*usage)) &&
-         *usage >= 0;
+// A counter: 8 bytes at the start of a file; false when it holds none.
+bool ReadCounter(int fd, int64_t* value) {
+  return PreadExact(fd, value, sizeof(*value), 0) && *value >= 0;
+}
+bool WriteCounter(int fd, int64_t value) {
+  return pwrite(fd, &value, sizeof(value), 0) == static_cast<ssize_t>(sizeof(value));
+}
+
+// A dataset folder's counter (kept under the node's flock); -1 when it holds none.
+int64_t ReadFolderCounter(const std::string& folder) {
+  const int fd = open((folder + "/" + kUsageFile).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int64_t value = -1;
+  if (!ReadCounter(fd, &value)) value = -1;
+  close(fd);
+  return value;
+}
+bool WriteFolderCounter(const std::string& folder, int64_t value) {
+  const int fd =
+      open((folder + "/" + kUsageFile).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  const bool ok = WriteCounter(fd, value);
+  close(fd);
+  return ok;
+}
+
+// An entry's file name: the decimal id, nothing else.
+bool EntryId(const std::string& name, uint64_t* id) {
+  if (name.empty() || name.size() > 20) return false;
+  for (char c : name) {
+    if (c < '0' || c > '9') return false;
+  }
+  *id = std::strtoull(name.c_str(), nullptr, 10);
+  return true;
+}
+
+// Reads the header of the entry file `fd` (`st` its stat) when it is one of
+// this dataset's for sample `id`.
+bool ReadHeader(int fd, const struct stat& st, uint64_t fingerprint, uint64_t id,
+                Header* header) {
+  return S_ISREG(st.st_mode) && st.st_size >= DiskSampleCache::kHeaderBytes &&
+         PreadExact(fd, header, sizeof(*header), 0) &&
+         std::memcmp(header->magic, kMagic, sizeof(kMagic)) == 0 &&
+         header->fingerprint == fingerprint && header->id == id;
+}
+
+// The bytes a file at an entry's path counts for, the same whoever counts it
+// (Put when it writes it, the count of a folder, the removal of a damaged
+// one), so that the counters stay exact when a damaged entry is removed: its
+// size as written when its header is this dataset's (a truncated entry
+// counts what was written), else its size on disk, 0 when that cannot be an
+// entry (not a regular file, larger than the bound).
+int64_t CountedBytes(const struct stat& st, const Header* header, int64_t max_bytes) {
+  if (!S_ISREG(st.st_mode)) return 0;
+  if (header != nullptr &&
+      header->size <= static_cast<uint64_t>(max_bytes - DiskSampleCache::kHeaderBytes)) {
+    return static_cast<int64_t>(header->size) + DiskSampleCache::kHeaderBytes;
+  }
+  return st.st_size >= DiskSampleCache::kHeaderBytes && st.st_size <= max_bytes ? st.st_size : 0;
+}
+
+// Counts a dataset folder's entries from their files (the sizes on disk).
+// With `clean` (no other process has the folder open) it removes what cannot
+// be an entry: temporary files, files that are not regular, shorter than a
+// header or larger than `max_bytes`. The ids found go to *ids (may be null).
+int64_t CountFolder(const std::string& folder, bool clean, int64_t max_bytes,
+                    uint64_t fingerprint, std::vector<uint64_t>* ids) {
+  int64_t bytes = 0;
+  std::error_code ec;
+  for (const auto& bucket : fs::directory_iterator(folder, ec)) {
+    if (!bucket.is_directory(ec)) continue;
+    for (const auto& item : fs::directory_iterator(bucket.path(), ec)) {
+      const std::string path = item.path().string();
+      uint64_t id = 0;
+      struct stat st;
+      if (!EntryId(item.path().filename().string(), &id) || lstat(path.c_str(), &st) != 0) {
+        if (clean) unlink(path.c_str());  // a temporary file a killed process left
+        continue;
+      }
+      int64_t counted = 0;
+      if (S_ISREG(st.st_mode)) {
+        Header header;
+        const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        const bool ours = fd >= 0 && ReadHeader(fd, st, fingerprint, id, &header);
+        if (fd >= 0) close(fd);
+        counted = CountedBytes(st, ours ? &header : nullptr, max_bytes);
+      }
+      if (counted > 0) {
+        bytes += counted;
+        if (ids != nullptr) ids->push_back(id);
+      } else if (clean) {
+        unlink(path.c_str());  // cannot be an entry: a FIFO, a link, a huge file
+      }
+    }
+  }
+  return bytes;
+}
+
+// A dataset folder of DIR other than ours: its path and when it was last opened.
+struct OtherDataset {
+  std::string folder;
+  fs::file_time_type last_used;
+};
+
+std::vector<OtherDataset> OtherDatasets(const std::string& dir, const std::string& ours) {
+  std::vector<OtherDataset> others;
+  std::error_code ec;
+  for (const auto& item : fs::directory_iterator(dir, ec)) {
+    const std::string name = item.path().filename().string();
+    if (!item.is_directory(ec) || name.size() != 16 || item.path().string() == ours ||
+        name.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      continue;
+    }
+    std::error_code time_ec;
+    fs::file_time_type used = fs::last_write_time(item.path() / kInUseFile, time_ec);
+    if (time_ec) used = fs::last_write_time(item.path(), time_ec);
+    others.push_back({item.path().string(), used});
+  }
+  std::sort(others.begin(), others.end(), [](const OtherDataset& a, const OtherDataset& b) {
+    return a.last_used < b.last_used;
+  });
+  return others;
+}
+
+// The fingerprint a dataset folder is named after.
+uint64_t FolderFingerprint(const std::string& folder) {
+  return std::strtoull(fs::path(folder).filename().string().c_str(), nullptr, 16);
+}
+
+// An exclusive flock on `folder`'s in-use file when no process holds it: its
+// fd, else -1. Closing the fd releases it.
+int LockUnused(const std::string& folder) {
+  const int fd = open((folder + "/" + kInUseFile).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 }  // namespace
@@ -62,6 +199,10 @@ absl::Status DiskSampleCacheOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("DiskSampleCacheOptions.max_bytes must be > 0 (got ", max_bytes, ")"));
   }
+  if (dataset_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DiskSampleCacheOptions.dataset_bytes must be >= 0 (got ", dataset_bytes, ")"));
+  }
   return absl::OkStatus();
 }
 
@@ -70,115 +211,174 @@ absl::StatusOr<std::unique_ptr<DiskSampleCache>> DiskSampleCache::Open(
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   const std::string folder = absl::StrFormat("%s/%016x", options.dir, options.fingerprint);
   std::error_code ec;
-  std::filesystem::create_directories(folder, ec);
+  fs::create_directories(options.dir, ec);
   if (ec) {
     return absl::PermissionDeniedError(absl::StrCat("cannot create the sample cache folder '",
-                                                    folder, "': ", ec.message()));
+                                                    options.dir, "': ", ec.message()));
   }
-  for (int b = 0; b < 256; ++b) {
-    std::filesystem::create_directories(absl::StrFormat("%s/%02x", folder, b), ec);
-    if (ec) {
-      return absl::PermissionDeniedError(absl::StrCat("cannot create folders in '", folder,
-                                                      "': ", ec.message()));
-    }
+  // Everything below under the node's lock: a dataset is never reclaimed
+  // while another process opens it.
+  absl::StatusOr<FileLock> node = FileLock::Acquire(options.dir + "/" + kUsageFile);
+  if (!node.ok()) return node.status();
+  fs::create_directories(folder, ec);
+  // Another user of the machine cannot read the samples.
+  if (!ec) fs::permissions(folder, fs::perms::owner_all, fs::perm_options::replace, ec);
+  for (int b = 0; b < 256 && !ec; ++b) {
+    fs::create_directories(absl::StrFormat("%s/%02x", folder, b), ec);
   }
-  std::unique_ptr<DiskSampleCache> cache(new DiskSampleCache(options, folder));
-  // What is there already: the entries this process will know of, and the
-  // usage counter when there is none (the first process to open the folder
-  // sums it under the lock).
-  int64_t found_bytes = 0;
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create the sample cache folder '", folder, "': ", ec.message()));
+  }
+  const int in_use = open((folder + "/" + kInUseFile).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (in_use < 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot open '", folder, "/", kInUseFile,
+                                                    "': ", std::strerror(errno)));
+  }
+  std::unique_ptr<DiskSampleCache> cache(new DiskSampleCache(options, folder, in_use));
+  const bool alone = flock(in_use, LOCK_EX | LOCK_NB) == 0;
+  futimens(in_use, nullptr);  // last used: now
+
+  // This dataset's usage: counted again from the files when no other process
+  // has it open (the counter may have drifted: a process killed mid-write).
   std::vector<uint64_t> found;
-  for (const auto& bucket : std::filesystem::directory_iterator(folder, ec)) {
-    if (!bucket.is_directory()) continue;
-    for (const auto& entry : std::filesystem::directory_iterator(bucket.path(), ec)) {
-      const std::string name = entry.path().filename().string();
-      if (name.find('.') != std::string::npos) continue;  // temporary files
-      char* end = nullptr;
-      const unsigned long long id = std::strtoull(name.c_str(), &end, 10);
-      if (end == name.c_str() || *end != '\0') continue;
-      found_bytes += static_cast<int64_t>(entry.file_size(ec));
-      found.push_back(id);
+  const int64_t saved = ReadFolderCounter(folder);
+  const int64_t mine = CountFolder(folder, alone, options.max_bytes, options.fingerprint, &found);
+  if (alone || saved < 0) WriteFolderCounter(folder, mine);
+  const int64_t counted_mine = alone || saved < 0 ? mine : saved;
+  // The node's usage: every dataset folder's count, summed again at each
+  // open (a folder of an earlier version without a count is counted).
+  int64_t usage = counted_mine;
+  for (const OtherDataset& other : OtherDatasets(options.dir, folder)) {
+    int64_t bytes = ReadFolderCounter(other.folder);
+    if (bytes < 0) {
+      const int unused = LockUnused(other.folder);
+      bytes = CountFolder(other.folder, unused >= 0, options.max_bytes,
+                          FolderFingerprint(other.folder), nullptr);
+      WriteFolderCounter(other.folder, bytes);
+      if (unused >= 0) close(unused);
+    }
+    usage += bytes;
+  }
+  // Room for this dataset: the folders of datasets opened longest ago that no
+  // process has open go first.
+  const int64_t wanted =
+      std::min(options.max_bytes, std::max<int64_t>(0, options.dataset_bytes - counted_mine));
+  uint64_t reclaimed = 0;
+  if (usage + wanted > options.max_bytes) {
+    for (const OtherDataset& other : OtherDatasets(options.dir, folder)) {
+      if (usage + wanted <= options.max_bytes) break;
+      const int unused = LockUnused(other.folder);
+      if (unused < 0) continue;  // in use by a job now
+      int64_t bytes = ReadFolderCounter(other.folder);
+      if (bytes < 0) {
+        bytes = CountFolder(other.folder, false, options.max_bytes,
+                            FolderFingerprint(other.folder), nullptr);
+      }
+      fs::remove_all(other.folder, ec);
+      close(unused);
+      if (ec) {
+        spdlog::warn("sample cache on disk: cannot reclaim '{}': {}", other.folder,
+                     ec.message());
+        continue;
+      }
+      usage = std::max<int64_t>(0, usage - bytes);
+      ++reclaimed;
+      spdlog::info("sample cache on disk: reclaimed '{}' ({:.1f} MB), the dataset opened "
+                   "longest ago, for room",
+                   other.folder, bytes / 1e6);
     }
   }
+  WriteCounter(node->fd(), usage);
+  flock(in_use, LOCK_SH);  // held until the cache goes: in use
   {
     absl::MutexLock lock(&cache->mu_);
     for (uint64_t id : found) {
       if (id < options.num_samples) cache->known_[id] = 1;
     }
-  }
-  int64_t usage = -1;
-  {
-    absl::StatusOr<FileLock> lock = FileLock::Acquire(folder + "/usage");
-    if (!lock.ok()) return lock.status();
-    if (!ReadUsageCounter(lock->fd(), &usage)) {
-      usage = found_bytes;
-      (void)!pwrite(lock->fd(), &usage, sizeof(usage), 0);
-    }
-  }
-  {
-    absl::MutexLock lock(&cache->mu_);
     cache->stats_.usage_bytes = usage;
+    cache->stats_.reclaimed_datasets = reclaimed;
   }
-  spdlog::info("sample cache on disk: {} holds {} entries, {:.1f} of {:.1f} MB", folder,
-               found.size(),
-               usage / 1e6, options.max_bytes / 1e6);
+  spdlog::info("sample cache on disk: {} holds {} entries, {:.1f} MB; the folder {:.1f} of "
+               "{:.1f} MB",
+               folder, found.size(), counted_mine / 1e6, usage / 1e6, options.max_bytes / 1e6);
   return cache;
 }
+
+DiskSampleCache::~DiskSampleCache() { close(in_use_fd_); }
 
 std::string DiskSampleCache::EntryPath(uint64_t id) const {
   return absl::StrFormat("%s/%02x/%d", folder_, id % 256, id);
 }
 
-int64_t DiskSampleCache::AddUsage(int64_t delta) {
-  absl::StatusOr<FileLock> lock = FileLock::Acquire(folder_ + "/usage");
+int64_t DiskSampleCache::AddUsage(int64_t delta) const {
+  absl::StatusOr<FileLock> lock = FileLock::Acquire(options_.dir + "/" + kUsageFile);
   if (!lock.ok()) return -1;
-  const int fd = lock->fd();
   int64_t usage = 0;
-  if (!ReadUsageCounter(fd, &usage)) usage = 0;
+  if (!ReadCounter(lock->fd(), &usage)) usage = 0;
   if (delta > 0 && usage + delta > options_.max_bytes) return -1;
   usage = std::max<int64_t>(0, usage + delta);
-  if (pwrite(fd, &usage, sizeof(usage), 0) != static_cast<ssize_t>(sizeof(usage))) return -1;
+  int64_t mine = ReadFolderCounter(folder_);
+  if (!WriteCounter(lock->fd(), usage) ||
+      !WriteFolderCounter(folder_, std::max<int64_t>(0, std::max<int64_t>(mine, 0) + delta))) {
+    return -1;
+  }
   return usage;
 }
 
 int64_t DiskSampleCache::ReadUsage() const {
-  absl::StatusOr<FileLock> lock = FileLock::Acquire(folder_ + "/usage");
+  absl::StatusOr<FileLock> lock = FileLock::Acquire(options_.dir + "/" + kUsageFile);
   if (!lock.ok()) return -1;
   int64_t usage = 0;
-  return ReadUsageCounter(lock->fd(), &usage) ? usage : -1;
+  return ReadCounter(lock->fd(), &usage) ? usage : -1;
+}
+
+void DiskSampleCache::MarkKnown(uint64_t id, bool known) const {
+  absl::MutexLock lock(&mu_);
+  if (id < known_.size()) known_[id] = known ? 1 : 0;
+}
+
+void DiskSampleCache::Drop(const std::string& path, int64_t bytes, uint64_t id) {
+  // Its bytes no longer counted: what the file took, as the folder's count has it.
+  if (unlink(path.c_str()) == 0 && bytes > 0) AddUsage(-bytes);
+  absl::MutexLock lock(&mu_);
+  ++stats_.corrupt;
+  ++stats_.misses;
+  if (id < known_.size()) known_[id] = 0;
 }
 
 bool DiskSampleCache::Get(uint64_t id, std::string* out, uint32_t* crc) {
   const std::string path = EntryPath(id);
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking: a FIFO at the path does not wait for a writer; no link followed.
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
+    if (errno == ELOOP) {  // a symbolic link: not an entry
+      Drop(path, 0, id);
+      return false;
+    }
     absl::MutexLock lock(&mu_);
     ++stats_.misses;
     if (id < known_.size()) known_[id] = 0;
     return false;
   }
-  std::string file;
-  const bool read = ReadAll(fd, &file);
-  close(fd);
+  struct stat st;
   Header header;
-  bool ok = read && file.size() >= sizeof(Header);
+  const bool stated = fstat(fd, &st) == 0;
+  // Checked before the bytes are read: the type, the header against this
+  // dataset and sample, the size against the header and the bound.
+  const bool ours = stated && ReadHeader(fd, st, options_.fingerprint, id, &header);
+  bool ok = ours && st.st_size <= options_.max_bytes &&
+            header.size == static_cast<uint64_t>(st.st_size - kHeaderBytes);
   if (ok) {
-    std::memcpy(&header, file.data(), sizeof(Header));
-    const absl::string_view bytes = absl::string_view(file).substr(sizeof(Header));
-    ok = std::memcmp(header.magic, kMagic, sizeof(kMagic)) == 0 &&
-         header.fingerprint == options_.fingerprint && header.id == id &&
-         header.size == bytes.size() && header.crc == Crc32(bytes);
+    out->resize(header.size);
+    ok = PreadExact(fd, out->data(), out->size(), kHeaderBytes) && header.crc == Crc32(*out);
   }
+  close(fd);
   if (!ok) {
-    // Damaged or not ours: removed, its bytes no longer counted.
-    if (unlink(path.c_str()) == 0) AddUsage(-static_cast<int64_t>(file.size()));
-    absl::MutexLock lock(&mu_);
-    ++stats_.corrupt;
-    ++stats_.misses;
-    if (id < known_.size()) known_[id] = 0;
+    out->clear();
+    Drop(path, stated ? CountedBytes(st, ours ? &header : nullptr, options_.max_bytes) : 0, id);
     return false;
   }
-  out->assign(file, sizeof(Header), std::string::npos);
   if (crc != nullptr) *crc = header.crc;
   absl::MutexLock lock(&mu_);
   ++stats_.hits;
@@ -190,12 +390,15 @@ bool DiskSampleCache::Put(uint64_t id, absl::string_view bytes) {
   {
     absl::MutexLock lock(&mu_);
     if (id < known_.size() && known_[id]) return true;
+    if (filling_stopped_) {
+      ++stats_.rejected;
+      return false;
+    }
   }
   const std::string path = EntryPath(id);
   struct stat st;
-  if (stat(path.c_str(), &st) == 0) {  // another process wrote it
-    absl::MutexLock lock(&mu_);
-    if (id < known_.size()) known_[id] = 1;
+  if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {  // another process wrote it
+    MarkKnown(id, true);
     return true;
   }
   const int64_t size = static_cast<int64_t>(sizeof(Header) + bytes.size());
@@ -223,10 +426,13 @@ bool DiskSampleCache::Put(uint64_t id, absl::string_view bytes) {
   if (!status.ok()) {
     AddUsage(-size);
     absl::MutexLock lock(&mu_);
-    if (!write_error_logged_) {
-      write_error_logged_ = true;
-      spdlog::warn("sample cache on disk: cannot write sample {}: {} (further errors not logged)",
-                   id, std::string(status.message()));
+    ++stats_.write_errors;
+    ++stats_.rejected;
+    if (!filling_stopped_) {
+      filling_stopped_ = true;
+      spdlog::warn("sample cache on disk: cannot write sample {} into '{}': {}; the cache "
+                   "stops filling (it serves the {} entries it has written or found)",
+                   id, folder_, std::string(status.message()), stats_.written);
     }
     return false;
   }
@@ -238,8 +444,27 @@ bool DiskSampleCache::Put(uint64_t id, absl::string_view bytes) {
 }
 
 bool DiskSampleCache::Contains(uint64_t id) const {
-  absl::MutexLock lock(&mu_);
-  return id < known_.size() && known_[id];
+  {
+    absl::MutexLock lock(&mu_);
+    if (id >= known_.size()) return false;
+    if (known_[id]) return true;
+  }
+  // Written by another process of the node since?
+  struct stat st;
+  const std::string path = EntryPath(id);
+  if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < kHeaderBytes) {
+    return false;
+  }
+  MarkKnown(id, true);
+  return true;
+}
+
+int64_t DiskSampleCache::RoomBytes() const {
+  {
+    absl::MutexLock lock(&mu_);
+    if (filling_stopped_) return 0;
+  }
+  return std::max<int64_t>(0, options_.max_bytes - stats().usage_bytes);
 }
 
 DiskSampleCacheStats DiskSampleCache::stats() const {

@@ -2,19 +2,42 @@
 // --local-cache-dir): whole sample files kept across runs, so that a
 // restarted or a later job over the same dataset starts warm, and shared by
 // every process of the node that opens the same folder (ranks, Python
-// loaders): one copy on disk, one in the page cache.
+// loaders, other jobs): one copy on disk, one in the page cache.
 //
-// Layout: DIR/<dataset fingerprint, 16 hex digits>/<id % 256, 2 hex>/<id>,
-// each file a header (magic, fingerprint, id, size, CRC-32 of the bytes) and
-// the sample's bytes, written to a temporary file and renamed into place (no
-// fsync: an entry a crash left short fails its checksum). Another dataset
+// Layout:
+//   DIR/usage                 the bytes every dataset's entries take (the node's bound)
+//   DIR/<fingerprint>/        one folder a dataset (16 hex digits), mode 0700
+//     usage                   the bytes this dataset's entries take
+//     in-use                  held with a shared flock by every process that has the
+//                             dataset open; its mtime is when one last opened it
+//     <id % 256, 2 hex>/<id>  an entry: a header (magic, fingerprint, id, size, CRC-32
+//                             of the bytes) and the sample's bytes, mode 0600
+// An entry is written to a temporary file and renamed into place (no fsync:
+// an entry a machine crash left short fails its checks). Another dataset
 // (another fingerprint) has another folder: its entries are never read.
 //
-// Bounded in bytes per dataset folder (max_bytes, each entry's file size
-// counted), noevict: once full, nothing more is written. The usage is one
-// counter in DIR/<fingerprint>/usage that every process updates under
-// flock, so the processes of a node share the bound; an entry written twice
-// by two processes at once is counted twice (the bound holds, conservatively).
+// Bounded in bytes for the whole folder DIR (max_bytes, each entry's file
+// size counted), whatever the datasets: opening a dataset that needs room
+// reclaims the folders of the datasets opened longest ago that no process
+// has open. Within a dataset, noevict: once the bound is reached nothing
+// more is written (a job's epochs read every sample, each once, in random
+// order: evicting one cached sample for another gains nothing, as with the
+// memory tier, sample_cache.h). Both counters are kept under one flock on
+// DIR/usage; the first process to open a dataset's folder (no other has it
+// open) counts the folder again from its files, removing what is not an
+// entry (a temporary file a killed process left, a file of the wrong size or
+// type), so a counter that drifted (a process killed between counting and
+// writing) is exact again. An entry written twice by two processes at once is
+// counted twice until then (the bound holds, conservatively).
+//
+// A write that fails (a full disk, a quota, an I/O error) stops this
+// process's filling, said once: later epochs do not fetch files whole to fill
+// a cache that cannot grow.
+//
+// Every entry is checked before it is read: a path that is not a regular
+// file, a file whose size is not its header's, one larger than the bound or
+// with another dataset's header is removed without reading it whole; a
+// checksum that fails removes it too. Each counts as a miss.
 #ifndef SOPHON_CLIENT_LOADER_DISK_SAMPLE_CACHE_H_
 #define SOPHON_CLIENT_LOADER_DISK_SAMPLE_CACHE_H_
 
@@ -33,9 +56,13 @@ namespace sophon {
 
 struct DiskSampleCacheOptions {
   std::string dir;          // the cache's folder (created)
-  int64_t max_bytes = 0;    // > 0: what the dataset's folder may hold
+  int64_t max_bytes = 0;    // > 0: what the folder may hold, every dataset's entries together
   uint64_t fingerprint = 0; // the dataset's (its manifest's) fingerprint
   uint64_t num_samples = 0; // ids are below it
+  // The bytes the whole dataset takes as entries (its files plus a header
+  // each); 0 = unknown. Opening reclaims older datasets' folders until this
+  // dataset fits (or the bound is all free).
+  int64_t dataset_bytes = 0;
 
   absl::Status Validate() const;  // names the field
 };
@@ -45,31 +72,37 @@ struct DiskSampleCacheStats {
   uint64_t misses = 0;
   uint64_t corrupt = 0;   // entries removed because they failed their checks
   uint64_t written = 0;
-  uint64_t rejected = 0;  // not written: the folder is full
-  // The folder's usage: the counter every process of the node adds to, read when the
-  // stats are taken (as this process last wrote it when the counter cannot be read).
+  uint64_t rejected = 0;  // not written: the folder is full, or filling has stopped
+  uint64_t write_errors = 0;  // writes that failed (the first one stops the filling)
+  uint64_t reclaimed_datasets = 0;  // older datasets' folders removed when this one opened
+  // The folder's usage, every dataset's: the counter every process of the node adds to,
+  // read when the stats are taken (as this process last wrote it when it cannot be read).
   int64_t usage_bytes = 0;
 };
 
 class DiskSampleCache {
  public:
-  // Creates DIR/<fingerprint>/ and its usage counter (summing the entries
-  // found when there is none). Errors name the folder.
+  // Creates DIR/<fingerprint>/, counts it again when no other process has
+  // it open, reclaims older datasets' folders for room (logged), and holds
+  // the dataset open until destroyed. Errors name the folder.
   static absl::StatusOr<std::unique_ptr<DiskSampleCache>> Open(
       const DiskSampleCacheOptions& options);
+  ~DiskSampleCache();
 
   // Sample `id`'s bytes when its entry is there and intact (and their
-  // CRC-32 in *crc when given); a damaged entry is removed and counted.
-  // Thread-safe.
+  // CRC-32 in *crc when given); an entry that fails a check is removed and
+  // counted, never read whole when its size or type is wrong. Thread-safe.
   bool Get(uint64_t id, std::string* out, uint32_t* crc = nullptr);
-  // Writes sample `id`'s entry unless it is there or the folder is full;
-  // whether it is there afterwards. Errors of the file system are logged
-  // once and make it a no-op. Thread-safe.
+  // Writes sample `id`'s entry unless it is there, the folder is full or
+  // filling has stopped; whether it is there afterwards. A failed write
+  // stops the filling and is logged once. Thread-safe.
   bool Put(uint64_t id, absl::string_view bytes);
-  // Whether this process knows of an entry for `id`: found when opened,
-  // written or read since. Entries other processes wrote since are found by
-  // Get. Thread-safe.
+  // Whether there is an entry for `id`: known to this process (found when
+  // opened, written or read since), or written by another process since (a
+  // stat of its path). Thread-safe.
   bool Contains(uint64_t id) const;
+  // What can still be written: 0 once filling has stopped.
+  int64_t RoomBytes() const;
 
   DiskSampleCacheStats stats() const;
   const std::string& folder() const { return folder_; }
@@ -79,20 +112,28 @@ class DiskSampleCache {
   static constexpr int64_t kHeaderBytes = 40;
 
  private:
-  DiskSampleCache(const DiskSampleCacheOptions& options, std::string folder)
-      : options_(options), folder_(std::move(folder)), known_(options.num_samples, 0) {}
-  // Adds `delta` to the folder's usage under flock when the result stays
-  // within max_bytes (or delta <= 0); the new usage, or -1 when it would not.
-  int64_t AddUsage(int64_t delta);
-  // The folder's usage as the counter says now (under flock); -1 when it cannot be read.
+  DiskSampleCache(const DiskSampleCacheOptions& options, std::string folder, int in_use_fd)
+      : options_(options),
+        folder_(std::move(folder)),
+        in_use_fd_(in_use_fd),
+        known_(options.num_samples, 0) {}
+  // Adds `delta` to this dataset's and the node's usage under the node's
+  // flock when the node's stays within max_bytes (or delta <= 0); the node's
+  // new usage, or -1 when it would not fit or the counters cannot be kept.
+  int64_t AddUsage(int64_t delta) const;
+  // The node's usage as the counter says now (under flock); -1 when it cannot be read.
   int64_t ReadUsage() const;
+  // Removes the file at `path` (`bytes` long) that failed a check, counted.
+  void Drop(const std::string& path, int64_t bytes, uint64_t id);
+  void MarkKnown(uint64_t id, bool known) const;
 
   const DiskSampleCacheOptions options_;
   const std::string folder_;  // DIR/<fingerprint>
+  const int in_use_fd_;       // DIR/<fingerprint>/in-use, shared flock held
   mutable absl::Mutex mu_;
-  std::vector<char> known_ ABSL_GUARDED_BY(mu_);  // entry seen by this process
+  mutable std::vector<char> known_ ABSL_GUARDED_BY(mu_);  // entry seen by this process
   DiskSampleCacheStats stats_ ABSL_GUARDED_BY(mu_);
-  bool write_error_logged_ ABSL_GUARDED_BY(mu_) = false;
+  bool filling_stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace sophon

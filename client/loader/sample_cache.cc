@@ -145,9 +145,7 @@ bool SampleCache::Contains(uint64_t id) const {
 }
 
 int64_t SampleCache::RoomBytes() const {
-  if (disk_ != nullptr) {
-    return std::max<int64_t>(0, disk_->options().max_bytes - disk_->stats().usage_bytes);
-  }
+  if (disk_ != nullptr) return disk_->RoomBytes();
   if (options_.policy != CachePolicy::kNoEvict) return 0;
   absl::MutexLock lock(&mu_);
   return std::max<int64_t>(0, options_.bytes - stats_.bytes);
@@ -192,7 +190,8 @@ absl::Status LocalCacheOptions::Validate() const {
 
 absl::StatusOr<std::shared_ptr<SampleCache>> OpenSampleCache(const LocalCacheOptions& options,
                                                             uint64_t fingerprint,
-                                                            uint64_t num_samples) {
+                                                            uint64_t num_samples,
+                                                            int64_t dataset_bytes) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (!options.enabled()) return std::shared_ptr<SampleCache>();
   std::unique_ptr<DiskSampleCache> disk;
@@ -202,6 +201,7 @@ absl::StatusOr<std::shared_ptr<SampleCache>> OpenSampleCache(const LocalCacheOpt
     disk_options.max_bytes = options.dir_bytes;
     disk_options.fingerprint = fingerprint;
     disk_options.num_samples = num_samples;
+    disk_options.dataset_bytes = dataset_bytes;
     absl::StatusOr<std::unique_ptr<DiskSampleCache>> opened = DiskSampleCache::Open(disk_options);
     if (!opened.ok()) {
       return absl::Status(opened.status().code(),

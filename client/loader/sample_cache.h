@@ -75,7 +75,8 @@ class SampleCache {
   double ReadSecondsPerByte() const;
 
   // What a noevict cache can still keep: the disk tier's room when there is
-  // one (it keeps every file kept), else memory's; 0 for LRU.
+  // one (it keeps every file kept; 0 once its filling stopped), else
+  // memory's; 0 for LRU.
   int64_t RoomBytes() const;
 
   // Flips a byte of a held entry (tests of the checksum); false if not held.
@@ -120,11 +121,14 @@ struct LocalCacheOptions {
 };
 
 // The cache for a dataset whose manifest has `fingerprint` and
-// `num_samples`: null when !options.enabled(). Errors name the
-// LocalCacheOptions field (or the folder).
+// `num_samples`, its files `dataset_bytes` in all (0 = unknown: the disk
+// tier then reclaims older datasets' folders only beyond its bound): null
+// when !options.enabled(). Errors name the LocalCacheOptions field (or the
+// folder).
 absl::StatusOr<std::shared_ptr<SampleCache>> OpenSampleCache(const LocalCacheOptions& options,
                                                             uint64_t fingerprint,
-                                                            uint64_t num_samples);
+                                                            uint64_t num_samples,
+                                                            int64_t dataset_bytes = 0);
 
 }  // namespace sophon
 

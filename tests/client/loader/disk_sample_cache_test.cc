@@ -1,11 +1,21 @@
 #include "client/loader/disk_sample_cache.h"
 
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "sophon/base/file_lock.h"
 #include "tests/test_util.h"
 
 namespace sophon {
@@ -99,6 +109,8 @@ TEST(DiskSampleCacheTest, ADamagedEntryIsRemovedAndMissed) {
   EXPECT_EQ(cache->stats().corrupt, 2u);
   EXPECT_FALSE(cache->Contains(9));
   EXPECT_FALSE(std::filesystem::exists(cache->EntryPath(9)));
+  // What they counted is no longer counted, exactly: nothing is left.
+  EXPECT_EQ(cache->stats().usage_bytes, 0);
   // Fetched again and written again.
   EXPECT_TRUE(cache->Put(9, SampleFileBytes(9)));
   EXPECT_TRUE(cache->Get(9, &out));
@@ -127,6 +139,213 @@ TEST(DiskSampleCacheTest, TheBoundHoldsAcrossProcessesSharingTheFolder) {
     }
   }
   EXPECT_EQ(on_disk, 3 * (1000 + DiskSampleCache::kHeaderBytes));
+}
+
+int64_t EntryBytes(int n) { return n * (1000 + DiskSampleCache::kHeaderBytes); }
+
+// A path that holds no entry of ours is dropped without reading it whole: a
+// sparse 30 GiB file (read whole, a bad_alloc), a FIFO (read, a hang), a
+// link, a file of another size than its header says. The counters stay exact
+// and the samples are written again.
+TEST(DiskSampleCacheTest, WhatIsNotAnEntryIsDroppedWithoutReadingIt) {
+  const std::string dir = testing::MakeTempDir("disk_cache_not_entries");
+  std::unique_ptr<DiskSampleCache> cache = Open(Options(dir, 10));
+  ASSERT_TRUE(cache);
+  for (uint64_t id : {1, 2, 3, 4, 5}) ASSERT_TRUE(cache->Put(id, SampleFileBytes(id)));
+  std::filesystem::remove(cache->EntryPath(1));
+  std::filesystem::remove(cache->EntryPath(2));
+  std::filesystem::remove(cache->EntryPath(3));
+  {
+    std::ofstream huge(cache->EntryPath(1));
+  }
+  std::filesystem::resize_file(cache->EntryPath(1), int64_t{30} << 30);  // sparse
+  ASSERT_EQ(mkfifo(cache->EntryPath(2).c_str(), 0600), 0);
+  std::filesystem::create_symlink(cache->EntryPath(5), cache->EntryPath(3));
+  std::filesystem::resize_file(cache->EntryPath(4), 1000);  // short of its header's size
+  std::string out;
+  for (uint64_t id : {1, 2, 3, 4}) {
+    EXPECT_FALSE(cache->Get(id, &out)) << id;
+    EXPECT_TRUE(out.empty()) << id;
+    std::error_code ec;
+    EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(cache->EntryPath(id))))
+        << id;
+  }
+  EXPECT_EQ(cache->stats().corrupt, 4u);
+  EXPECT_TRUE(cache->Get(5, &out)) << "the link's target is intact";
+  // Entries 1 to 3 were removed by hand first (still counted: 3 entries); 4
+  // was counted as written. What is left counted: 1, 2, 3 (gone by hand) and 5.
+  EXPECT_EQ(cache->stats().usage_bytes, EntryBytes(4));
+  // A process that opens the folder alone counts it again from its files.
+  cache.reset();
+  cache = Open(Options(dir, 10));
+  ASSERT_TRUE(cache);
+  EXPECT_EQ(cache->stats().usage_bytes, EntryBytes(1));
+  for (uint64_t id : {1, 2, 3, 4}) {
+    EXPECT_TRUE(cache->Put(id, SampleFileBytes(id))) << id;
+    EXPECT_TRUE(cache->Get(id, &out)) << id;
+    EXPECT_EQ(out, SampleFileBytes(id));
+  }
+  EXPECT_EQ(cache->stats().usage_bytes, EntryBytes(5));
+}
+
+// Opened alone, the folder is counted again: a count that a process killed
+// between counting and writing left too high is exact again, and what such a
+// process left (a FIFO, a file of the wrong size, temporary files) is gone.
+TEST(DiskSampleCacheTest, OpenedAloneTheFolderIsCountedAgain) {
+  const std::string dir = testing::MakeTempDir("disk_cache_recount");
+  {
+    std::unique_ptr<DiskSampleCache> cache = Open(Options(dir, 10));
+    ASSERT_TRUE(cache && cache->Put(1, SampleFileBytes(1)) && cache->Put(2, SampleFileBytes(2)));
+    testing::WriteFile(cache->EntryPath(3) + ".tmp.AbCdEf", std::string(700, 'x'));
+    ASSERT_EQ(mkfifo(cache->EntryPath(4).c_str(), 0600), 0);
+  }
+  // A killed writer's reservation: the counters say more than the files.
+  for (const std::string& counter : {dir + "/usage", dir + "/000000000000002a/usage"}) {
+    std::fstream usage(counter, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(usage) << counter;
+    const int64_t inflated = EntryBytes(7);
+    usage.write(reinterpret_cast<const char*>(&inflated), sizeof(inflated));
+  }
+  std::unique_ptr<DiskSampleCache> cache = Open(Options(dir, 10));
+  ASSERT_TRUE(cache);
+  EXPECT_EQ(cache->stats().usage_bytes, EntryBytes(2));
+  std::vector<std::string> left;
+  for (const auto& bucket : std::filesystem::directory_iterator(cache->folder())) {
+    if (!bucket.is_directory()) continue;
+    for (const auto& f : std::filesystem::directory_iterator(bucket)) {
+      left.push_back(f.path().filename().string());
+    }
+  }
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"1", "2"}));
+}
+
+// A planner in one process sees what another process of the node wrote.
+TEST(DiskSampleCacheTest, AnotherProcesssEntriesAreSeen) {
+  const std::string dir = testing::MakeTempDir("disk_cache_contains");
+  std::unique_ptr<DiskSampleCache> rank0 = Open(Options(dir, 10));
+  std::unique_ptr<DiskSampleCache> rank1 = Open(Options(dir, 10));
+  ASSERT_TRUE(rank0 && rank1);
+  EXPECT_FALSE(rank1->Contains(6));
+  ASSERT_TRUE(rank0->Put(6, SampleFileBytes(6)));
+  EXPECT_TRUE(rank1->Contains(6));
+}
+
+// The bound covers every dataset's folder: opening a dataset that needs room
+// reclaims the folders of datasets opened longest ago, never one in use.
+TEST(DiskSampleCacheTest, OlderDatasetsAreReclaimedWithinTheBound) {
+  const std::string dir = testing::MakeTempDir("disk_cache_reclaim");
+  std::string old_folder, used_folder;
+  {
+    std::unique_ptr<DiskSampleCache> old = Open(Options(dir, 10, /*fingerprint=*/1));
+    ASSERT_TRUE(old);
+    for (uint64_t id = 0; id < 4; ++id) ASSERT_TRUE(old->Put(id, SampleFileBytes(id)));
+    old_folder = old->folder();
+  }
+  std::unique_ptr<DiskSampleCache> used = Open(Options(dir, 10, /*fingerprint=*/2));
+  ASSERT_TRUE(used);
+  for (uint64_t id = 0; id < 4; ++id) ASSERT_TRUE(used->Put(id, SampleFileBytes(id)));
+  used_folder = used->folder();
+  EXPECT_EQ(used->stats().usage_bytes, EntryBytes(8));
+
+  // A third dataset of 5 entries: the bound (10) needs 3 more entries' room.
+  DiskSampleCacheOptions third = Options(dir, 10, /*fingerprint=*/3);
+  third.dataset_bytes = EntryBytes(5);
+  std::unique_ptr<DiskSampleCache> cache = Open(third);
+  ASSERT_TRUE(cache);
+  EXPECT_FALSE(std::filesystem::exists(old_folder)) << "opened longest ago, not in use";
+  EXPECT_TRUE(std::filesystem::exists(used_folder)) << "in use by another job";
+  EXPECT_EQ(cache->stats().reclaimed_datasets, 1u);
+  EXPECT_EQ(cache->stats().usage_bytes, EntryBytes(4));
+  for (uint64_t id = 0; id < 6; ++id) EXPECT_TRUE(cache->Put(id, SampleFileBytes(id))) << id;
+  EXPECT_FALSE(cache->Put(6, SampleFileBytes(6))) << "the bound holds for the whole folder";
+  std::string out;
+  EXPECT_TRUE(used->Get(3, &out)) << "the dataset in use kept its entries";
+}
+
+// A disk that fills up (a 64 KiB tmpfs) stops the filling at the first failed
+// write: no write is tried again, the room is 0, and what was written is
+// served. Runs in a child process with a mount namespace of its own.
+TEST(DiskSampleCacheTest, AFullDiskStopsTheFilling) {
+  const std::string dir = testing::MakeTempDir("disk_cache_full");
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (unshare(CLONE_NEWNS) != 0 &&
+        (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)) {
+      _exit(77);  // neither root nor user namespaces: cannot mount
+    }
+    mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
+    if (mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=64k") != 0) _exit(77);
+    absl::StatusOr<std::unique_ptr<DiskSampleCache>> cache =
+        DiskSampleCache::Open(Options(dir, 1000));
+    if (!cache.ok()) _exit(3);
+    int written = 0;
+    for (uint64_t id = 0; id < 100; ++id) written += (*cache)->Put(id, SampleFileBytes(id));
+    const DiskSampleCacheStats stats = (*cache)->stats();
+    std::string out;
+    const bool serves = written > 0 && (*cache)->Get(0, &out) && out == SampleFileBytes(0);
+    std::fprintf(stderr, "written %d, write errors %llu, rejected %llu, room %lld\n", written,
+                 static_cast<unsigned long long>(stats.write_errors),
+                 static_cast<unsigned long long>(stats.rejected),
+                 static_cast<long long>((*cache)->RoomBytes()));
+    const bool ok = written > 0 && written < 100 && stats.write_errors == 1 &&
+                    stats.rejected == static_cast<uint64_t>(100 - written) &&
+                    (*cache)->RoomBytes() == 0 && serves;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "cannot mount a tmpfs here";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// Killed with SIGKILL while writing entries or while holding the node's lock,
+// a process wedges nobody: the others write and read on, and the next process
+// that opens the folder alone finds exactly the entries on disk counted.
+TEST(DiskSampleCacheTest, AProcessKilledMidWriteOrHoldingTheLockWedgesNobody) {
+  const std::string dir = testing::MakeTempDir("disk_cache_sigkill");
+  DiskSampleCacheOptions options = Options(dir, 100);
+  options.max_bytes = int64_t{1} << 30;
+  for (int round = 0; round < 4; ++round) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      absl::StatusOr<std::unique_ptr<DiskSampleCache>> cache = DiskSampleCache::Open(options);
+      if (!cache.ok()) _exit(3);
+      if (round == 3) {  // dies holding the node's lock
+        absl::StatusOr<FileLock> lock = FileLock::Acquire(dir + "/usage");
+        raise(SIGKILL);
+      }
+      for (uint64_t id = 0;; id = (id + 1) % 100) {
+        (*cache)->Put(id, SampleFileBytes(id, 200000));  // 100 ids, the bound well above
+      }
+    }
+    usleep(20000 + 30000 * round);
+    kill(child, SIGKILL);
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+  }
+  std::unique_ptr<DiskSampleCache> cache = Open(options);
+  ASSERT_TRUE(cache);
+  int64_t on_disk = 0;
+  for (const auto& bucket : std::filesystem::directory_iterator(cache->folder())) {
+    if (!bucket.is_directory()) continue;
+    for (const auto& f : std::filesystem::directory_iterator(bucket)) {
+      EXPECT_EQ(f.path().filename().string().find('.'), std::string::npos) << f.path();
+      on_disk += static_cast<int64_t>(std::filesystem::file_size(f.path()));
+    }
+  }
+  EXPECT_EQ(cache->stats().usage_bytes, on_disk);
+  std::string out;
+  for (uint64_t id = 0; id < 100; ++id) {
+    if (cache->Contains(id)) {
+      EXPECT_TRUE(cache->Get(id, &out)) << id;
+      EXPECT_EQ(out, SampleFileBytes(id, 200000)) << id;
+    }
+  }
+  EXPECT_TRUE(cache->Put(99, SampleFileBytes(99, 200000)));
 }
 
 TEST(DiskSampleCacheTest, OptionsAreCheckedByName) {
