@@ -220,6 +220,54 @@ TEST(DiskSampleCacheTest, OpenedAloneTheFolderIsCountedAgain) {
   EXPECT_EQ(left, (std::vector<std::string>{"1", "2"}));
 }
 
+// Eight processes of a node (eight ranks) fill one folder with the same
+// samples at once: one copy of each on disk, counted once each (up to the
+// entries two of them wrote at the same instant, counted twice until the
+// next lone open), and every process reads every sample.
+TEST(DiskSampleCacheTest, EightProcessesKeepOneCopy) {
+  const std::string dir = testing::MakeTempDir("disk_cache_eight");
+  DiskSampleCacheOptions options = Options(dir, 100);
+  options.max_bytes = int64_t{1} << 30;
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < 8; ++rank) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      absl::StatusOr<std::unique_ptr<DiskSampleCache>> cache = DiskSampleCache::Open(options);
+      if (!cache.ok()) _exit(3);
+      for (uint64_t i = 0; i < 100; ++i) {
+        const uint64_t id = (i + 13 * rank) % 100;  // each starts elsewhere
+        if (!(*cache)->Put(id, SampleFileBytes(id, 5000))) _exit(4);
+      }
+      std::string out;
+      for (uint64_t id = 0; id < 100; ++id) {
+        if (!(*cache)->Get(id, &out) || out != SampleFileBytes(id, 5000)) _exit(5);
+      }
+      _exit(0);
+    }
+    children.push_back(child);
+  }
+  for (pid_t child : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  }
+  int files = 0;
+  int64_t on_disk = 0;
+  std::unique_ptr<DiskSampleCache> cache = Open(options);  // alone: counted again
+  ASSERT_TRUE(cache);
+  for (const auto& bucket : std::filesystem::directory_iterator(cache->folder())) {
+    if (!bucket.is_directory()) continue;
+    for (const auto& f : std::filesystem::directory_iterator(bucket)) {
+      ++files;
+      on_disk += static_cast<int64_t>(std::filesystem::file_size(f.path()));
+    }
+  }
+  EXPECT_EQ(files, 100);
+  EXPECT_EQ(on_disk, 100 * (5000 + DiskSampleCache::kHeaderBytes));
+  EXPECT_EQ(cache->stats().usage_bytes, on_disk);
+}
+
 // A planner in one process sees what another process of the node wrote.
 TEST(DiskSampleCacheTest, AnotherProcesssEntriesAreSeen) {
   const std::string dir = testing::MakeTempDir("disk_cache_contains");
