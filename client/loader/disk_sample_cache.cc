@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -305,7 +307,27 @@ absl::StatusOr<std::unique_ptr<DiskSampleCache>> DiskSampleCache::Open(
   return cache;
 }
 
-DiskSampleCache::~DiskSampleCache() { close(in_use_fd_); }
+DiskSampleCache::~DiskSampleCache() {
+  // On tmpfs (/dev/shm) the entries are memory: the last process to leave a
+  // dataset's folder removes it. Under the node's lock, as Open, so that no
+  // process opens the folder meanwhile; our shared lock becomes exclusive
+  // only when no other process holds one.
+  struct statfs fs_info;
+  if (statfs(folder_.c_str(), &fs_info) == 0 && fs_info.f_type == TMPFS_MAGIC) {
+    absl::StatusOr<FileLock> node = FileLock::Acquire(options_.dir + "/" + kUsageFile);
+    if (node.ok() && flock(in_use_fd_, LOCK_EX | LOCK_NB) == 0) {
+      const int64_t bytes = std::max<int64_t>(ReadFolderCounter(folder_), 0);
+      std::error_code ec;
+      fs::remove_all(folder_, ec);
+      int64_t usage = 0;
+      if (!ec && ReadCounter(node->fd(), &usage)) {
+        WriteCounter(node->fd(), std::max<int64_t>(0, usage - bytes));
+      }
+      if (!ec) spdlog::info("sample cache in memory (tmpfs): removed '{}', its last user", folder_);
+    }
+  }
+  close(in_use_fd_);
+}
 
 std::string DiskSampleCache::EntryPath(uint64_t id) const {
   return absl::StrFormat("%s/%02x/%d", folder_, id % 256, id);

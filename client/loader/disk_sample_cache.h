@@ -30,6 +30,10 @@
 // writing) is exact again. An entry written twice by two processes at once is
 // counted twice until then (the bound holds, conservatively).
 //
+// On tmpfs (DIR under /dev/shm: a node-wide memory cache that every process
+// of the node shares, one copy) a dataset's folder is removed when the last
+// process that has it open leaves: memory is not kept for no one.
+//
 // A write that fails (a full disk, a quota, an I/O error) stops this
 // process's filling, said once: later epochs do not fetch files whole to fill
 // a cache that cannot grow.

@@ -311,6 +311,38 @@ TEST(DiskSampleCacheTest, OlderDatasetsAreReclaimedWithinTheBound) {
   EXPECT_TRUE(used->Get(3, &out)) << "the dataset in use kept its entries";
 }
 
+// On tmpfs the folder is memory: it goes with the last process that has it
+// open, not before.
+TEST(DiskSampleCacheTest, OnTmpfsTheLastUserRemovesTheFolder) {
+  const std::string dir = testing::MakeTempDir("disk_cache_tmpfs");
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (unshare(CLONE_NEWNS) != 0 && unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) _exit(77);
+    mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
+    if (mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1m") != 0) _exit(77);
+    std::string folder;
+    {
+      absl::StatusOr<std::unique_ptr<DiskSampleCache>> a = DiskSampleCache::Open(Options(dir, 10));
+      absl::StatusOr<std::unique_ptr<DiskSampleCache>> b = DiskSampleCache::Open(Options(dir, 10));
+      if (!a.ok() || !b.ok() || !(*a)->Put(1, SampleFileBytes(1))) _exit(3);
+      folder = (*a)->folder();
+      a->reset();
+      std::string out;
+      if (!std::filesystem::exists(folder) || !(*b)->Get(1, &out)) _exit(4);  // b still uses it
+    }
+    if (std::filesystem::exists(folder)) _exit(5);
+    absl::StatusOr<std::unique_ptr<DiskSampleCache>> again = DiskSampleCache::Open(Options(dir, 10));
+    if (!again.ok() || (*again)->stats().usage_bytes != 0) _exit(6);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "cannot mount a tmpfs here";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
 // A disk that fills up (a 64 KiB tmpfs) stops the filling at the first failed
 // write: no write is tried again, the room is 0, and what was written is
 // served. Runs in a child process with a mount namespace of its own.
