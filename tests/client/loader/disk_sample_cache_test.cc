@@ -311,36 +311,47 @@ TEST(DiskSampleCacheTest, OlderDatasetsAreReclaimedWithinTheBound) {
   EXPECT_TRUE(used->Get(3, &out)) << "the dataset in use kept its entries";
 }
 
+// Runs `body` in a child process with a tmpfs of `size` mounted at `dir`
+// (a mount namespace of its own, so nothing stays mounted) and returns its
+// exit code: 77 when this machine cannot mount one (neither root nor user
+// namespaces).
+template <typename Body>
+int InTmpfs(const std::string& dir, const char* size, Body body) {
+  const pid_t child = fork();
+  if (child < 0) return -1;
+  if (child == 0) {
+    if (unshare(CLONE_NEWNS) != 0 && unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) _exit(77);
+    mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
+    const std::string options = std::string("size=") + size;
+    if (mount("tmpfs", dir.c_str(), "tmpfs", 0, options.c_str()) != 0) _exit(77);
+    _exit(body());
+  }
+  int status = 0;
+  if (waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
 // On tmpfs the folder is memory: it goes with the last process that has it
 // open, not before.
 TEST(DiskSampleCacheTest, OnTmpfsTheLastUserRemovesTheFolder) {
   const std::string dir = testing::MakeTempDir("disk_cache_tmpfs");
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    if (unshare(CLONE_NEWNS) != 0 && unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) _exit(77);
-    mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
-    if (mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1m") != 0) _exit(77);
+  const int code = InTmpfs(dir, "1m", [&] {
     std::string folder;
     {
       absl::StatusOr<std::unique_ptr<DiskSampleCache>> a = DiskSampleCache::Open(Options(dir, 10));
       absl::StatusOr<std::unique_ptr<DiskSampleCache>> b = DiskSampleCache::Open(Options(dir, 10));
-      if (!a.ok() || !b.ok() || !(*a)->Put(1, SampleFileBytes(1))) _exit(3);
+      if (!a.ok() || !b.ok() || !(*a)->Put(1, SampleFileBytes(1))) return 3;
       folder = (*a)->folder();
       a->reset();
       std::string out;
-      if (!std::filesystem::exists(folder) || !(*b)->Get(1, &out)) _exit(4);  // b still uses it
+      if (!std::filesystem::exists(folder) || !(*b)->Get(1, &out)) return 4;  // b still uses it
     }
-    if (std::filesystem::exists(folder)) _exit(5);
+    if (std::filesystem::exists(folder)) return 5;
     absl::StatusOr<std::unique_ptr<DiskSampleCache>> again = DiskSampleCache::Open(Options(dir, 10));
-    if (!again.ok() || (*again)->stats().usage_bytes != 0) _exit(6);
-    _exit(0);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "cannot mount a tmpfs here";
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+    return again.ok() && (*again)->stats().usage_bytes == 0 ? 0 : 6;
+  });
+  if (code == 77) GTEST_SKIP() << "cannot mount a tmpfs here";
+  EXPECT_EQ(code, 0);
 }
 
 // A disk that fills up (a 64 KiB tmpfs) stops the filling at the first failed
@@ -348,18 +359,10 @@ TEST(DiskSampleCacheTest, OnTmpfsTheLastUserRemovesTheFolder) {
 // served. Runs in a child process with a mount namespace of its own.
 TEST(DiskSampleCacheTest, AFullDiskStopsTheFilling) {
   const std::string dir = testing::MakeTempDir("disk_cache_full");
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    if (unshare(CLONE_NEWNS) != 0 &&
-        (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)) {
-      _exit(77);  // neither root nor user namespaces: cannot mount
-    }
-    mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
-    if (mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=64k") != 0) _exit(77);
+  const int code = InTmpfs(dir, "64k", [&] {
     absl::StatusOr<std::unique_ptr<DiskSampleCache>> cache =
         DiskSampleCache::Open(Options(dir, 1000));
-    if (!cache.ok()) _exit(3);
+    if (!cache.ok()) return 3;
     int written = 0;
     for (uint64_t id = 0; id < 100; ++id) written += (*cache)->Put(id, SampleFileBytes(id));
     const DiskSampleCacheStats stats = (*cache)->stats();
@@ -372,13 +375,10 @@ TEST(DiskSampleCacheTest, AFullDiskStopsTheFilling) {
     const bool ok = written > 0 && written < 100 && stats.write_errors == 1 &&
                     stats.rejected == static_cast<uint64_t>(100 - written) &&
                     (*cache)->RoomBytes() == 0 && serves;
-    _exit(ok ? 0 : 1);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "cannot mount a tmpfs here";
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+    return ok ? 0 : 1;
+  });
+  if (code == 77) GTEST_SKIP() << "cannot mount a tmpfs here";
+  EXPECT_EQ(code, 0);
 }
 
 // Killed with SIGKILL while writing entries or while holding the node's lock,
