@@ -21,7 +21,8 @@ namespace {
 constexpr char kTrainingKind[] = "training";
 
 // The model's state_dict; for a fused array one a model (slot k of every
-// tensor).
+// tensor, copied into a storage of its own: a view would carry the whole
+// fused storage into anything that saves one model's state_dict alone).
 c10::IValue ModelState(const torch::nn::Module& module, const CheckpointedState::Identity& id) {
   if (!id.fused) return StateDict(module);
   const auto tensors = NamedTensors(module);
@@ -29,7 +30,7 @@ c10::IValue ModelState(const torch::nn::Module& module, const CheckpointedState:
   for (int k = 0; k < id.num_models; ++k) {
     c10::impl::GenericDict state(c10::StringType::get(), c10::TensorType::get());
     for (const auto& [name, t] : tensors) {
-      state.insert(name, t.detach().select(0, k).to(torch::kCPU).contiguous());
+      state.insert(name, t.detach().select(0, k).to(torch::kCPU).clone());
     }
     models.push_back(state);
   }

@@ -169,6 +169,12 @@ TEST(TrainingCheckpointFormatTest, AFusedArrayHoldsOneStateDictAModel) {
     absl::StatusOr<Classifier> model = MakeModel("tinycnn", kClasses);
     ASSERT_TRUE(model.ok());
     EXPECT_TRUE(LoadStateDict(models.toList().get(k), **model, "model").ok()) << "model " << k;
+    // Each tensor in a storage of its own, not a view of the fused array's.
+    for (const auto& item : models.toList().get(k).toGenericDict()) {
+      const torch::Tensor t = item.value().toTensor();
+      EXPECT_EQ(t.storage().nbytes(), static_cast<size_t>(t.numel()) * t.element_size())
+          << "model " << k << " " << item.key().toStringRef();
+    }
   }
   const c10::impl::GenericDict cursor = root->at("cursor").toGenericDict();
   EXPECT_EQ(cursor.at("batch_size").toInt(), 4);  // global batch 8 over 2 ranks
