@@ -32,10 +32,6 @@ std::string FirstLine(const std::exception& e) {
   return std::string(text.substr(0, text.find('\n')));
 }
 
-std::string ShapeString(const at::Tensor& t) {
-  return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
-}
-
 // The process's umask (/proc/self/status; umask(2) cannot read it without
 // changing it); 022 where that file does not say.
 mode_t CurrentUmask() {
@@ -105,6 +101,10 @@ absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path)
   absl::StatusOr<std::unique_ptr<caffe2::serialize::PyTorchStreamReader>> zip = OpenZip(path);
   if (!zip.ok()) return zip.status();
   return FormatOf(**zip, path);
+}
+
+std::string TensorShapeString(const at::Tensor& t) {
+  return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
 }
 
 c10::impl::GenericDict NewCheckpointDict() {
@@ -247,8 +247,8 @@ absl::StatusOr<std::vector<std::pair<at::Tensor, at::Tensor>>> MatchStateDict(
       const at::Tensor& ours = item.value();
       if (!t.sizes().equals(ours.sizes()) || t.scalar_type() != ours.scalar_type()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            where, ": tensor '", item.key(), "' is ", ShapeString(t), " ",
-            c10::toString(t.scalar_type()), ", the model's is ", ShapeString(ours), " ",
+            where, ": tensor '", item.key(), "' is ", TensorShapeString(t), " ",
+            c10::toString(t.scalar_type()), ", the model's is ", TensorShapeString(ours), " ",
             c10::toString(ours.scalar_type())));
       }
       copies.emplace_back(ours, t);

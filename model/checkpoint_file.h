@@ -78,6 +78,9 @@ absl::Status LoadStateDict(const c10::IValue& state, const torch::nn::Module& mo
 absl::StatusOr<std::vector<std::pair<at::Tensor, at::Tensor>>> MatchStateDict(
     const c10::IValue& state, const torch::nn::Module& module, absl::string_view where);
 
+// "[2, 3]": a tensor's shape in errors.
+std::string TensorShapeString(const at::Tensor& t);
+
 // Typed reads of a checkpoint dict's entries: InvalidArgument naming `where`
 // and the key when it is missing or of another type.
 absl::StatusOr<c10::IValue> Entry(const c10::impl::GenericDict& dict, const std::string& key,

@@ -15,20 +15,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "model/checkpoint_file.h"
 
 namespace sophon {
 namespace {
 
 constexpr char kArchKey[] = "sophon_arch";
 constexpr char kClassesKey[] = "sophon_num_classes";
-
-std::string ShapeString(const torch::Tensor& t) {
-  return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
-}
-
-}  // namespace
-
-namespace {
 
 // As torch::nn::Module::save, with CPU copies of tensors on another device:
 // the same archive, and the live module stays where it is.
@@ -170,7 +163,7 @@ absl::Status LoadModuleArchive(const std::string& path, const std::string& arch,
     const torch::Tensor& t = loaded[i].second;
     if (t.sizes().vec() != expected[i].shape) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": tensor '", loaded[i].first, "' has shape ", ShapeString(t), " where ", arch,
+          where, ": tensor '", loaded[i].first, "' has shape ", TensorShapeString(t), " where ", arch,
           " with ", num_classes, " classes has [", absl::StrJoin(expected[i].shape, ", "), "]"));
     }
     if (t.scalar_type() != expected[i].dtype) {

@@ -154,6 +154,7 @@ int64_t CountFolder(const std::string& folder, bool clean, int64_t max_bytes,
 struct OtherDataset {
   std::string folder;
   fs::file_time_type last_used;
+  int64_t bytes = 0;  // its count (filled by Open)
 };
 
 std::vector<OtherDataset> OtherDatasets(const std::string& dir, const std::string& ours) {
@@ -168,7 +169,7 @@ std::vector<OtherDataset> OtherDatasets(const std::string& dir, const std::strin
     std::error_code time_ec;
     fs::file_time_type used = fs::last_write_time(item.path() / kInUseFile, time_ec);
     if (time_ec) used = fs::last_write_time(item.path(), time_ec);
-    others.push_back({item.path().string(), used});
+    others.push_back({item.path().string(), used, 0});
   }
   std::sort(others.begin(), others.end(), [](const OtherDataset& a, const OtherDataset& b) {
     return a.last_used < b.last_used;
@@ -250,8 +251,9 @@ absl::StatusOr<std::unique_ptr<DiskSampleCache>> DiskSampleCache::Open(
   const int64_t counted_mine = alone || saved < 0 ? mine : saved;
   // The node's usage: every dataset folder's count, summed again at each
   // open (a folder of an earlier version without a count is counted).
+  std::vector<OtherDataset> others = OtherDatasets(options.dir, folder);  // oldest first
   int64_t usage = counted_mine;
-  for (const OtherDataset& other : OtherDatasets(options.dir, folder)) {
+  for (OtherDataset& other : others) {
     int64_t bytes = ReadFolderCounter(other.folder);
     if (bytes < 0) {
       const int unused = LockUnused(other.folder);
@@ -260,6 +262,7 @@ absl::StatusOr<std::unique_ptr<DiskSampleCache>> DiskSampleCache::Open(
       WriteFolderCounter(other.folder, bytes);
       if (unused >= 0) close(unused);
     }
+    other.bytes = bytes;
     usage += bytes;
   }
   // Room for this dataset: the folders of datasets opened longest ago that no
@@ -268,15 +271,10 @@ absl::StatusOr<std::unique_ptr<DiskSampleCache>> DiskSampleCache::Open(
       std::min(options.max_bytes, std::max<int64_t>(0, options.dataset_bytes - counted_mine));
   uint64_t reclaimed = 0;
   if (usage + wanted > options.max_bytes) {
-    for (const OtherDataset& other : OtherDatasets(options.dir, folder)) {
+    for (const OtherDataset& other : others) {
       if (usage + wanted <= options.max_bytes) break;
       const int unused = LockUnused(other.folder);
       if (unused < 0) continue;  // in use by a job now
-      int64_t bytes = ReadFolderCounter(other.folder);
-      if (bytes < 0) {
-        bytes = CountFolder(other.folder, false, options.max_bytes,
-                            FolderFingerprint(other.folder), nullptr);
-      }
       fs::remove_all(other.folder, ec);
       close(unused);
       if (ec) {
@@ -284,11 +282,11 @@ absl::StatusOr<std::unique_ptr<DiskSampleCache>> DiskSampleCache::Open(
                      ec.message());
         continue;
       }
-      usage = std::max<int64_t>(0, usage - bytes);
+      usage = std::max<int64_t>(0, usage - other.bytes);
       ++reclaimed;
       spdlog::info("sample cache on disk: reclaimed '{}' ({:.1f} MB), the dataset opened "
                    "longest ago, for room",
-                   other.folder, bytes / 1e6);
+                   other.folder, other.bytes / 1e6);
     }
   }
   WriteCounter(node->fd(), usage);

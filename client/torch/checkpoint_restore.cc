@@ -38,6 +38,16 @@ std::vector<std::pair<std::string, torch::Tensor>> NamedTensors(const torch::nn:
   return tensors;
 }
 
+absl::StatusOr<OptimizerKind> ParseSavedOptimizer(const std::string& name,
+                                                  const std::string& where) {
+  absl::StatusOr<OptimizerKind> kind = ParseOptimizerKind(name);
+  if (!kind.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " was written by a trainer with optimizer ", name));
+  }
+  return kind;
+}
+
 absl::Status CheckIdentity(const CheckpointedState::Identity& saved,
                            const CheckpointedState::Identity& ours, const std::string& where) {
   const auto differs = [&](const std::string& what, const std::string& theirs,

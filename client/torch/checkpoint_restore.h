@@ -36,6 +36,11 @@ torch::Tensor CpuRngState();
 // The module's parameters, then its buffers, by name.
 std::vector<std::pair<std::string, torch::Tensor>> NamedTensors(const torch::nn::Module& module);
 
+// The optimizer a checkpoint names (ParseOptimizerKind); InvalidArgument
+// naming `where` for another.
+absl::StatusOr<OptimizerKind> ParseSavedOptimizer(const std::string& name,
+                                                  const std::string& where);
+
 // InvalidArgument naming `where` and both values when the checkpoint's
 // identity differs from the trainer's.
 absl::Status CheckIdentity(const CheckpointedState::Identity& saved,

@@ -71,13 +71,6 @@ absl::StatusOr<c10::IValue> StackedModelState(const c10::IValue& saved,
   return stacked;
 }
 
-absl::StatusOr<OptimizerKind> ParseOptimizer(const std::string& name, const std::string& where) {
-  if (name == OptimizerName(OptimizerKind::kSgd)) return OptimizerKind::kSgd;
-  if (name == OptimizerName(OptimizerKind::kAdam)) return OptimizerKind::kAdam;
-  return absl::InvalidArgumentError(
-      absl::StrCat(where, " was written by a trainer with optimizer ", name));
-}
-
 torch::Tensor DoubleTensor(const std::vector<double>& values) {
   return torch::tensor(values, torch::TensorOptions(torch::kDouble));
 }
@@ -115,7 +108,7 @@ absl::StatusOr<TrainingCursor> ReadPickled(const std::string& path, Checkpointed
   ASSIGN_OR_RETURN(int64_t num_classes, IntEntry(root, "num_classes", where));
   ASSIGN_OR_RETURN(int64_t num_models, IntEntry(root, "num_models", where));
   ASSIGN_OR_RETURN(std::string optimizer, StringEntry(root, "optimizer_kind", where));
-  ASSIGN_OR_RETURN(saved_id.optimizer, ParseOptimizer(optimizer, where));
+  ASSIGN_OR_RETURN(saved_id.optimizer, ParseSavedOptimizer(optimizer, where));
   ASSIGN_OR_RETURN(saved_id.fused, BoolEntry(root, "fused", where));
   ASSIGN_OR_RETURN(saved_id.finetune, BoolEntry(root, "finetune", where));
   saved_id.num_classes = static_cast<int>(num_classes);

@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "client/torch/checkpoint_restore.h"
 #include "client/torch/torch_step.h"
+#include "model/checkpoint_file.h"
 
 namespace sophon {
 namespace {
@@ -31,10 +32,6 @@ constexpr int64_t kArchiveVersion = 1;
 constexpr char kVersionKey[] = "sophon_training_checkpoint";
 
 using torch::serialize::InputArchive;
-
-std::string ShapeString(const torch::Tensor& t) {
-  return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
-}
 
 // Reads an integer entry; throws (c10::Error) when it is missing or not an int.
 int64_t ReadInt(InputArchive& archive, const std::string& key) {
@@ -77,17 +74,14 @@ absl::StatusOr<TrainingCursor> ReadArchivedTrainingCheckpoint(const std::string&
     saved_id.arch = arch.toStringRef();
     saved_id.num_classes = static_cast<int>(ReadInt(archive, "num_classes"));
     saved_id.num_models = static_cast<int>(ReadInt(archive, "num_models"));
-    saved_id.optimizer =
-        optimizer.toStringRef() == "adam" ? OptimizerKind::kAdam : OptimizerKind::kSgd;
+    absl::StatusOr<OptimizerKind> kind = ParseSavedOptimizer(optimizer.toStringRef(), where);
+    if (!kind.ok()) return kind.status();
+    saved_id.optimizer = *kind;
     saved_id.fused = fused.toBool();
     // Absent in a checkpoint from before fine-tuning: the whole network trained.
     c10::IValue finetune;
     saved_id.finetune = archive.try_read("finetune", finetune) && finetune.toBool();
     const CheckpointedState::Identity id = state.identity();
-    if (optimizer.toStringRef() != "adam" && optimizer.toStringRef() != "sgd") {
-      return absl::InvalidArgumentError(absl::StrCat(where, " was written by a trainer with optimizer ",
-                                                     optimizer.toStringRef()));
-    }
     if (absl::Status s = CheckIdentity(saved_id, id, where); !s.ok()) return s;
 
     CheckpointRestore restore;
@@ -109,9 +103,9 @@ absl::StatusOr<TrainingCursor> ReadArchivedTrainingCheckpoint(const std::string&
       if (names[i] != live[i].first || !saved.sizes().equals(ours.sizes()) ||
           saved.scalar_type() != ours.scalar_type()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            where, ": model tensor ", i, " is '", names[i], "' ", ShapeString(saved), " ",
+            where, ": model tensor ", i, " is '", names[i], "' ", TensorShapeString(saved), " ",
             c10::toString(saved.scalar_type()), ", this model's is '", live[i].first, "' ",
-            ShapeString(ours), " ", c10::toString(ours.scalar_type())));
+            TensorShapeString(ours), " ", c10::toString(ours.scalar_type())));
       }
       restore.model.emplace_back(ours, saved);
     }
