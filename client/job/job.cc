@@ -1,5 +1,6 @@
 #include "client/job/job.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -106,6 +107,24 @@ absl::Status Job::Start() {
   if (policy_ == nullptr) return absl::FailedPreconditionError("Job::Start: no plan yet (Plan)");
   if (loader_ != nullptr || closed_) {
     return absl::FailedPreconditionError("Job::Start: started already");
+  }
+  if (spec_.share.enabled() && spec_.loader.batch_share == nullptr) {
+    // The window's bytes per batch: the target's values as the loader holds
+    // them (floats for TENSOR and vectors, uint8 otherwise) and a flag each.
+    const LoaderOptions& l = spec_.loader;
+    const int s = l.pipeline.augment.crop_size;
+    const int64_t values = l.target >= Stage::kFeatures
+                               ? std::max(1, VectorElements(l.target, l.pipeline))
+                               : int64_t{3} * s * s;
+    const int64_t value_bytes = l.target == Stage::kTensor || l.target >= Stage::kFeatures ? 4 : 1;
+    const int64_t batch_bytes = l.batch_size * (values * value_bytes + 1);
+    ASSIGN_OR_RETURN(spec_.loader.batch_share,
+                     BatchShare::Open(spec_.share,
+                                      BatchShareKey(l, servers_->manifest().fingerprint()),
+                                      batch_bytes, static_cast<uint64_t>(l.batch_size) * l.world));
+    spdlog::info("shared batches: {} (the node's jobs with the same batches read each other's; "
+                 "{:.0f} MB window)",
+                 spec_.loader.batch_share->folder(), spec_.share.window_bytes / 1e6);
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Loader> loader,
                    Loader::Create(servers_.get(), spec_.loader, policy_.get()));

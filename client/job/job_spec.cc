@@ -40,6 +40,7 @@ absl::Status JobSpec::Validate() const {
   if (absl::Status s = servers.Validate(); !s.ok()) return s;
   if (absl::Status s = loader.Validate(); !s.ok()) return s;
   if (absl::Status s = cache.Validate(); !s.ok()) return s;
+  if (absl::Status s = share.Validate(); !s.ok()) return s;
   if (ingress_mbit < 0 && ingress_mbit != -1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "JobSpec.ingress_mbit must be >= 0 Mbit/s, or -1 to probe it, got ", ingress_mbit));

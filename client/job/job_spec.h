@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "client/loader/batch_share.h"
 #include "client/loader/loader.h"
 #include "client/loader/sample_cache.h"
 #include "client/loader/sample_client.h"
@@ -51,6 +52,10 @@ struct JobSpec {
   LoaderOptions loader;
   // This node's cache of whole sample files (none by default).
   LocalCacheOptions cache;
+  // The finished batches this job shares with the node's other jobs that make
+  // the same ones (the trials of a search: one dataset, one seed); off by
+  // default. Job sets `loader.batch_share` from it.
+  BatchShareOptions share;
   // Where each sample's preprocessing runs: a fixed mode (nooff, resizeoff,
   // alloff, featuresoff, predictionsoff) or a planner (optimal, sophon:
   // smartoff with `smartoff`).

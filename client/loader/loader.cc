@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/loader/sample_cache.h"
 #include "client/loader/sampler.h"
 #include "client/loader/stream_loader.h"
@@ -274,6 +275,20 @@ void StreamLoader::SendLoop(const EpochPlan& plan) {
       mu_.Await(absl::Condition(&has_room));
       if (stopping_ || !error_.ok()) break;
     }
+    if (options_.batch_share != nullptr && !TakeSharedBatch(plan, batch.get())) {
+      absl::MutexLock lock(&mu_);
+      if (stopping_ || !error_.ok()) break;
+      stats_.shared_batches_read++;
+      batch->remaining = 0;
+      pending_[k] = std::move(batch);
+      sender_has_buffer_ = false;
+      ++opened_batches_;
+      continue;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_ || !error_.ok()) break;
+    }
     // The policy decides at send time, so a re-plan reaches every sample not
     // requested yet.
     batch->assigned.resize(batch->n);
@@ -349,16 +364,70 @@ void StreamLoader::SendLoop(const EpochPlan& plan) {
     stats_.requested += batch->n - hits - cache_hits;
     stats_.feature_cache_hits += hits;
     batch->remaining -= hits;
+    // Every sample from the feature cache: made already.
+    PendingBatch* const publish =
+        batch->remaining == 0 && batch->claim.held() ? batch.get() : nullptr;
+    if (publish != nullptr) publish->publishing = true;
     pending_[k] = std::move(batch);
     sender_has_buffer_ = false;
     ++opened_batches_;
+    if (publish != nullptr) {
+      mu_.Unlock();
+      PublishBatch(publish);
+      mu_.Lock();
+    }
+  }
+}
+
+bool StreamLoader::TakeSharedBatch(const EpochPlan& plan, PendingBatch* batch) {
+  const size_t sample_bytes =
+      static_cast<size_t>(sample_values_) * (float_target_ ? sizeof(float) : 1);
+  char* const images = float_target_ ? reinterpret_cast<char*>(batch->images.data())
+                                      : reinterpret_cast<char*>(batch->pixels.data());
+  const absl::Span<char> parts[] = {
+      absl::MakeSpan(batch->bad.data(), batch->bad.size()),
+      absl::MakeSpan(images, batch->n * sample_bytes)};
+  const uint64_t epoch_positions = PaddedEpochLength(servers_->manifest().num_samples(),
+                                                     options_.world);
+  batch->seq = BatchSeq(plan.epoch, epoch_positions,
+                        plan.start_position + batch->first_position * options_.world);
+  const absl::Time start = absl::Now();
+  const BatchShare::Outcome outcome = options_.batch_share->Take(
+      batch->seq, parts, &batch->claim, [this] {
+        absl::MutexLock lock(&mu_);
+        return EndingLocked();
+      });
+  absl::MutexLock lock(&mu_);
+  stats_.shared_take_seconds += absl::ToDoubleSeconds(absl::Now() - start);
+  return outcome != BatchShare::Outcome::kRead;
+}
+
+void StreamLoader::PublishBatch(PendingBatch* batch) {
+  const size_t sample_bytes =
+      static_cast<size_t>(sample_values_) * (float_target_ ? sizeof(float) : 1);
+  const char* const images = float_target_
+                                 ? reinterpret_cast<const char*>(batch->images.data())
+                                 : reinterpret_cast<const char*>(batch->pixels.data());
+  const absl::Span<const char> parts[] = {
+      absl::MakeConstSpan(batch->bad.data(), batch->bad.size()),
+      absl::MakeConstSpan(images, batch->n * sample_bytes)};
+  const absl::Status s =
+      options_.batch_share->Publish(batch->seq, parts, std::move(batch->claim));
+  absl::MutexLock lock(&mu_);
+  batch->publishing = false;
+  if (s.ok()) {
+    stats_.shared_batches_published++;
+  } else if (!share_failed_logged_) {
+    share_failed_logged_ = true;
+    spdlog::warn("shared batches: {}; the other jobs make this batch themselves",
+                 std::string(s.message()));
   }
 }
 
 bool StreamLoader::NextReadyLocked() const {
   if (!error_.ok() || stopping_ || next_batch_ >= plan_->num_batches) return true;
   auto it = pending_.find(next_batch_);
-  return it != pending_.end() && it->second->remaining == 0;
+  return it != pending_.end() && it->second->remaining == 0 && !it->second->publishing;
 }
 
 bool StreamLoader::WaitForNext(absl::Duration timeout) const {
@@ -524,6 +593,8 @@ void StreamLoader::JoinThreads() {
   for (std::thread& t : threads_) t.join();
   threads_.clear();
   absl::MutexLock lock(&mu_);
+  // The batches this job claimed and will not make now: other jobs take them.
+  for (auto& [index, batch] : pending_) batch->claim.Release();
   for (ServerLink& link : links_) link.call.reset();
 }
 

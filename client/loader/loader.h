@@ -30,6 +30,7 @@ namespace sophon {
 // Declared in the loader's other headers: sample_cache.h, sample_client.h,
 // server_manifest.h, server_set.h. This header includes none of them, nor
 // gRPC's or protobuf's (the narrow_headers test checks).
+class BatchShare;
 class SampleCache;
 class SampleClient;
 class ServerSet;
@@ -106,6 +107,12 @@ struct LoaderOptions {
   // this node's prep threads as if it had arrived. Samples that arrive RAW are
   // offered to it. Null = none.
   std::shared_ptr<SampleCache> sample_cache;
+  // The finished batches this loader shares with the other jobs of the node
+  // that make the same ones (BatchShareKey): a batch another job published
+  // is read instead of fetched and prepared, and each batch made here is
+  // published for them. Null = none. Opened with BatchShareKey of these
+  // options.
+  std::shared_ptr<BatchShare> batch_share;
 
   // The one place these are checked; names the offending field.
   absl::Status Validate() const;
@@ -150,6 +157,13 @@ struct LoaderEpochStats {
   uint64_t sample_cache_misses = 0;
   uint64_t sample_cache_hit_bytes = 0;
   uint64_t sample_cache_inserted = 0;
+  // Batches shared with the node's other jobs (LoaderOptions.batch_share):
+  // read from another job instead of fetched, made here and published for
+  // them, and the seconds the sender spent taking them (waiting for a batch
+  // another job was making, and reading it).
+  uint64_t shared_batches_read = 0;
+  uint64_t shared_batches_published = 0;
+  double shared_take_seconds = 0;
   // What the sample cache holds when the stats are read, all epochs' fills.
   int64_t sample_cache_entries = 0;
   int64_t sample_cache_bytes = 0;
@@ -172,6 +186,14 @@ struct LoaderEpochStats {
 // lenient_jpeg; a server that does not send it is strict); otherwise
 // FAILED_PRECONDITION naming `address` and both sides' setting: a sample
 // would succeed where one side decodes it and fail where the other does.
+// The key of the batches a loader with `options` makes from the dataset whose
+// (global) manifest has `dataset_fingerprint`: loaders with equal keys make
+// byte-identical batches (the order, the rank's slice, the batch size, the
+// target and every option that shapes a sample's bytes are in it; the mode
+// and the caches are not: a sample's bytes do not depend on where it is
+// prepared). BatchShare keys its folders by it.
+uint64_t BatchShareKey(const LoaderOptions& options, uint64_t dataset_fingerprint);
+
 absl::Status CheckJpegDecodingAgrees(const ServerManifest& manifest, absl::string_view address,
                                      const DecodeLimits& limits);
 

@@ -112,6 +112,13 @@ void StreamLoader::WorkerLoop(const EpochPlan& plan) {
                               absl::StrCat(status.message(), " (bad-sample policy: fail)")));
     }
     item.batch->remaining--;
+    if (item.batch->remaining == 0 && item.batch->claim.held() && error_.ok() && !stopping_) {
+      // Made: the other jobs of the node read it (Next waits for the write).
+      item.batch->publishing = true;
+      mu_.Unlock();
+      PublishBatch(item.batch);
+      mu_.Lock();
+    }
   }
 }
 

@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/loader/batch_share.h"
 #include "client/loader/feature_cache.h"
 #include "client/loader/loader.h"
 #include "client/loader/offload_policy.h"
@@ -82,6 +83,12 @@ class StreamLoader {
     std::vector<char> bad;
     std::vector<char> arrived;   // a reply came (counts against `remaining` in WorkerLoop)
     int remaining = 0;
+    // Shared batches (LoaderOptions.batch_share): the batch's seq, and the
+    // claim while this job makes it for the others; `publishing` while a
+    // prep thread writes it (Next waits for that).
+    uint64_t seq = 0;
+    BatchShare::Claim claim;
+    bool publishing = false;
   };
   struct WorkItem {
     v1::Sample sample;
@@ -178,6 +185,14 @@ class StreamLoader {
   absl::Status Finish(StageData data, uint64_t epoch, uint64_t id, PendingBatch* batch, int slot,
                       OpTimes* times, PerStage<uint64_t>* stage_bytes);
 
+  // Another job's batch into `batch` (read whole), or this job claims it:
+  // false when the batch was read, true when it is to be made here (or the
+  // loader stops meanwhile: the caller checks). (loader.cc)
+  bool TakeSharedBatch(const EpochPlan& plan, PendingBatch* batch);
+  // Writes a batch made here for the other jobs (outside the lock; `batch`
+  // marked publishing by the caller), then lets Next have it.
+  void PublishBatch(PendingBatch* batch);
+
   // Next without the count of callers inside it (waiting_callers_).
   absl::StatusOr<bool> NextBatch(Batch* batch);
   bool NextReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -237,6 +252,7 @@ class StreamLoader {
   std::vector<std::vector<uint8_t>> spare_pixels_ ABSL_GUARDED_BY(mu_);
   bool sender_has_buffer_ ABSL_GUARDED_BY(mu_) = false;  // a batch being set up
   uint64_t queued_payload_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // received, not yet prepared
+  bool share_failed_logged_ ABSL_GUARDED_BY(mu_) = false;  // a failed publish said once
 };
 
 }  // namespace sophon

@@ -194,6 +194,17 @@ ABSL_FLAG(int, eval_resize, 0,
 ABSL_FLAG(std::string, on_bad_sample, "skip",
           "skip (warn, count and go on) or fail (end the run) on a corrupt sample. Default skip.");
 ABSL_FLAG(std::string, report_json, "", "Write per-epoch figures as JSON to this file.");
+ABSL_FLAG(std::string, share_batches_dir, "",
+          "Share finished batches with the other jobs on this node that name the same folder "
+          "and make the same batches (the trials of a search: one dataset, --seed, --batch-size, "
+          "ranks, crop and augmentation; other models or learning rates): each batch is fetched "
+          "and prepared by whichever job needs it first and read by the others. Best on tmpfs "
+          "(/dev/shm/...): the last job to leave removes what it holds. A job that falls behind "
+          "the window makes its batches itself; a job that leaves holds no one back. Default: "
+          "none.");
+ABSL_FLAG(int64_t, share_batches_window_bytes, int64_t{256} << 20,
+          "--share-batches-dir: how far behind the newest batch batches are kept, in bytes "
+          "(at least two batches). Default 256 MiB.");
 ABSL_FLAG(std::string, planner, "optimal",
           "--mode=smartoff: optimal (minimises the predicted epoch time over network, storage "
           "CPU, local CPU and GPU) or sophon (the published SOPHON heuristic). Default optimal.");
@@ -234,6 +245,8 @@ namespace sophon::train_cli {
 // Which flag sets each option whose errors the library reports by name.
 const sophon::FlagNames kFlagNames = {
     {"LoaderOptions.batch_size", "--batch-size"},
+    {"BatchShareOptions.window_bytes", "--share-batches-window-bytes"},
+    {"BatchShareOptions.dir", "--share-batches-dir"},
     {"LoaderOptions.feature_cache_bytes", "--feature-cache-bytes"},
     {"LoaderOptions.shuffle_window", "--shuffle-window"},
     {"TrainerOptions.finetune", "--finetune"},
@@ -609,6 +622,8 @@ absl::StatusOr<sophon::JobSpec> JobSpecFromFlags(int* epochs) {
   absl::StatusOr<sophon::LocalCacheOptions> cache = sophon::LocalCacheFromFlags();
   if (!cache.ok()) return cache.status();
   spec.cache = *cache;
+  spec.share.dir = absl::GetFlag(FLAGS_share_batches_dir);
+  spec.share.window_bytes = absl::GetFlag(FLAGS_share_batches_window_bytes);
 
   if (absl::Status s = SmartoffOptionsFromFlags(spec.mode, &spec.smartoff); !s.ok()) return s;
   spec.smartoff.last_epoch = *epochs - 1;

@@ -399,6 +399,13 @@ std::string FormatEpochReport(const EpochReport& r, const std::vector<std::strin
                           l.sample_cache_inserted,
                           l.sample_cache_entries, l.sample_cache_bytes / 1e6);
   }
+  if (l.shared_batches_read > 0 || l.shared_batches_published > 0) {
+    absl::StrAppendFormat(&by_stage,
+                          "%sshared batches: %d read from other jobs (%.2fs taking them), %d "
+                          "made here for them",
+                          by_stage.empty() ? "" : ", ", l.shared_batches_read,
+                          l.shared_take_seconds, l.shared_batches_published);
+  }
   std::string out = absl::StrFormat(
       "epoch %d%s: %.2fs, %d images, %.1f img/s, %.1f MB received (%.1f KB/image; %s), "
       "data wait %.2fs (%.0f%%), loss %.4f, top-1 %.3f, skipped %d",
@@ -503,6 +510,9 @@ std::string EpochReportsToJson(const std::vector<EpochReport>& reports,
     w.Key("sample_cache_inserted").Uint(l.sample_cache_inserted);
     w.Key("sample_cache_entries").Int(l.sample_cache_entries);
     w.Key("sample_cache_bytes").Int(l.sample_cache_bytes);
+    w.Key("shared_batches_read").Uint(l.shared_batches_read);
+    w.Key("shared_batches_published").Uint(l.shared_batches_published);
+    w.Key("shared_take_seconds").Fixed(l.shared_take_seconds, 6);
     w.Key("local_prep_cpu_seconds").Fixed(l.local_cpu_seconds, 6);
     w.Key("server_prep_cpu_seconds").Fixed(r.server_prep_busy_seconds, 6);
     w.Key("server_prep_workers").Int(r.server_prep_workers);

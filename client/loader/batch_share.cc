@@ -1,0 +1,323 @@
+#include "client/loader/batch_share.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "sophon/base/file_lock.h"
+#include "spdlog/spdlog.h"
+
+namespace sophon {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr char kMagic[8] = {'S', 'O', 'P', 'H', 'B', 'T', 'C', 'H'};
+constexpr uint32_t kVersion = 1;
+constexpr char kInUseFile[] = "in-use";
+
+struct Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t reserved;
+  uint64_t key;
+  uint64_t seq;
+  uint64_t payload_bytes;
+};
+static_assert(sizeof(Header) == 40);
+
+template <typename Part>
+uint64_t TotalBytes(absl::Span<const Part> parts) {
+  uint64_t total = 0;
+  for (const Part& p : parts) total += p.size();
+  return total;
+}
+
+// Reads or writes every byte of `iov` at the file's current offset (readv
+// and writev may stop short). false on an error or end of file.
+template <typename Fn>
+bool TransferAll(Fn io, int fd, std::vector<iovec> iov) {
+  size_t first = 0;
+  while (first < iov.size()) {
+    const int count = static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
+    const ssize_t n = io(fd, iov.data() + first, count);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    size_t left = static_cast<size_t>(n);
+    while (first < iov.size() && left >= iov[first].iov_len) {
+      left -= iov[first].iov_len;
+      ++first;
+    }
+    if (left > 0) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+      iov[first].iov_len -= left;
+    }
+  }
+  return true;
+}
+
+// The seq a file of the folder is named after; false for other files.
+bool ParseSeq(const std::string& name, uint64_t* seq) {
+  const size_t dot = name.find('.');
+  if (dot == 0 || dot == std::string::npos || dot > 16) return false;
+  uint64_t value = 0;
+  for (size_t i = 0; i < dot; ++i) {
+    const char c = name[i];
+    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (digit < 0) return false;
+    value = value * 16 + digit;
+  }
+  *seq = value;
+  return true;
+}
+
+// Removes every file of `folder` but the in-use file.
+void RemoveBatchFiles(const std::string& folder) {
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(folder, ec)) {
+    if (e.path().filename() == kInUseFile) continue;
+    fs::remove(e.path(), ec);
+  }
+}
+
+}  // namespace
+
+uint64_t StableDigest(std::string_view text) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+absl::Status BatchShareOptions::Validate() const {
+  if (window_bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BatchShareOptions.window_bytes must be > 0 (got ", window_bytes, ")"));
+  }
+  return absl::OkStatus();
+}
+
+BatchShare::Claim& BatchShare::Claim::operator=(Claim&& other) noexcept {
+  if (this != &other) {
+    Release();
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+void BatchShare::Claim::Release() {
+  if (fd_ >= 0) close(fd_);  // drops the flock
+  fd_ = -1;
+}
+
+absl::StatusOr<std::unique_ptr<BatchShare>> BatchShare::Open(const BatchShareOptions& options,
+                                                             uint64_t key, int64_t batch_bytes,
+                                                             uint64_t seqs_per_batch) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  if (!options.enabled()) {
+    return absl::InvalidArgumentError("BatchShareOptions.dir is empty");
+  }
+  std::error_code ec;
+  fs::create_directories(options.dir, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot create the shared batches folder '",
+                                                    options.dir, "': ", ec.message()));
+  }
+  const std::string folder = absl::StrFormat("%s/%016x", options.dir, key);
+  // Opening and leaving are serialized per key, so a folder is never removed
+  // while another process opens it. The lock file stays (empty).
+  absl::StatusOr<FileLock> lock = FileLock::Acquire(folder + ".lock");
+  if (!lock.ok()) return lock.status();
+  if (mkdir(folder.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create '", folder, "': ", std::strerror(errno)));
+  }
+  struct stat st;
+  if (lstat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("'", folder, "' is not a folder; shared batches need one"));
+  }
+  // Another user of the machine can neither read the batches nor plant one.
+  if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "'%s' belongs to uid %d with mode %o: shared batches need a folder of this user (uid %d) "
+        "that no one else can open; remove it or choose another --share-batches-dir",
+        folder, st.st_uid, st.st_mode & 0777, geteuid()));
+  }
+  const int in_use =
+      open((folder + "/" + kInUseFile).c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (in_use < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot open '", folder, "/", kInUseFile, "': ", std::strerror(errno)));
+  }
+  if (flock(in_use, LOCK_EX | LOCK_NB) == 0) {
+    // The first process here: what a process killed earlier left goes.
+    RemoveBatchFiles(folder);
+  }
+  flock(in_use, LOCK_SH);  // held until this process leaves
+  const uint64_t batches =
+      std::max<uint64_t>(2, static_cast<uint64_t>(options.window_bytes / std::max<int64_t>(
+                                                                             1, batch_bytes)));
+  return std::unique_ptr<BatchShare>(
+      new BatchShare(folder, key, batches * std::max<uint64_t>(1, seqs_per_batch), in_use));
+}
+
+BatchShare::~BatchShare() {
+  absl::StatusOr<FileLock> lock = FileLock::Acquire(folder_ + ".lock");
+  if (lock.ok() && flock(in_use_, LOCK_EX | LOCK_NB) == 0) {
+    // The last process: the folder goes (on tmpfs, the memory it held).
+    RemoveBatchFiles(folder_);
+    unlink((folder_ + "/" + kInUseFile).c_str());
+    rmdir(folder_.c_str());
+  }
+  close(in_use_);
+}
+
+std::string BatchShare::PathOf(uint64_t seq, const char* suffix) const {
+  return absl::StrFormat("%s/%016x.%s", folder_, seq, suffix);
+}
+
+int BatchShare::TryRead(uint64_t seq, absl::Span<const absl::Span<char>> parts) const {
+  const std::string path = PathOf(seq, "batch");
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return 0;
+  const uint64_t payload = TotalBytes(parts);
+  struct stat st;
+  Header h;
+  bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+            static_cast<uint64_t>(st.st_size) == sizeof(Header) + payload &&
+            pread(fd, &h, sizeof(h), 0) == static_cast<ssize_t>(sizeof(h)) &&
+            std::memcmp(h.magic, kMagic, sizeof(kMagic)) == 0 && h.version == kVersion &&
+            h.key == key_ && h.seq == seq && h.payload_bytes == payload;
+  if (ok) {
+    std::vector<iovec> iov;
+    for (const absl::Span<char>& p : parts) iov.push_back({p.data(), p.size()});
+    ok = lseek(fd, sizeof(Header), SEEK_SET) == static_cast<off_t>(sizeof(Header)) &&
+         TransferAll(readv, fd, std::move(iov));
+  }
+  close(fd);
+  if (ok) return 1;
+  spdlog::warn("shared batches: '{}' does not match this job's batch ({} bytes expected); "
+               "removed, the batch is made here",
+               path, sizeof(Header) + payload);
+  unlink(path.c_str());
+  return -1;
+}
+
+BatchShare::Outcome BatchShare::Take(uint64_t seq, absl::Span<const absl::Span<char>> parts,
+                                     Claim* claim, const std::function<bool()>& stopped) {
+  const absl::Time start = absl::Now();
+  bool waited = false;
+  absl::Duration pause = absl::Milliseconds(1);
+  auto done = [&](Outcome outcome, bool taken_over) {
+    absl::MutexLock lock(&mu_);
+    if (outcome == Outcome::kRead) stats_.read++;
+    if (outcome == Outcome::kClaimed) stats_.claimed++;
+    if (taken_over) stats_.taken_over++;
+    if (waited) stats_.wait_seconds += absl::ToDoubleSeconds(absl::Now() - start);
+    return outcome;
+  };
+  while (true) {
+    if (TryRead(seq, parts) == 1) return done(Outcome::kRead, false);
+    const std::string path = PathOf(seq, "claim");
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+      // Made here, not shared (Publish skips a claim not held).
+      *claim = Claim();
+      return done(Outcome::kClaimed, false);
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      // Published between the look and the lock?
+      if (TryRead(seq, parts) == 1) {
+        close(fd);
+        return done(Outcome::kRead, false);
+      }
+      *claim = Claim(fd);
+      return done(Outcome::kClaimed, waited);
+    }
+    close(fd);
+    waited = true;
+    if (stopped()) return done(Outcome::kStopped, false);
+    absl::SleepFor(pause);
+    pause = std::min(pause * 2, absl::Milliseconds(8));
+  }
+}
+
+absl::Status BatchShare::Publish(uint64_t seq, absl::Span<const absl::Span<const char>> parts,
+                                 Claim claim) {
+  if (!claim.held()) return absl::OkStatus();
+  uint64_t newest;
+  {
+    absl::MutexLock lock(&mu_);
+    newest = std::max(newest_, seq);
+    if (seq + window_seqs_ < newest) return absl::OkStatus();  // behind: no one wants it
+  }
+  const std::string path = PathOf(seq, "batch");
+  const std::string temp = PathOf(seq, absl::StrCat("tmp.", getpid()).c_str());
+  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot write the shared batch '", temp, "': ", std::strerror(errno)));
+  }
+  Header h;
+  std::memcpy(h.magic, kMagic, sizeof(kMagic));
+  h.version = kVersion;
+  h.reserved = 0;
+  h.key = key_;
+  h.seq = seq;
+  h.payload_bytes = TotalBytes(parts);
+  std::vector<iovec> iov;
+  iov.push_back({&h, sizeof(h)});
+  for (const absl::Span<const char>& p : parts) {
+    iov.push_back({const_cast<char*>(p.data()), p.size()});
+  }
+  const bool written = TransferAll(writev, fd, std::move(iov));
+  const int write_errno = errno;
+  close(fd);
+  if (!written || rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(written ? errno : write_errno);
+    unlink(temp.c_str());
+    return absl::UnavailableError(
+        absl::StrCat("cannot write the shared batch '", path, "': ", why));
+  }
+  claim.Release();
+  {
+    absl::MutexLock lock(&mu_);
+    newest_ = newest;
+    stats_.published++;
+  }
+  Sweep(newest);
+  return absl::OkStatus();
+}
+
+void BatchShare::Sweep(uint64_t newest) {
+  if (newest < window_seqs_) return;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(folder_, ec)) {
+    uint64_t seq;
+    if (!ParseSeq(e.path().filename().string(), &seq)) continue;
+    if (seq + window_seqs_ < newest) fs::remove(e.path(), ec);
+  }
+}
+
+BatchShareStats BatchShare::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace sophon
