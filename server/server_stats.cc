@@ -58,6 +58,9 @@ void ServerStats::Snapshot(v1::ServerStats* out) const {
   out->set_peak_stream_inflight(peak_stream_inflight_.load());
   out->set_pending_request_bytes(
       static_cast<uint64_t>(std::max<int64_t>(0, pending_request_bytes_.load())));
+  out->set_sample_wall_seconds(sample_wall_nanos_.load(std::memory_order_relaxed) * 1e-9);
+  out->set_sample_cpu_seconds(sample_cpu_nanos_.load(std::memory_order_relaxed) * 1e-9);
+  out->set_sample_read_seconds(sample_read_nanos_.load(std::memory_order_relaxed) * 1e-9);
   out->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - start_));
 }
 

@@ -24,6 +24,14 @@ class ServerStats {
     samples_[StageIndex(stage)].fetch_add(1, std::memory_order_relaxed);
     bytes_[StageIndex(stage)].fetch_add(payload_bytes, std::memory_order_relaxed);
   }
+  // What one answered sample (failed ones too) cost the prep worker: the
+  // figures it carries (Sample.server_wall_seconds, server_cpu_seconds,
+  // server_read_seconds), summed in Snapshot's sample_*_seconds.
+  void RecordSampleSeconds(double wall, double cpu, double read) {
+    sample_wall_nanos_.fetch_add(Nanos(wall), std::memory_order_relaxed);
+    sample_cpu_nanos_.fetch_add(Nanos(cpu), std::memory_order_relaxed);
+    sample_read_nanos_.fetch_add(Nanos(read), std::memory_order_relaxed);
+  }
   // A sample sent at an earlier stage than `asked` (the file cannot take it).
   void RecordDeclined(Stage asked) {
     declined_[StageIndex(asked)].fetch_add(1, std::memory_order_relaxed);
@@ -50,6 +58,9 @@ class ServerStats {
 
  private:
   static constexpr int kNumCodes = 17;  // absl::StatusCode values 0..16
+  static int64_t Nanos(double seconds) {
+    return seconds > 0 ? static_cast<int64_t>(seconds * 1e9) : 0;
+  }
 
   const absl::Time start_;
   std::array<std::atomic<uint64_t>, kNumStages> samples_{};
@@ -61,6 +72,9 @@ class ServerStats {
   std::atomic<int64_t> inflight_{0};
   std::atomic<int64_t> pending_request_bytes_{0};
   std::atomic<uint32_t> peak_stream_inflight_{0};
+  std::atomic<int64_t> sample_wall_nanos_{0};
+  std::atomic<int64_t> sample_cpu_nanos_{0};
+  std::atomic<int64_t> sample_read_nanos_{0};
 };
 
 }  // namespace sophon

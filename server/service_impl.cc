@@ -193,6 +193,8 @@ void SampleServiceImpl::ProcessSample(Stage target, uint64_t id, const SampleKey
   }
   out->set_server_cpu_seconds(ThreadCpuSeconds() - t0);
   out->set_server_wall_seconds(absl::ToDoubleSeconds(absl::Now() - wall0));
+  stats_.RecordSampleSeconds(out->server_wall_seconds(), out->server_cpu_seconds(),
+                             out->server_read_seconds());
   if (!status.ok()) {
     FailSample(id, target, status, out);
     uint64_t suppressed = 0;
