@@ -184,6 +184,13 @@ class Loader(_Base):
         the folder local_cache_dir, kept across runs and shared by every loader of the node
         that names it (the ranks of a node then fetch a sample once). A held sample is not
         fetched again; smartoff plans with what is held.
+    share_batches_dir, share_batches_window_bytes: share finished batches with the other
+        jobs of this node that name the same folder and make the same batches (the trials
+        of a search: one dataset, seed, batch size, ranks, crop and augmentation; other
+        models or learning rates), as sophon-train's --share-batches-* flags: each batch is
+        fetched and prepared once, by the job that needs it first, and read by the others.
+        Best on tmpfs (/dev/shm/...). Batches are kept up to share_batches_window_bytes
+        behind the newest; a job further behind makes its own.
     max_batches: only the first N batches of every epoch (0: all), as
         sophon-train's --max-batches; nothing beyond them is fetched.
     connect_timeout: seconds to wait for an unreachable server (finite, > 0).
@@ -214,7 +221,8 @@ class Loader(_Base):
                  planner="optimal", net_bw=0.0, remote_cpus=0.0, gpu_batch_seconds=-1.0,
                  replan_threshold=0.25, stages="all", connect_timeout=30.0, tls_ca="", tls_cert="", tls_key="", tls_server_name="",
                  auth_token_file="", shuffle_window=0, local_cache_bytes=0,
-                 local_cache_policy="noevict", local_cache_dir="", local_cache_dir_bytes=0):
+                 local_cache_policy="noevict", local_cache_dir="", local_cache_dir_bytes=0,
+                 share_batches_dir="", share_batches_window_bytes=256 << 20):
         if isinstance(servers, str):
             servers = [s for s in servers.replace(" ", "").split(",") if s]
         servers = [_string("servers", s) for s in servers]
@@ -255,7 +263,10 @@ class Loader(_Base):
             local_cache_policy=_string("local_cache_policy", local_cache_policy),
             local_cache_dir=_path("local_cache_dir", local_cache_dir),
             local_cache_dir_bytes=_int("local_cache_dir_bytes", local_cache_dir_bytes, 0,
-                                       _INT64_MAX))
+                                       _INT64_MAX),
+            share_batches_dir=_path("share_batches_dir", share_batches_dir),
+            share_batches_window_bytes=_int("share_batches_window_bytes",
+                                            share_batches_window_bytes, 1, _INT64_MAX))
         self._epoch = 0
         self._start_position = 0  # where the next iteration of self._epoch starts
         self._cursor = 0          # global position after the last batch yielded

@@ -114,6 +114,10 @@ struct PyLoaderOptions {
   std::string local_cache_policy = "noevict";
   std::string local_cache_dir;
   int64_t local_cache_dir_bytes = 0;
+  // Batches shared with the node's other jobs, as sophon-train's
+  // --share-batches-dir and --share-batches-window-bytes.
+  std::string share_batches_dir;
+  int64_t share_batches_window_bytes = int64_t{256} << 20;
 };
 
 // Batches whose arrays Python has dropped, kept for the loader to reuse their
@@ -204,6 +208,8 @@ class PyLoader {
     spec.servers.credentials.auth_token_file = o.auth_token_file;
     spec.loader = options_;
     spec.cache = CacheOptions(o);
+    spec.share.dir = o.share_batches_dir;
+    spec.share.window_bytes = o.share_batches_window_bytes;
     spec.mode = *mode;
     spec.smartoff = SmartoffFrom(o);
     Check(WithArgumentNames(spec.Validate(),
@@ -212,6 +218,8 @@ class PyLoader {
                              {"LocalCacheOptions.memory_bytes", "local_cache_bytes"},
                              {"LocalCacheOptions.dir_bytes", "local_cache_dir_bytes"},
                              {"LocalCacheOptions.dir", "local_cache_dir"},
+                             {"BatchShareOptions.window_bytes", "share_batches_window_bytes"},
+                             {"BatchShareOptions.dir", "share_batches_dir"},
                              {"CredentialsOptions.", ""},
                              {"ClientOptions.connect_timeout", "connect_timeout"}}));
     absl::StatusOr<std::unique_ptr<Job>> job;
@@ -356,6 +364,9 @@ class PyLoader {
     d["sample_cache_inserted"] = s.sample_cache_inserted;
     d["sample_cache_entries"] = s.sample_cache_entries;
     d["sample_cache_bytes"] = s.sample_cache_bytes;
+    d["shared_batches_read"] = s.shared_batches_read;
+    d["shared_batches_published"] = s.shared_batches_published;
+    d["shared_take_seconds"] = s.shared_take_seconds;
     // smartoff's prediction of the epoch (0 for the fixed modes): its plan's,
     // made again from the first timed steps when it knew no step time.
     d["predicted_seconds"] = job_->policy()->PredictedEpochSeconds();
@@ -527,7 +538,8 @@ PYBIND11_MODULE(_sophon, m) {
                        std::string tls_key, std::string tls_server_name,
                        std::string auth_token_file, int shuffle_window,
                        int64_t local_cache_bytes, std::string local_cache_policy,
-                       std::string local_cache_dir, int64_t local_cache_dir_bytes) {
+                       std::string local_cache_dir, int64_t local_cache_dir_bytes,
+                       std::string share_batches_dir, int64_t share_batches_window_bytes) {
              PyLoaderOptions o;
              o.servers = std::move(servers);
              o.batch_size = batch_size;
@@ -564,6 +576,8 @@ PYBIND11_MODULE(_sophon, m) {
              o.local_cache_policy = std::move(local_cache_policy);
              o.local_cache_dir = std::move(local_cache_dir);
              o.local_cache_dir_bytes = local_cache_dir_bytes;
+             o.share_batches_dir = std::move(share_batches_dir);
+             o.share_batches_window_bytes = share_batches_window_bytes;
              return std::make_unique<PyLoader>(o);
            }),
            py::arg("servers"), py::arg("batch_size"), py::arg("mode"), py::arg("crop_size"),
@@ -577,7 +591,8 @@ PYBIND11_MODULE(_sophon, m) {
            py::arg("stages"), py::arg("tls_ca"), py::arg("tls_cert"), py::arg("tls_key"),
            py::arg("tls_server_name"), py::arg("auth_token_file"), py::arg("shuffle_window"),
            py::arg("local_cache_bytes"), py::arg("local_cache_policy"),
-           py::arg("local_cache_dir"), py::arg("local_cache_dir_bytes"))
+           py::arg("local_cache_dir"), py::arg("local_cache_dir_bytes"),
+           py::arg("share_batches_dir"), py::arg("share_batches_window_bytes"))
       .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("start_position") = 0,
            py::arg("max_batches") = 0)
       .def("next", &PyLoader::Next)

@@ -3,6 +3,7 @@ written by the test. Run by ctest (python_loader_test) with PYTHONPATH=build/pyt
 SOPHON_BUILD_DIR=build."""
 
 import os
+import pickle
 import subprocess
 import sys
 import time
@@ -528,6 +529,44 @@ def test_local_cache_options_name_themselves(server, tmp_path):
     with pytest.raises(ValueError, match="local_cache_policy"):
         sophon.Loader([server.address], batch_size=4, mode="nooff", crop_size=32,
                       local_cache_bytes=1 << 20, local_cache_policy="fifo")
+
+
+def test_jobs_of_a_search_share_their_batches(server, tmp_path):
+    """Three loaders in three processes with one seed and share_batches_dir (the trials of a
+    search): each sample is fetched once between them, every one gets every batch, and the
+    batches are the bytes a lone loader hands out."""
+    n = CLASSES * PER_CLASS
+    with sophon.Loader([server.address], batch_size=4, mode="nooff", crop_size=32, seed=9,
+                       workers=1) as plain:
+        want = [(labels.tolist(), images.tobytes()) for images, labels, _ in
+                epoch_arrays(plain, 0)]
+    share = str(tmp_path / "share")
+    out = str(tmp_path / "job")
+    script = (
+        "import os, pickle, sys, time, sophon\n"
+        f"loader = sophon.Loader([{server.address!r}], batch_size=4, mode='nooff', crop_size=32, "
+        f"seed=9, workers=1, share_batches_dir={share!r})\n"
+        # All three have the share open before any iterates.
+        "open(sys.argv[1] + '.ready', 'w').close()\n"
+        f"while sum(os.path.exists(f'{out}{{j}}.ready') for j in range(3)) < 3: time.sleep(0.01)\n"
+        "got = [(labels.tolist(), images.numpy().tobytes()) for images, labels in loader]\n"
+        "report = loader.report()\n"
+        "loader.close()\n"
+        "pickle.dump((got, report), open(sys.argv[1], 'wb'))\n")
+    procs = [subprocess.Popen([sys.executable, "-c", script, f"{out}{j}"], env=dict(os.environ),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for j in range(3)]
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    requested = 0
+    for j, (p, text) in enumerate(zip(procs, outputs)):
+        assert p.returncode == 0, text
+        with open(f"{out}{j}", "rb") as f:
+            got, report = pickle.load(f)
+        assert got == want
+        requested += report["requested"]
+        assert report["shared_batches_read"] + report["shared_batches_published"] == len(want)
+    assert requested == n
+    assert not os.listdir(share) or all(name.endswith(".lock") for name in os.listdir(share))
 
 
 def test_two_ranks_of_a_node_profile_the_dataset_once(server, tmp_path):
