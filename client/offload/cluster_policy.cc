@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "client/offload/net_probe.h"
 #include "client/offload/profile_pass.h"
+#include "client/offload/rate_estimate.h"
+#include "sophon/base/cpu_limit.h"
 #include "spdlog/spdlog.h"
 
 namespace sophon {
@@ -249,6 +251,23 @@ absl::StatusOr<std::unique_ptr<ClusterSmartoffPolicy>> CreateClusterSmartoffPoli
     if (shared) cluster.ingress_bytes_per_s = together;
   }
   cluster.local_cpus = loader_options.workers;
+  // Several ranks: each plans with its part of every server and of this
+  // node's ingress and cores, as SharedFirstPlan divides one server's.
+  const double node_cpus = ProcessCpuLimit();
+  for (ServerResources& server : cluster.servers) {
+    Resources part;
+    part.remote_cpus = server.remote_cpus;
+    part.net_bytes_per_s = server.net_bytes_per_s;
+    part.local_cpus = cluster.local_cpus;
+    SharedFirstPlan(loader_options.world, options.local_world_size, node_cpus, &part);
+    server.remote_cpus = part.remote_cpus;
+    server.net_bytes_per_s = part.net_bytes_per_s;
+  }
+  if (options.local_world_size > 1) {
+    cluster.ingress_bytes_per_s /= options.local_world_size;
+    cluster.local_cpus =
+        std::min(cluster.local_cpus, node_cpus / options.local_world_size);
+  }
   cluster.gpu_seconds_per_batch = std::max(0.0, options.FirstPlanStepSeconds());
   cluster.batch_size = loader_options.batch_size;
   if (absl::Status st = cluster.Validate(); !st.ok()) return st;

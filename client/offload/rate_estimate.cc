@@ -17,6 +17,30 @@ double StorageShare(double planned_seconds, double reported_seconds, double seco
   return std::max(planned_seconds / seconds, reported);
 }
 
+double AvailableShare(double whole, double others, int competitors) {
+  if (!(whole > 0)) return whole;
+  const double fair = competitors > 1 ? whole / competitors : whole;
+  return std::clamp(whole - std::max(0.0, others), fair, whole);
+}
+
+void SharedFirstPlan(int world_size, int local_world_size, double node_cpus,
+                     Resources* resources) {
+  if (world_size > 1) resources->remote_cpus /= world_size;
+  if (local_world_size > 1) {
+    resources->net_bytes_per_s /= local_world_size;
+    if (node_cpus > 0) {
+      resources->local_cpus = std::min(resources->local_cpus, node_cpus / local_world_size);
+    }
+  }
+}
+
+double WholeLinkRate(double probe_bytes_per_s, double probe_bytes, double others_bytes,
+                     int local_world_size) {
+  if (!(probe_bytes > 0) || local_world_size <= 1) return probe_bytes_per_s;
+  const double others = std::clamp(others_bytes, 0.0, (local_world_size - 1) * probe_bytes);
+  return probe_bytes_per_s * (probe_bytes + others) / probe_bytes;
+}
+
 EpochShares MeasureShares(const EpochRecord& epoch, const Resources& assumed) {
   EpochShares shares;
   const double t = epoch.seconds;
@@ -24,7 +48,20 @@ EpochShares MeasureShares(const EpochRecord& epoch, const Resources& assumed) {
   if (assumed.net_bytes_per_s > 0) {
     shares.link = static_cast<double>(epoch.wire_bytes) / (t * assumed.net_bytes_per_s);
   }
-  shares.storage = StorageShare(epoch.plan.remote_s, epoch.storage_seconds, t, assumed.remote_cpus);
+  const double whole =
+      epoch.storage_whole_cpus > 0 ? epoch.storage_whole_cpus : assumed.remote_cpus;
+  const double others = std::max(0.0, epoch.storage_others_seconds);
+  if (others == 0 && whole == assumed.remote_cpus) {
+    shares.storage =
+        StorageShare(epoch.plan.remote_s, epoch.storage_seconds, t, assumed.remote_cpus);
+  } else {
+    // The whole server's busy share: this rank's planned or reported seconds
+    // on its part of the CPUs, and the others' on the rest.
+    const double planned = whole > 0 && std::isfinite(epoch.plan.remote_s)
+                               ? (epoch.plan.remote_s * assumed.remote_cpus + others) / whole
+                               : epoch.plan.remote_s;
+    shares.storage = StorageShare(planned, epoch.storage_seconds + others, t, whole);
+  }
   shares.step = std::max(0.0, 1 - epoch.wait_seconds / t);
   return shares;
 }

@@ -61,6 +61,21 @@
 // lower the speed). This is judged before the saturation test: the work a
 // rise moves off the training node can saturate the link or the storage
 // node in the next epoch without saying anything of the rise.
+//
+// SHARED RESOURCES. A storage node's prep workers serve every client, and a
+// training node's link and cores serve every rank on it; a rank plans with
+// its own part of each. The first plan, before anything is measured, divides
+// what is shared by those who share it (SharedFirstPlan): a server's CPUs by
+// the job's ranks (each rank reads from every server), this node's link by
+// its ranks, and its prep threads to their part of the node's cores. Each
+// later epoch measures the storage node's part: the server's counters
+// (ServerLoad: the summed figures of every sample it answered) less this
+// rank's own samples' figures are what it did for the others, and what they
+// leave is this rank's (AvailableShare), no less than an equal share among
+// the server's open streams (its prep pool serves them in turn) and no more
+// than the whole. An epoch then records the others' seconds
+// (EpochRecord.storage_others_seconds), so that a server busy with others
+// counts as saturated and the training node is not blamed for its wait.
 #ifndef SOPHON_CLIENT_OFFLOAD_RATE_ESTIMATE_H_
 #define SOPHON_CLIENT_OFFLOAD_RATE_ESTIMATE_H_
 
@@ -94,6 +109,11 @@ struct EpochRecord {
   uint64_t wire_bytes = 0;    // received
   double storage_seconds = 0; // the storage node's reported seconds of its ops (all its CPUs)
   double wait_seconds = 0;    // the training loop's wait for data
+  // The storage node's seconds of others' samples over the epoch (its
+  // counters less this rank's), and its CPUs as a whole; 0: the plan had the
+  // storage node to itself (assumed.remote_cpus is the whole).
+  double storage_others_seconds = 0;
+  double storage_whole_cpus = 0;
 };
 
 // The busy share of the epoch's duration of each resource the training node's
@@ -113,6 +133,43 @@ EpochShares MeasureShares(const EpochRecord& epoch, const Resources& assumed);
 // nothing: the estimate does not move.
 double StorageShare(double planned_seconds, double reported_seconds, double seconds,
                     double cpus);
+
+// A storage server's counters at one moment, from its ServerStats, and its
+// CPUs as this job's first plan measured them (min(prep workers, CPU limit),
+// or SmartoffOptions.remote_cpus).
+struct ServerLoad {
+  double sample_wall_seconds = 0;  // summed over every sample it answered
+  double sample_cpu_seconds = 0;
+  double sample_read_seconds = 0;
+  // Those it serves in turn, this rank included: its open Fetch streams, and
+  // no fewer than the job's ranks (a rank between epochs may have none open).
+  int competitors = 0;
+  double whole_cpus = 0;
+};
+
+// The part of a resource of `whole` units left to this rank when the others
+// use `others` of them: whole - others, no less than whole / `competitors`
+// (an equal share among those that share it, this rank included; <= 1: the
+// whole), no more than whole.
+double AvailableShare(double whole, double others, int competitors);
+
+// What is shared, divided before anything is measured. `world_size`: the
+// job's ranks (every one reads from every storage server);
+// `local_world_size`: its ranks on this node; `node_cpus`: the CPUs this
+// process may use (ProcessCpuLimit; <= 0: not known). The storage node's
+// CPUs over the ranks, this node's link over its ranks, and each rank's prep
+// threads at most its part of the node's CPUs. With one rank, `resources` is
+// left as it is.
+void SharedFirstPlan(int world_size, int local_world_size, double node_cpus,
+                     Resources* resources);
+
+// The whole link's rate from a probe that may have run beside others (the
+// ranks of this node probe at once): the probe's rate times (its bytes plus
+// the server's other bytes over the probe) over its bytes, the others' bytes
+// counted up to (local_world_size - 1) times the probe's own (no more ranks
+// share this node's link; bytes to other nodes do not).
+double WholeLinkRate(double probe_bytes_per_s, double probe_bytes, double others_bytes,
+                     int local_world_size);
 
 // The storage node's speed (Resources.remote_speed) measured over some work:
 // its reported seconds over the profile's seconds for the same ops. Empty

@@ -13,8 +13,10 @@
 #include "client/offload/profile_pass.h"
 #include "client/offload/rate_estimate.h"
 #include "sophon/planning/profile_csv.h"
+#include "sophon/base/cpu_limit.h"
 #include "sophon/base/file_lock.h"
 #include "sophon/data/cached_source.h"
+#include "sophon/net/credentials.h"
 #include "sophon/planning/cost_model.h"
 #include "spdlog/spdlog.h"
 
@@ -114,6 +116,10 @@ absl::Status SmartoffOptions::Validate() const {
         "SmartoffOptions.measured_gpu_batch_seconds must be >= 0, got ",
         measured_gpu_batch_seconds));
   }
+  if (local_world_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SmartoffOptions.local_world_size must be >= 1, got ", local_world_size));
+  }
   if (speed_probe_samples < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "SmartoffOptions.speed_probe_samples must be >= 1, got ", speed_probe_samples));
@@ -139,10 +145,23 @@ SmartoffPolicy::SmartoffPolicy(DatasetProfile profile, Resources resources,
       cached_(profile_.samples.size(), 0) {}
 
 absl::Status SmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const uint64_t> order) {
+  // The server's counters, asked without the lock.
+  std::optional<ServerLoad> load;
+  if (options_.server_load) {
+    absl::StatusOr<ServerLoad> asked = options_.server_load();
+    if (asked.ok()) {
+      load = *asked;
+    } else {
+      spdlog::debug("smartoff: the storage server's counters: {}",
+                    std::string(asked.status().message()));
+    }
+  }
   Resources r;
   {
     absl::MutexLock lock(&mu_);
-    UpdateLocalSpeedLocked();
+    const std::optional<OthersUse> others = MeasureOthersLocked(load);
+    UpdateLocalSpeedLocked(others.has_value() ? others->seconds : 0,
+                           others.has_value() ? others->whole_cpus : 0);
     // The storage speed measured over the previous epoch (or warm-up), when it
     // offloaded enough work to tell.
     if (const std::optional<double> speed =
@@ -207,6 +226,7 @@ absl::Status SmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const uint64_
   epoch_wire_bytes_ = 0;
   epoch_wait_s_ = 0;
   last_step_end_ = absl::InfinitePast();
+  epoch_remote_cpus_ = r.remote_cpus;
   if (plan.ok()) {
     last_plan_ = *plan;
     epoch_plan_cost_ = plan->cost;
@@ -216,7 +236,40 @@ absl::Status SmartoffPolicy::BeginEpoch(uint64_t epoch, absl::Span<const uint64_
   return absl::OkStatus();
 }
 
-void SmartoffPolicy::UpdateLocalSpeedLocked() {
+std::optional<SmartoffPolicy::OthersUse> SmartoffPolicy::MeasureOthersLocked(
+    const std::optional<ServerLoad>& load) {
+  const absl::Time now = clock_();
+  const std::optional<ServerLoad> last = std::exchange(last_load_, load);
+  const absl::Time since = std::exchange(last_load_time_, now);
+  const double own_wall = std::exchange(own_wall_s_, 0.0);
+  const double own_cpu = std::exchange(own_cpu_s_, 0.0);
+  const double own_read = std::exchange(own_read_s_, 0.0);
+  if (!load.has_value() || !last.has_value() || !(load->whole_cpus > 0)) return std::nullopt;
+  const double interval = absl::ToDoubleSeconds(now - since);
+  const double wall = load->sample_wall_seconds - last->sample_wall_seconds;
+  // A server that does not count its samples' seconds (before
+  // ServerStats.sample_wall_seconds), or one that restarted: not measured.
+  if (!(interval > 0) || !(wall > 0) || wall + 1e-6 < own_wall) return std::nullopt;
+  OthersUse out;
+  out.whole_cpus = load->whole_cpus;
+  out.seconds = ServerOpSeconds(
+      std::max(0.0, wall - own_wall),
+      std::max(0.0, load->sample_cpu_seconds - last->sample_cpu_seconds - own_cpu),
+      std::max(0.0, load->sample_read_seconds - last->sample_read_seconds - own_read),
+      storage_wall_scale_);
+  const double old = resources_.remote_cpus;
+  resources_.remote_cpus =
+      AvailableShare(load->whole_cpus, out.seconds / interval, load->competitors);
+  if (resources_.remote_cpus != old) {
+    spdlog::info("smartoff: the storage node's other clients used {:.2f} of its {:.2f} CPUs over "
+                 "the last {:.2f}s ({} clients share it): this rank plans with {:.2f} (was {:.2f})",
+                 out.seconds / interval, load->whole_cpus, interval, load->competitors,
+                 resources_.remote_cpus, old);
+  }
+  return out;
+}
+
+void SmartoffPolicy::UpdateLocalSpeedLocked(double others_s, double whole_cpus) {
   if (!options_.measure_local_speed || !epoch_planned_ || epoch_replanned_ ||
       epoch_batches_ == 0 || epoch_steps_ < epoch_batches_) {
     return;  // not measured here, no epoch yet, a re-planned one, or one not run to its end
@@ -227,8 +280,14 @@ void SmartoffPolicy::UpdateLocalSpeedLocked() {
   epoch.wire_bytes = epoch_wire_bytes_;
   epoch.storage_seconds = epoch_server_actual_s_;
   epoch.wait_seconds = epoch_wait_s_;
+  epoch.storage_others_seconds = others_s;
+  epoch.storage_whole_cpus = whole_cpus;
   const double old = resources_.local_speed;
-  const LocalSpeedEstimate::Update update = local_speed_.Observe(epoch, resources_);
+  // Judged against the plan's rates: the storage node's part as it was
+  // planned (MeasureOthersLocked has already set the next one's).
+  Resources planned = resources_;
+  planned.remote_cpus = epoch_remote_cpus_;
+  const LocalSpeedEstimate::Update update = local_speed_.Observe(epoch, planned);
   if (update.speed == old) {
     spdlog::debug("smartoff: training node speed {:.2f} kept ({}): {}", old,
                   LocalSpeedEstimate::EvidenceName(update.evidence), update.reason);
@@ -339,6 +398,9 @@ void SmartoffPolicy::OnSample(const SampleObservation& obs) {
   const DatasetProfile& planned = epoch_profile_ != nullptr ? *epoch_profile_ : profile_;
   const double predicted = planned.samples[obs.id].client.Between(kFirstStage, obs.received);
   epoch_wire_bytes_ += obs.payload_bytes;
+  own_wall_s_ += std::max(0.0, obs.server_wall_seconds);
+  own_cpu_s_ += std::max(0.0, obs.server_cpu_seconds);
+  own_read_s_ += std::max(0.0, obs.server_read_seconds);
   if (obs.ok && obs.cache_hit != (cached_[obs.id] != 0)) {
     cached_[obs.id] = obs.cache_hit ? 1 : 0;
     obs.cache_hit ? ++cached_count_ : --cached_count_;
@@ -513,12 +575,41 @@ absl::StatusOr<StorageMeasurement> MeasureStorageServer(SampleClient* client,
   // The probe gives the link rate and what receiving costs this node's CPUs.
   NetProbeOptions probe_options;
   probe_options.seed = loader_options.seed;
+  // With other ranks on this node, the server's bytes around the probe: what
+  // it sent them meanwhile shared the link (WholeLinkRate).
+  const bool shared = options.local_world_size > 1;
+  absl::StatusOr<v1::ServerStats> before;
+  if (shared) before = client->GetStats();
   absl::StatusOr<NetProbeResult> probe = ProbeBandwidth(client, probe_options);
   if (!probe.ok()) return probe.status();
   out.probe = *probe;
+  double whole_link = probe->bytes_per_second;
+  if (shared && before.ok()) {
+    if (absl::StatusOr<v1::ServerStats> after = client->GetStats(); after.ok()) {
+      double sent = 0;
+      for (int i = 0; i < after->bytes_by_stage_size(); ++i) {
+        sent += static_cast<double>(after->bytes_by_stage(i)) -
+                (i < before->bytes_by_stage_size() ? static_cast<double>(before->bytes_by_stage(i))
+                                                   : 0.0);
+      }
+      const double probe_bytes = static_cast<double>(probe->bytes);
+      whole_link = WholeLinkRate(probe->bytes_per_second, probe_bytes,
+                                 std::max(0.0, sent - probe_bytes), options.local_world_size);
+      if (whole_link != probe->bytes_per_second) {
+        spdlog::info("smartoff: the server sent {:.1f} MB to others during the probe: the link "
+                     "carries {:.1f} Mbit/s as a whole",
+                     std::max(0.0, sent - probe_bytes) / 1e6, whole_link * 8 / 1e6);
+      }
+    }
+  }
   const double probe_bytes = std::max(1.0, static_cast<double>(probe->bytes));
   out.local_seconds_per_wire_byte = probe->client_cpu_seconds / probe_bytes;
   out.wall_scale = StorageWallScale(manifest);
+  {
+    const std::string& address = client->address();
+    const size_t colon = address.rfind(':');
+    out.on_this_node = IsLoopbackHost(colon == std::string::npos ? address : address.substr(0, colon));
+  }
   out.server.remote_seconds_per_raw_byte = probe->server_read_seconds * out.wall_scale / probe_bytes;
   out.server.remote_seconds_per_wire_byte =
       std::max(0.0, probe->server_send_cpu_seconds) / probe_bytes;
@@ -530,8 +621,8 @@ absl::StatusOr<StorageMeasurement> MeasureStorageServer(SampleClient* client,
       probe->seconds, out.local_seconds_per_wire_byte * 1e9,
       out.server.remote_seconds_per_raw_byte * 1e9, out.server.remote_seconds_per_wire_byte * 1e9,
       probe->server_send_cpu_seconds < 0 ? " (not reported by the server)" : "");
-  out.server.net_bytes_per_s = options.net_bw_mbit > 0 ? MbitToBytesPerSecond(options.net_bw_mbit)
-                                                       : probe->bytes_per_second;
+  out.server.net_bytes_per_s =
+      options.net_bw_mbit > 0 ? MbitToBytesPerSecond(options.net_bw_mbit) : whole_link;
   // The storage node's CPUs: its prep workers, or its CPU quota when smaller.
   const double prep_workers = static_cast<double>(manifest.prep_workers);
   const double cpu_limit = manifest.cpu_limit > 0 ? manifest.cpu_limit : prep_workers;
@@ -633,6 +724,23 @@ absl::StatusOr<std::unique_ptr<SmartoffPolicy>> CreateSmartoffPolicy(
   if (absl::Status st = resources.Validate(); !st.ok()) return st;
   SmartoffOptions with_crops = options;
   with_crops.crops = SmartoffOptions::JobCrops{loader_options.seed, loader_options.pipeline.augment};
+  if (!with_crops.server_load) {
+    // The server's counters each epoch: its CPUs as measured, what its
+    // samples cost, its open streams.
+    const double whole_cpus = measured->server.remote_cpus;
+    const int ranks = loader_options.world;
+    with_crops.server_load = [client, whole_cpus, ranks]() -> absl::StatusOr<ServerLoad> {
+      absl::StatusOr<v1::ServerStats> stats = client->GetStats();
+      if (!stats.ok()) return stats.status();
+      ServerLoad load;
+      load.sample_wall_seconds = stats->sample_wall_seconds();
+      load.sample_cpu_seconds = stats->sample_cpu_seconds();
+      load.sample_read_seconds = stats->sample_read_seconds();
+      load.competitors = std::max(static_cast<int>(stats->active_streams()), ranks);
+      load.whole_cpus = whole_cpus;
+      return load;
+    };
+  }
   return std::make_unique<SmartoffPolicy>(*std::move(profile), resources, with_crops,
                                           measured->wall_scale);
 }
@@ -649,6 +757,18 @@ Resources FirstPlanResources(const StorageMeasurement& measured, double remote_s
   resources.local_cpus = loader_options.workers;
   resources.gpu_seconds_per_batch = std::max(0.0, options.FirstPlanStepSeconds());
   resources.batch_size = loader_options.batch_size;
+  // This node's cores; a storage server on this node keeps its prep workers'.
+  double node_cpus = ProcessCpuLimit();
+  if (measured.on_this_node) node_cpus = std::max(0.01, node_cpus - measured.server.remote_cpus);
+  SharedFirstPlan(loader_options.world, options.local_world_size, node_cpus, &resources);
+  if (loader_options.world > 1 || options.local_world_size > 1) {
+    spdlog::info("smartoff: {} ranks ({} on this node) share the storage node and this node: the "
+                 "first plan takes {:.2f} of its {:.2f} CPUs, {:.1f} of {:.1f} Mbit/s and {:.2f} "
+                 "prep threads here",
+                 loader_options.world, options.local_world_size, resources.remote_cpus,
+                 measured.server.remote_cpus, resources.net_bytes_per_s * 8 / 1e6,
+                 measured.server.net_bytes_per_s * 8 / 1e6, resources.local_cpus);
+  }
   return resources;
 }
 

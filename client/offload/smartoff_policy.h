@@ -73,6 +73,18 @@ struct SmartoffOptions {
   int64_t last_epoch = -1;
   // The cache outlives the job (a disk tier): filling pays in a later job.
   bool cache_outlives_job = false;
+  // The job's ranks on this node (sophon-train --local-world-size), who share
+  // its link and cores: the first plan takes its part of them
+  // (SharedFirstPlan, client/offload/rate_estimate.h; the storage node's
+  // CPUs are divided by LoaderOptions.world). >= 1; 1 = this rank has the
+  // node alone.
+  int local_world_size = 1;
+  // The storage server's counters now (CreateSmartoffPolicy: its GetStats),
+  // asked at each epoch's start: what the server did for others over the
+  // epoch before, and so the part of its CPUs the next plan takes
+  // (AvailableShare). Empty, or an error: not measured (the first plan's
+  // part is kept).
+  std::function<absl::StatusOr<ServerLoad>()> server_load;
   // The job's crops: its seed and augmentation (LoaderOptions'). With them, and a profile
   // that knows its images' sizes, each epoch is planned at the crop boxes it draws
   // (EpochCropModel); without, at the average crop. CreateSmartoffPolicy sets them.
@@ -143,7 +155,21 @@ class SmartoffPolicy final : public OffloadPolicy {
   // At the start of an epoch: the training node's speed (Resources.local_speed)
   // from the epoch before, when it ran to its end on its first plan, as
   // LocalSpeedEstimate (client/offload/rate_estimate.h) judges it.
-  void UpdateLocalSpeedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `others_s`: the storage node's seconds for others over the epoch (0 when
+  // not measured); `whole_cpus`: its CPUs as a whole (0: resources_'s are).
+  void UpdateLocalSpeedLocked(double others_s, double whole_cpus)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At the start of an epoch, with the server's counters now: the storage
+  // node's seconds for others since the last epoch's start, and the part of
+  // its CPUs they leave this rank (resources_.remote_cpus). Empty when not
+  // measured (no counters, no earlier ones, or a server that does not report
+  // them).
+  struct OthersUse {
+    double seconds = 0;
+    double whole_cpus = 0;
+  };
+  std::optional<OthersUse> MeasureOthersLocked(const std::optional<ServerLoad>& load)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // profile_ with the samples the servers last served from their sample
   // cache marked `cached` (planned without a read), in *scratch; profile_
   // itself when there are none.
@@ -198,6 +224,7 @@ class SmartoffPolicy final : public OffloadPolicy {
   // (UpdateLocalSpeedLocked): the epoch's plan, whether it was re-planned, its
   // batches, the bytes received, the steps' time and when the last one ended.
   PlanCost epoch_plan_cost_ ABSL_GUARDED_BY(mu_);
+  double epoch_remote_cpus_ ABSL_GUARDED_BY(mu_) = 0;  // the storage node's part it planned
   bool epoch_planned_ ABSL_GUARDED_BY(mu_) = false;
   bool epoch_replanned_ ABSL_GUARDED_BY(mu_) = false;
   int64_t epoch_batches_ ABSL_GUARDED_BY(mu_) = 0;
@@ -206,6 +233,13 @@ class SmartoffPolicy final : public OffloadPolicy {
   absl::Time last_step_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // The training node's speed across epochs (what it remembers of them).
   LocalSpeedEstimate local_speed_ ABSL_GUARDED_BY(mu_);
+  // The server's counters at the last epoch's start, when, and this rank's
+  // samples' figures since (ServerLoad's sums, for MeasureOthersLocked).
+  std::optional<ServerLoad> last_load_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_load_time_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  double own_wall_s_ ABSL_GUARDED_BY(mu_) = 0;
+  double own_cpu_s_ ABSL_GUARDED_BY(mu_) = 0;
+  double own_read_s_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t window_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time window_start_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::vector<double> step_seconds_ ABSL_GUARDED_BY(mu_);
@@ -217,14 +251,21 @@ class SmartoffPolicy final : public OffloadPolicy {
 // per-byte costs of reading and sending there and of receiving here. The
 // speed factor comes from the profile.
 struct StorageMeasurement {
+  // The server's CPUs as a whole; its link as a whole: the probe's rate with
+  // the bytes the server sent others over it (WholeLinkRate).
   ServerResources server;
   double local_seconds_per_wire_byte = 0;
   double wall_scale = 1;  // StorageWallScale of its manifest
+  // Its address is a loopback one: its prep workers run on this node's
+  // cores, which the first plan of several ranks leaves them.
+  bool on_this_node = false;
   NetProbeResult probe;
 };
 // What the first plan of a single server assumes: the measured server and
 // link, the profile's storage speed, the loader's workers and batch, the step
-// time of SmartoffOptions.FirstPlanStepSeconds(). Not validated.
+// time of SmartoffOptions.FirstPlanStepSeconds(); with several ranks, their
+// part of what they share (SharedFirstPlan over LoaderOptions.world,
+// SmartoffOptions.local_world_size and this process's CPUs). Not validated.
 Resources FirstPlanResources(const StorageMeasurement& measured, double remote_speed,
                              const LoaderOptions& loader_options, const SmartoffOptions& options);
 

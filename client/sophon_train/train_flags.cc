@@ -28,6 +28,11 @@ ABSL_FLAG(int, world_size, -1,
           "Data-parallel ranks (processes) of the job; -1 = $WORLD_SIZE (torchrun), else 1. "
           "Each rank takes a disjoint share of every epoch; gradients are all-reduced over "
           "c10d (--dist-backend) every step. Default -1.");
+ABSL_FLAG(int, local_world_size, -1,
+          "The job's ranks on this node, who share its link and cores: smartoff plans each "
+          "rank with its part of them (and of the storage nodes' prep workers, over "
+          "--world-size). -1 = $LOCAL_WORLD_SIZE (torchrun), else --world-size when "
+          "--master-addr is a loopback address, else 1. Default -1.");
 ABSL_FLAG(std::string, dist_backend, "auto",
           "c10d backend of the ranks' collectives: auto (nccl when --device is cuda and this "
           "build has NCCL, else gloo), nccl (CUDA only) or gloo. A backend the build lacks is "
@@ -284,6 +289,7 @@ const sophon::FlagNames kFlagNames = {
     {"DistributedOptions.backend", "--dist-backend"},
     {"LoaderOptions.rank", "--rank"},
     {"JobSpec.ingress_mbit", "--ingress-bw"},
+    {"SmartoffOptions.local_world_size", "--local-world-size"},
 };
 
 int Fail(const absl::Status& status) {
@@ -627,6 +633,10 @@ absl::StatusOr<sophon::JobSpec> JobSpecFromFlags(int* epochs) {
 
   if (absl::Status s = SmartoffOptionsFromFlags(spec.mode, &spec.smartoff); !s.ok()) return s;
   spec.smartoff.last_epoch = *epochs - 1;
+  absl::StatusOr<int> local_world = sophon::ResolveLocalWorldSize(
+      absl::GetFlag(FLAGS_local_world_size), *distributed, [](const char* name) { return std::getenv(name); });
+  if (!local_world.ok()) return local_world.status();
+  spec.smartoff.local_world_size = *local_world;
   if (const std::string ingress = absl::GetFlag(FLAGS_ingress_bw); ingress != "auto") {
     if (!absl::SimpleAtod(ingress, &spec.ingress_mbit) || spec.ingress_mbit < 0) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -2,6 +2,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "sophon/net/credentials.h"
 
 namespace sophon {
 namespace {
@@ -44,6 +45,28 @@ absl::StatusOr<DistributedOptions> ResolveLaunch(
   }
   if (absl::Status s = base.Validate(); !s.ok()) return s;
   return base;
+}
+
+absl::StatusOr<int> ResolveLocalWorldSize(int flag, const DistributedOptions& distributed,
+                                          const std::function<const char*(const char*)>& getenv) {
+  const int fallback =
+      distributed.world_size > 1 && IsLoopbackHost(distributed.master_addr)
+          ? distributed.world_size
+          : 1;
+  if (flag == 0 || flag < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--local-world-size must be >= 1 (or -1: $LOCAL_WORLD_SIZE), got ", flag));
+  }
+  absl::StatusOr<int> local =
+      IntFrom(flag, "--local-world-size", "LOCAL_WORLD_SIZE", getenv, fallback);
+  if (!local.ok()) return local.status();
+  if (*local < 1 || *local > distributed.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag >= 1 ? "--local-world-size" : "the environment variable LOCAL_WORLD_SIZE", " is ",
+        *local, ": the ranks on this node must be in [1, ", distributed.world_size,
+        "] (the world size)"));
+  }
+  return *local;
 }
 
 }  // namespace sophon

@@ -28,6 +28,15 @@ absl::StatusOr<DistributedOptions> ResolveLaunch(
     const LaunchFlags& flags, DistributedOptions base,
     const std::function<const char*(const char*)>& getenv);
 
+// The job's ranks on this node (they share its link and cores; smartoff
+// plans with their part, SmartoffOptions.local_world_size): `flag` when
+// given (>= 1; -1 = not given), else $LOCAL_WORLD_SIZE (torchrun sets it),
+// else the world size when rank 0's address is a loopback one (every rank
+// meets on this host), else 1. Errors name the flag or variable and the
+// value: it must be in [1, world size].
+absl::StatusOr<int> ResolveLocalWorldSize(int flag, const DistributedOptions& distributed,
+                                          const std::function<const char*(const char*)>& getenv);
+
 }  // namespace sophon
 
 #endif  // SOPHON_CLIENT_TRAIN_LAUNCH_ENV_H_

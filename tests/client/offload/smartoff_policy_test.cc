@@ -526,6 +526,113 @@ TEST_F(FirstPlanTest, WithoutAMeasurementTheFirstPlanAssumesNoStepTime) {
   EXPECT_DOUBLE_EQ(FirstResources(options).gpu_seconds_per_batch, 0);
 }
 
+TEST_F(FirstPlanTest, SeveralRanksTakeTheirPartOfTheServerAndTheLink) {
+  SmartoffOptions options;
+  options.gpu_batch_seconds = 0.01;
+  const Resources alone = FirstResources(options);
+  StorageMeasurement measured;
+  measured.server.net_bytes_per_s = 12.5e6;
+  measured.server.remote_cpus = 2;
+  LoaderOptions loader;
+  loader.workers = 2;
+  loader.batch_size = 32;
+  loader.world = 4;
+  options.local_world_size = 2;
+  const Resources shared = FirstPlanResources(measured, 1.0, loader, options);
+  EXPECT_DOUBLE_EQ(shared.remote_cpus, alone.remote_cpus / 4);
+  EXPECT_DOUBLE_EQ(shared.net_bytes_per_s, alone.net_bytes_per_s / 2);
+  EXPECT_LE(shared.local_cpus, alone.local_cpus);
+}
+
+// A rank beside others on one storage server: each epoch's start asks the
+// server's counters (faked here) and plans with what the others leave.
+class SharedServerTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<SmartoffPolicy> Make(double remote_cpus, bool with_load = true) {
+    SmartoffOptions options;
+    options.gpu_batch_seconds = 0.01;
+    if (with_load) options.server_load = [this] { return load_; };
+    Resources r = TestResources();
+    r.remote_cpus = remote_cpus;
+    order_.resize(kSamples);
+    std::iota(order_.begin(), order_.end(), 0);
+    return std::make_unique<SmartoffPolicy>(UniformProfile(), r, options, 1.0,
+                                            [this] { return now_; });
+  }
+  // `seconds` pass; this rank's samples cost the server `own_s`, and the
+  // server counts `others_s` more for the other clients.
+  void RunEpoch(SmartoffPolicy* policy, double seconds, double own_s, double others_s) {
+    const int n = 10;
+    for (int i = 0; i < n; ++i) {
+      SampleObservation obs;
+      obs.id = static_cast<uint64_t>(i);
+      obs.received = Stage::kCropped;
+      obs.payload_bytes = 1000;
+      obs.server_wall_seconds = own_s / n;
+      obs.server_cpu_seconds = own_s / n;
+      policy->OnSample(obs);
+    }
+    load_.sample_wall_seconds += own_s + others_s;
+    load_.sample_cpu_seconds += own_s + others_s;
+    now_ += absl::Seconds(seconds);
+  }
+  ServerLoad load_;
+  absl::Time now_ = absl::UnixEpoch();
+  std::vector<uint64_t> order_;
+};
+
+TEST_F(SharedServerTest, PlansWithThePartOfTheWorkerTheOthersLeave) {
+  load_.whole_cpus = 1;
+  load_.competitors = 2;
+  std::unique_ptr<SmartoffPolicy> policy = Make(0.5);  // the first plan's part of two ranks
+  ASSERT_TRUE(policy->BeginEpoch(0, order_).ok());
+  EXPECT_DOUBLE_EQ(policy->resources().remote_cpus, 0.5);
+  // The other rank kept the worker busy half of the 10 s.
+  RunEpoch(policy.get(), 10, 5, 5);
+  ASSERT_TRUE(policy->BeginEpoch(1, order_).ok());
+  EXPECT_DOUBLE_EQ(policy->resources().remote_cpus, 0.5);
+  // It needed less (2 s of 10): the rest is this rank's.
+  RunEpoch(policy.get(), 10, 6, 2);
+  ASSERT_TRUE(policy->BeginEpoch(2, order_).ok());
+  EXPECT_NEAR(policy->resources().remote_cpus, 0.8, 1e-9);
+  // It wanted more than its turn: this rank still gets an equal one.
+  RunEpoch(policy.get(), 10, 3, 9);
+  ASSERT_TRUE(policy->BeginEpoch(3, order_).ok());
+  EXPECT_DOUBLE_EQ(policy->resources().remote_cpus, 0.5);
+  // It left (this rank alone): the whole worker.
+  load_.competitors = 1;
+  RunEpoch(policy.get(), 10, 6, 0);
+  ASSERT_TRUE(policy->BeginEpoch(4, order_).ok());
+  EXPECT_DOUBLE_EQ(policy->resources().remote_cpus, 1);
+}
+
+TEST_F(SharedServerTest, AServerThatDoesNotCountItsSamplesKeepsTheFirstPlansPart) {
+  load_.whole_cpus = 1;
+  load_.competitors = 2;
+  std::unique_ptr<SmartoffPolicy> policy = Make(0.5);
+  ASSERT_TRUE(policy->BeginEpoch(0, order_).ok());
+  RunEpoch(policy.get(), 10, 5, 0);
+  load_.sample_wall_seconds = 0;  // an older server: the counters stay 0
+  load_.sample_cpu_seconds = 0;
+  ASSERT_TRUE(policy->BeginEpoch(1, order_).ok());
+  EXPECT_DOUBLE_EQ(policy->resources().remote_cpus, 0.5);
+}
+
+TEST_F(SharedServerTest, ARankAloneOnTheServerPlansExactlyAsWithoutTheCounters) {
+  load_.whole_cpus = 2;
+  load_.competitors = 1;
+  std::unique_ptr<SmartoffPolicy> counted = Make(2);
+  std::unique_ptr<SmartoffPolicy> plain = Make(2, /*with_load=*/false);
+  for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+    ASSERT_TRUE(counted->BeginEpoch(epoch, order_).ok());
+    ASSERT_TRUE(plain->BeginEpoch(epoch, order_).ok());
+    EXPECT_DOUBLE_EQ(counted->resources().remote_cpus, 2);
+    EXPECT_EQ(counted->last_plan().stages, plain->last_plan().stages);
+    EXPECT_DOUBLE_EQ(counted->PredictedEpochSeconds(), plain->PredictedEpochSeconds());
+    RunEpoch(counted.get(), 10, 4, 0.01);  // a little read and send the server counts
+  }
+}
+
 TEST(SmartoffOptionsTest, ValidateNamesTheOption) {
   SmartoffOptions o;
   EXPECT_TRUE(o.Validate().ok());
@@ -538,6 +645,9 @@ TEST(SmartoffOptionsTest, ValidateNamesTheOption) {
   o.measured_gpu_batch_seconds = -1;
   EXPECT_NE(o.Validate().message().find("SmartoffOptions.measured_gpu_batch_seconds"),
             std::string::npos);
+  o = SmartoffOptions();
+  o.local_world_size = 0;
+  EXPECT_NE(o.Validate().message().find("SmartoffOptions.local_world_size"), std::string::npos);
   // Infinities and NaNs are refused by name, whatever the field's range.
   const double inf = std::numeric_limits<double>::infinity();
   const double nan = std::numeric_limits<double>::quiet_NaN();

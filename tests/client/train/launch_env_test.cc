@@ -55,5 +55,38 @@ TEST(LaunchEnvTest, BadValuesNameTheVariableOrTheField) {
   EXPECT_FALSE(ResolveLaunch(flags, {}, Env({{"WORLD_SIZE", "2"}})).ok());
 }
 
+TEST(LaunchEnvTest, LocalWorldSizeFromTheFlagTheVariableOrALoopbackMaster) {
+  DistributedOptions d;
+  d.world_size = 4;
+  d.master_addr = "10.1.2.3";
+  EXPECT_EQ(*ResolveLocalWorldSize(-1, d, Env({})), 1);  // rank 0 elsewhere: alone here
+  EXPECT_EQ(*ResolveLocalWorldSize(-1, d, Env({{"LOCAL_WORLD_SIZE", "2"}})), 2);
+  EXPECT_EQ(*ResolveLocalWorldSize(3, d, Env({{"LOCAL_WORLD_SIZE", "2"}})), 3);  // the flag wins
+  d.master_addr = "127.0.0.1";
+  EXPECT_EQ(*ResolveLocalWorldSize(-1, d, Env({})), 4);  // every rank meets on this host
+  d.world_size = 1;
+  EXPECT_EQ(*ResolveLocalWorldSize(-1, d, Env({})), 1);
+}
+
+TEST(LaunchEnvTest, LocalWorldSizeOutsideTheWorldNamesTheFlagOrVariable) {
+  DistributedOptions d;
+  d.world_size = 2;
+  absl::StatusOr<int> local = ResolveLocalWorldSize(3, d, Env({}));
+  ASSERT_FALSE(local.ok());
+  EXPECT_NE(local.status().message().find("--local-world-size is 3"), std::string::npos)
+      << local.status();
+  local = ResolveLocalWorldSize(0, d, Env({}));
+  ASSERT_FALSE(local.ok());
+  EXPECT_NE(local.status().message().find("--local-world-size"), std::string::npos);
+  local = ResolveLocalWorldSize(-1, d, Env({{"LOCAL_WORLD_SIZE", "8"}}));
+  ASSERT_FALSE(local.ok());
+  EXPECT_NE(local.status().message().find("LOCAL_WORLD_SIZE is 8"), std::string::npos)
+      << local.status();
+  local = ResolveLocalWorldSize(-1, d, Env({{"LOCAL_WORLD_SIZE", "two"}}));
+  ASSERT_FALSE(local.ok());
+  EXPECT_NE(local.status().message().find("LOCAL_WORLD_SIZE='two'"), std::string::npos)
+      << local.status();
+}
+
 }  // namespace
 }  // namespace sophon
