@@ -109,19 +109,18 @@ absl::Status Job::Start() {
     return absl::FailedPreconditionError("Job::Start: started already");
   }
   if (spec_.share.enabled() && spec_.loader.batch_share == nullptr) {
-    // The window's bytes per batch: the target's values as the loader holds
-    // them (floats for TENSOR and vectors, uint8 otherwise) and a flag each.
-    const LoaderOptions& l = spec_.loader;
-    const int s = l.pipeline.augment.crop_size;
-    const int64_t values = l.target >= Stage::kFeatures
-                               ? std::max(1, VectorElements(l.target, l.pipeline))
-                               : int64_t{3} * s * s;
-    const int64_t value_bytes = l.target == Stage::kTensor || l.target >= Stage::kFeatures ? 4 : 1;
-    const int64_t batch_bytes = l.batch_size * (values * value_bytes + 1);
+    // Features and predictions also depend on the servers' models.
+    std::string models;
+    if (spec_.loader.target >= Stage::kFeatures) {
+      for (int i = 0; i < servers_->size(); ++i) {
+        const ServerManifest& m = servers_->client(i)->manifest();
+        absl::StrAppend(&models, m.backbone_fingerprint, ",", m.head_fingerprint, ";");
+      }
+    }
     ASSIGN_OR_RETURN(spec_.loader.batch_share,
                      BatchShare::Open(spec_.share,
-                                      BatchShareKey(l, servers_->manifest().fingerprint()),
-                                      batch_bytes, static_cast<uint64_t>(l.batch_size) * l.world));
+                                      BatchShareKey(spec_.loader, servers_->manifest().fingerprint(),
+                                                    models.empty() ? 0 : StableDigest(models))));
     spdlog::info("shared batches: {} (the node's jobs with the same batches read each other's; "
                  "{:.0f} MB window)",
                  spec_.loader.batch_share->folder(), spec_.share.window_bytes / 1e6);

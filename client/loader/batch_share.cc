@@ -10,11 +10,13 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "sophon/base/file_lock.h"
@@ -83,13 +85,43 @@ bool ParseSeq(const std::string& name, uint64_t* seq) {
   return true;
 }
 
+// The names in `folder` (none if it cannot be listed); never throws.
+std::vector<std::string> ListFolder(const std::string& folder) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    names.push_back(it->path().filename().string());
+  }
+  return names;
+}
+
 // Removes every file of `folder` but the in-use file.
 void RemoveBatchFiles(const std::string& folder) {
-  std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(folder, ec)) {
-    if (e.path().filename() == kInUseFile) continue;
-    fs::remove(e.path(), ec);
+  for (const std::string& name : ListFolder(folder)) {
+    if (name != kInUseFile) unlink((folder + "/" + name).c_str());
   }
+}
+
+// Makes `folder` (mode 0700) if missing and checks that it is a folder of
+// this user that no one else can open.
+absl::Status OwnFolder(const std::string& folder) {
+  if (mkdir(folder.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create '", folder, "': ", std::strerror(errno)));
+  }
+  struct stat st;
+  if (lstat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("'", folder, "' is not a folder; shared batches need one"));
+  }
+  // Another user of the machine can neither read the batches nor plant one.
+  if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "'%s' belongs to uid %d with mode %o: shared batches need a folder of this user (uid "
+        "%d) that no one else can open; remove it or choose another --share-batches-dir",
+        folder, st.st_uid, st.st_mode & 0777, geteuid()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -107,6 +139,10 @@ absl::Status BatchShareOptions::Validate() const {
   if (window_bytes <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "BatchShareOptions.window_bytes must be > 0 (got ", window_bytes, ")"));
+  }
+  if (max_wait < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("BatchShareOptions.max_wait must be >= 0 (got ",
+                                                   absl::FormatDuration(max_wait), ")"));
   }
   return absl::OkStatus();
 }
@@ -126,8 +162,7 @@ void BatchShare::Claim::Release() {
 }
 
 absl::StatusOr<std::unique_ptr<BatchShare>> BatchShare::Open(const BatchShareOptions& options,
-                                                             uint64_t key, int64_t batch_bytes,
-                                                             uint64_t seqs_per_batch) {
+                                                             uint64_t key) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (!options.enabled()) {
     return absl::InvalidArgumentError("BatchShareOptions.dir is empty");
@@ -138,27 +173,16 @@ absl::StatusOr<std::unique_ptr<BatchShare>> BatchShare::Open(const BatchShareOpt
     return absl::PermissionDeniedError(absl::StrCat("cannot create the shared batches folder '",
                                                     options.dir, "': ", ec.message()));
   }
-  const std::string folder = absl::StrFormat("%s/%016x", options.dir, key);
+  // This user's folder: everything below it is out of other users' reach
+  // (the lock files included).
+  const std::string mine = absl::StrFormat("%s/sophon-%d", options.dir, geteuid());
+  if (absl::Status s = OwnFolder(mine); !s.ok()) return s;
+  const std::string folder = absl::StrFormat("%s/%016x", mine, key);
   // Opening and leaving are serialized per key, so a folder is never removed
   // while another process opens it. The lock file stays (empty).
   absl::StatusOr<FileLock> lock = FileLock::Acquire(folder + ".lock");
   if (!lock.ok()) return lock.status();
-  if (mkdir(folder.c_str(), 0700) != 0 && errno != EEXIST) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create '", folder, "': ", std::strerror(errno)));
-  }
-  struct stat st;
-  if (lstat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("'", folder, "' is not a folder; shared batches need one"));
-  }
-  // Another user of the machine can neither read the batches nor plant one.
-  if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
-    return absl::PermissionDeniedError(absl::StrFormat(
-        "'%s' belongs to uid %d with mode %o: shared batches need a folder of this user (uid %d) "
-        "that no one else can open; remove it or choose another --share-batches-dir",
-        folder, st.st_uid, st.st_mode & 0777, geteuid()));
-  }
+  if (absl::Status s = OwnFolder(folder); !s.ok()) return s;
   const int in_use =
       open((folder + "/" + kInUseFile).c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (in_use < 0) {
@@ -169,12 +193,16 @@ absl::StatusOr<std::unique_ptr<BatchShare>> BatchShare::Open(const BatchShareOpt
     // The first process here: what a process killed earlier left goes.
     RemoveBatchFiles(folder);
   }
-  flock(in_use, LOCK_SH);  // held until this process leaves
-  const uint64_t batches =
-      std::max<uint64_t>(2, static_cast<uint64_t>(options.window_bytes / std::max<int64_t>(
-                                                                             1, batch_bytes)));
-  return std::unique_ptr<BatchShare>(
-      new BatchShare(folder, key, batches * std::max<uint64_t>(1, seqs_per_batch), in_use));
+  // Held until this process leaves.
+  while (flock(in_use, LOCK_SH) != 0) {
+    if (errno != EINTR) {
+      const std::string why = std::strerror(errno);
+      close(in_use);
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot lock '", folder, "/", kInUseFile, "': ", why));
+    }
+  }
+  return std::unique_ptr<BatchShare>(new BatchShare(options, folder, key, in_use));
 }
 
 BatchShare::~BatchShare() {
@@ -222,6 +250,7 @@ int BatchShare::TryRead(uint64_t seq, absl::Span<const absl::Span<char>> parts) 
 BatchShare::Outcome BatchShare::Take(uint64_t seq, absl::Span<const absl::Span<char>> parts,
                                      Claim* claim, const std::function<bool()>& stopped) {
   const absl::Time start = absl::Now();
+  const absl::Time deadline = start + options_.max_wait;
   bool waited = false;
   absl::Duration pause = absl::Milliseconds(1);
   auto done = [&](Outcome outcome, bool taken_over) {
@@ -253,6 +282,18 @@ BatchShare::Outcome BatchShare::Take(uint64_t seq, absl::Span<const absl::Span<c
     close(fd);
     waited = true;
     if (stopped()) return done(Outcome::kStopped, false);
+    if (absl::Now() >= deadline) {
+      // The job holding it is stopped or stuck: made here, not shared.
+      spdlog::warn("shared batches: batch {} has been claimed by another job for {}; made "
+                   "here (not shared)",
+                   seq, absl::FormatDuration(options_.max_wait));
+      {
+        absl::MutexLock lock(&mu_);
+        stats_.waited_out++;
+      }
+      *claim = Claim();
+      return done(Outcome::kClaimed, false);
+    }
     absl::SleepFor(pause);
     pause = std::min(pause * 2, absl::Milliseconds(8));
   }
@@ -261,11 +302,9 @@ BatchShare::Outcome BatchShare::Take(uint64_t seq, absl::Span<const absl::Span<c
 absl::Status BatchShare::Publish(uint64_t seq, absl::Span<const absl::Span<const char>> parts,
                                  Claim claim) {
   if (!claim.held()) return absl::OkStatus();
-  uint64_t newest;
   {
     absl::MutexLock lock(&mu_);
-    newest = std::max(newest_, seq);
-    if (seq + window_seqs_ < newest) return absl::OkStatus();  // behind: no one wants it
+    if (seq < window_start_) return absl::OkStatus();  // behind the window: no one wants it
   }
   const std::string path = PathOf(seq, "batch");
   const std::string temp = PathOf(seq, absl::StrCat("tmp.", getpid()).c_str());
@@ -296,23 +335,38 @@ absl::Status BatchShare::Publish(uint64_t seq, absl::Span<const absl::Span<const
         absl::StrCat("cannot write the shared batch '", path, "': ", why));
   }
   claim.Release();
-  {
-    absl::MutexLock lock(&mu_);
-    newest_ = newest;
-    stats_.published++;
-  }
-  Sweep(newest);
+  const uint64_t start = Sweep();
+  absl::MutexLock lock(&mu_);
+  window_start_ = std::max(window_start_, start);
+  stats_.published++;
   return absl::OkStatus();
 }
 
-void BatchShare::Sweep(uint64_t newest) {
-  if (newest < window_seqs_) return;
-  std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(folder_, ec)) {
+uint64_t BatchShare::Sweep() {
+  // The published batches, newest first, with their files' sizes.
+  std::vector<std::pair<uint64_t, int64_t>> batches;
+  const std::vector<std::string> names = ListFolder(folder_);
+  for (const std::string& name : names) {
     uint64_t seq;
-    if (!ParseSeq(e.path().filename().string(), &seq)) continue;
-    if (seq + window_seqs_ < newest) fs::remove(e.path(), ec);
+    struct stat st;
+    if (absl::EndsWith(name, ".batch") && ParseSeq(name, &seq) &&
+        stat((folder_ + "/" + name).c_str(), &st) == 0) {
+      batches.emplace_back(seq, st.st_size);
+    }
   }
+  std::sort(batches.begin(), batches.end(), std::greater<>());
+  int64_t kept_bytes = 0;
+  uint64_t start = 0;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    kept_bytes += batches[i].second;
+    if (i >= 2 && kept_bytes > options_.window_bytes) break;
+    start = batches[i].first;
+  }
+  for (const std::string& name : names) {
+    uint64_t seq;
+    if (ParseSeq(name, &seq) && seq < start) unlink((folder_ + "/" + name).c_str());
+  }
+  return start;
 }
 
 BatchShareStats BatchShare::stats() const {

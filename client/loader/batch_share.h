@@ -4,8 +4,10 @@
 //
 // A folder per batch key (BatchShareKey: the dataset, the seed, the order,
 // the rank's slice, the batch size, the target and every option that shapes
-// a sample's bytes) under BatchShareOptions.dir, owner-only, best on tmpfs
-// (/dev/shm): memory the processes share, released by the last one to leave.
+// a sample's bytes) in this user's folder under BatchShareOptions.dir
+// (`sophon-<uid>`, owner-only: another user can neither read a batch nor
+// plant one), best on tmpfs (/dev/shm): memory the processes share, released
+// by the last one to leave.
 // Batch `seq` (its epoch and first position, BatchSeq) is a file written by
 // rename, so a reader sees all of it or none. Whoever needs a batch first
 // claims it (an exclusive flock on its claim file; the kernel drops it when
@@ -13,7 +15,9 @@
 // publishes it; the others wait for it and read it. A job never waits for a
 // slower one: batches older than the window (window_bytes behind the newest
 // published) are removed, and a job that finds its batch gone makes it
-// itself. A claim whose holder died or stopped is taken over.
+// itself, and one waits for another's claim at most max_wait (then makes the
+// batch itself, unshared): a job stopped or stuck holds no other back for
+// longer. A claim whose holder died or stopped is taken over at once.
 #ifndef SOPHON_CLIENT_LOADER_BATCH_SHARE_H_
 #define SOPHON_CLIENT_LOADER_BATCH_SHARE_H_
 
@@ -26,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 
 namespace sophon {
@@ -35,6 +40,8 @@ struct BatchShareOptions {
   // How far behind the newest published batch a batch is kept, in bytes of
   // batches (at least two batches are kept). Bounds the node's memory on tmpfs.
   int64_t window_bytes = int64_t{256} << 20;
+  // The longest a job waits for a batch another job has claimed.
+  absl::Duration max_wait = absl::Seconds(10);
 
   bool enabled() const { return !dir.empty(); }
   absl::Status Validate() const;  // names the field
@@ -45,6 +52,7 @@ struct BatchShareStats {
   uint64_t claimed = 0;    // batches this job made (published or not)
   uint64_t published = 0;
   uint64_t taken_over = 0; // claims found free after another job had held them
+  uint64_t waited_out = 0; // batches made here unshared after max_wait
   double wait_seconds = 0; // waiting for batches other jobs were making
 };
 
@@ -68,13 +76,11 @@ class BatchShare {
     int fd_ = -1;
   };
 
-  // The folder of `key` under options.dir (made owner-only; a folder another
-  // user could read or that another user owns is refused). `batch_bytes`:
-  // a full batch's bytes; `seqs_per_batch`: how far apart consecutive
-  // batches' seqs are (the global batch). Errors name the folder.
+  // The folder of `key` in this user's folder under options.dir (both made
+  // owner-only; a folder another user owns or could open is refused). Errors
+  // name the folder.
   static absl::StatusOr<std::unique_ptr<BatchShare>> Open(const BatchShareOptions& options,
-                                                          uint64_t key, int64_t batch_bytes,
-                                                          uint64_t seqs_per_batch);
+                                                          uint64_t key);
   ~BatchShare();  // the last process of the folder removes it
 
   BatchShare(const BatchShare&) = delete;
@@ -88,8 +94,10 @@ class BatchShare {
   // Batch `seq`: read into `parts` (their sizes together must be the file's)
   // when another job has published it; otherwise claimed for this job, after
   // waiting while another job holds the claim (`stopped` asked every few
-  // milliseconds meanwhile). A file that does not match (another size,
-  // another key) is removed and the batch claimed. Thread-safe.
+  // milliseconds meanwhile; at most max_wait: then kClaimed with no claim
+  // held, the batch made here and not shared). A file that does not match
+  // (another size, another key) is removed and the batch claimed.
+  // Thread-safe.
   Outcome Take(uint64_t seq, absl::Span<const absl::Span<char>> parts, Claim* claim,
                const std::function<bool()>& stopped);
   // Writes batch `seq` (the parts in order) for the other jobs and releases
@@ -102,25 +110,28 @@ class BatchShare {
   BatchShareStats stats() const;
 
  private:
-  BatchShare(std::string folder, uint64_t key, uint64_t window_seqs, int in_use)
-      : folder_(std::move(folder)), key_(key), window_seqs_(window_seqs), in_use_(in_use) {}
+  BatchShare(const BatchShareOptions& options, std::string folder, uint64_t key, int in_use)
+      : options_(options), folder_(std::move(folder)), key_(key), in_use_(in_use) {}
   std::string PathOf(uint64_t seq, const char* suffix) const;
   // 1: read; 0: no file; -1: a file that does not match (removed).
   int TryRead(uint64_t seq, absl::Span<const absl::Span<char>> parts) const;
-  // Removes the files of batches behind the window of the newest one.
-  void Sweep(uint64_t newest);
+  // Keeps the newest batches whose files add up to window_bytes (two at
+  // least) and removes the files of every older seq; the oldest seq kept.
+  uint64_t Sweep();
 
+  const BatchShareOptions options_;
   const std::string folder_;
   const uint64_t key_;
-  const uint64_t window_seqs_;
   const int in_use_;  // a shared flock held while open
   mutable absl::Mutex mu_;
-  uint64_t newest_ ABSL_GUARDED_BY(mu_) = 0;  // the newest seq this process published
+  // Batches before it are gone (as this process last swept): not published.
+  uint64_t window_start_ ABSL_GUARDED_BY(mu_) = 0;
   BatchShareStats stats_ ABSL_GUARDED_BY(mu_);
 };
 
 // The seq of the batch whose first position in `epoch`'s padded global order
-// is `position`, the epoch `epoch_positions` long.
+// is `position`, the epoch `epoch_positions` long: later batches have larger
+// seqs.
 inline uint64_t BatchSeq(uint64_t epoch, uint64_t epoch_positions, uint64_t position) {
   return epoch * epoch_positions + position;
 }

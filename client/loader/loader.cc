@@ -210,6 +210,9 @@ absl::Status StreamLoader::StartEpoch(uint64_t epoch, int64_t max_batches, int64
 
 void StreamLoader::FailLocked(absl::Status status) {
   if (error_.ok()) error_ = std::move(status);
+  for (auto& [index, batch] : pending_) {
+    if (!batch->publishing) batch->claim.Release();
+  }
 }
 
 void StreamLoader::NotePeaksLocked() {

@@ -191,8 +191,11 @@ struct LoaderEpochStats {
 // byte-identical batches (the order, the rank's slice, the batch size, the
 // target and every option that shapes a sample's bytes are in it; the mode
 // and the caches are not: a sample's bytes do not depend on where it is
-// prepared). BatchShare keys its folders by it.
-uint64_t BatchShareKey(const LoaderOptions& options, uint64_t dataset_fingerprint);
+// prepared). `served_models`: a digest of the servers' backbones and heads
+// (their fingerprints) when the target is FEATURES or later, else 0.
+// BatchShare keys its folders by it.
+uint64_t BatchShareKey(const LoaderOptions& options, uint64_t dataset_fingerprint,
+                       uint64_t served_models = 0);
 
 absl::Status CheckJpegDecodingAgrees(const ServerManifest& manifest, absl::string_view address,
                                      const DecodeLimits& limits);

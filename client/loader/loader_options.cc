@@ -17,7 +17,8 @@ absl::StatusOr<BadSamplePolicy> ParseBadSamplePolicy(absl::string_view name) {
       absl::StrCat("bad-sample policy must be skip or fail, got '", name, "'"));
 }
 
-uint64_t BatchShareKey(const LoaderOptions& o, uint64_t dataset_fingerprint) {
+uint64_t BatchShareKey(const LoaderOptions& o, uint64_t dataset_fingerprint,
+                       uint64_t served_models) {
   const AugmentOptions& a = o.pipeline.augment;
   const DecodeLimits& l = o.pipeline.limits;
   const FeatureExtractor* backbone = o.pipeline.backbone;
@@ -25,12 +26,13 @@ uint64_t BatchShareKey(const LoaderOptions& o, uint64_t dataset_fingerprint) {
   return StableDigest(absl::StrFormat(
       "batches v1 dataset=%016x seed=%d shuffle=%d window=%d rank=%d world=%d batch=%d "
       "drop_last=%d target=%s crop=%d scale=%a,%a ratio=%a,%a flip=%a eval_resize=%d "
-      "limits=%d,%d,%d,%d,%d backbone=%016x,%016x top_k=%d",
+      "limits=%d,%d,%d,%d,%d backbone=%016x,%016x served=%016x top_k=%d bad=%s",
       dataset_fingerprint, o.seed, o.shuffle, o.shuffle_window, o.rank, o.world, o.batch_size,
       o.drop_last, StageName(o.target), a.crop_size, a.scale_min, a.scale_max, a.ratio_min,
       a.ratio_max, a.flip_probability, a.eval_resize, l.max_pixels, l.max_memory_bytes,
       l.max_scans, l.max_scan_samples, l.lenient, backbone ? backbone->fingerprint() : 0,
-      backbone ? backbone->head_fingerprint() : 0, o.pipeline.top_k));
+      backbone ? backbone->head_fingerprint() : 0, served_models, o.pipeline.top_k,
+      o.on_bad_sample == BadSamplePolicy::kSkip ? "skip" : "fail"));
 }
 
 absl::Status LoaderOptions::Validate() const {

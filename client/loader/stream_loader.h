@@ -206,6 +206,8 @@ class StreamLoader {
   }
   // Every requested sample has arrived and every batch is registered.
   bool AllReceivedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The epoch fails: the first error is kept, and the batches this job
+  // claimed for the node's other jobs and will not make are let go.
   void FailLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Updates the peaks of LoaderEpochStats from the current holdings.
   void NotePeaksLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

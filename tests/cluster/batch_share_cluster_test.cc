@@ -64,9 +64,8 @@ class BatchShareClusterTest : public ::testing::Test {
     if (share) {
       BatchShareOptions so;
       so.dir = share_dir_;
-      absl::StatusOr<std::unique_ptr<BatchShare>> opened = BatchShare::Open(
-          so, BatchShareKey(options, clients_[c]->manifest().fingerprint), 4 * 3 * 32 * 32 * kBatch,
-          kBatch);
+      absl::StatusOr<std::unique_ptr<BatchShare>> opened =
+          BatchShare::Open(so, BatchShareKey(options, clients_[c]->manifest().fingerprint));
       EXPECT_TRUE(opened.ok()) << opened.status();
       if (!opened.ok()) return nullptr;
       options.batch_share = *std::move(opened);

@@ -31,8 +31,7 @@ std::unique_ptr<BatchShare> Open(const std::string& dir, int64_t window_bytes = 
   BatchShareOptions options;
   options.dir = dir;
   options.window_bytes = window_bytes;
-  absl::StatusOr<std::unique_ptr<BatchShare>> share =
-      BatchShare::Open(options, key, kBatchBytes, /*seqs_per_batch=*/1);
+  absl::StatusOr<std::unique_ptr<BatchShare>> share = BatchShare::Open(options, key);
   EXPECT_TRUE(share.ok()) << share.status();
   return share.ok() ? *std::move(share) : nullptr;
 }
@@ -110,17 +109,45 @@ TEST(BatchShareTest, TheLastToLeaveRemovesTheFolder) {
   EXPECT_FALSE(fs::exists(folder));
 }
 
-TEST(BatchShareTest, AFolderOthersCouldReadIsRefused) {
+// This user's folder and the key's folder: each refused when others could open it.
+TEST(BatchShareTest, AFolderOthersCouldOpenIsRefused) {
   const std::string dir = testing::MakeTempDir("batch_share_mode");
-  const std::string folder = absl::StrFormat("%s/%016x", dir, kKey);
-  ASSERT_EQ(mkdir(folder.c_str(), 0755), 0);
+  const std::string mine = absl::StrFormat("%s/sophon-%d", dir, geteuid());
+  const std::string folder = absl::StrFormat("%s/%016x", mine, kKey);
   BatchShareOptions options;
   options.dir = dir;
-  absl::StatusOr<std::unique_ptr<BatchShare>> share =
-      BatchShare::Open(options, kKey, kBatchBytes, 1);
-  ASSERT_FALSE(share.ok());
-  EXPECT_EQ(share.status().code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_NE(share.status().message().find(folder), std::string::npos) << share.status();
+  for (const std::string& open_one : {mine, folder}) {
+    fs::remove_all(mine);
+    ASSERT_EQ(mkdir(mine.c_str(), open_one == mine ? 0755 : 0700), 0);
+    if (open_one == folder) ASSERT_EQ(mkdir(folder.c_str(), 0755), 0);
+    absl::StatusOr<std::unique_ptr<BatchShare>> share = BatchShare::Open(options, kKey);
+    ASSERT_FALSE(share.ok()) << open_one;
+    EXPECT_EQ(share.status().code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_NE(share.status().message().find(open_one + "'"), std::string::npos) << share.status();
+  }
+}
+
+// A job that holds a claim and never makes the batch (stopped, stuck) holds
+// another back for max_wait at most: it then makes the batch itself, unshared.
+TEST(BatchShareTest, AClaimHeldTooLongIsWaitedOut) {
+  const std::string dir = testing::MakeTempDir("batch_share_wait");
+  BatchShareOptions options;
+  options.dir = dir;
+  options.max_wait = absl::Milliseconds(100);
+  std::unique_ptr<BatchShare> stuck = Open(dir);
+  absl::StatusOr<std::unique_ptr<BatchShare>> other = BatchShare::Open(options, kKey);
+  ASSERT_TRUE(other.ok()) << other.status();
+  BatchShare::Claim held;
+  Take(stuck.get(), 4, &held);
+  ASSERT_TRUE(held.held());
+  BatchShare::Claim claim;
+  BatchShare::Outcome outcome;
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(Take(other->get(), 4, &claim, &outcome), "");
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(100));
+  EXPECT_EQ(outcome, BatchShare::Outcome::kClaimed);
+  EXPECT_FALSE(claim.held());  // made there, not published
+  EXPECT_EQ((*other)->stats().waited_out, 1u);
 }
 
 TEST(BatchShareTest, BatchesBehindTheWindowGoAndALateJobMakesThemItself) {
@@ -131,13 +158,14 @@ TEST(BatchShareTest, BatchesBehindTheWindowGoAndALateJobMakesThemItself) {
     ASSERT_EQ(Take(leader.get(), seq, &claim), "");
     ASSERT_TRUE(Publish(leader.get(), seq, std::move(claim)).ok());
   }
-  // Two batches' bytes: seqs 3 to 5 kept (the window is behind the newest).
+  // Two batches' bytes: the newest two kept.
   int files = 0;
   for (const fs::directory_entry& e : fs::directory_iterator(leader->folder())) {
     if (e.path().extension() == ".batch") ++files;
   }
-  EXPECT_EQ(files, 3);
-  EXPECT_FALSE(fs::exists(leader->folder() + "/0000000000000000.batch"));
+  EXPECT_EQ(files, 2);
+  EXPECT_FALSE(fs::exists(leader->folder() + "/0000000000000003.batch"));
+  EXPECT_TRUE(fs::exists(leader->folder() + "/0000000000000004.batch"));
   // The late job never waits for the leader: batch 0 is made again here.
   BatchShare::Claim claim;
   BatchShare::Outcome outcome;
@@ -286,7 +314,7 @@ TEST(BatchShareTest, EightProcessesMakeEachBatchOnce) {
   }
   EXPECT_EQ(made, static_cast<int>(kBatches));
   // The last process removed the folder.
-  EXPECT_FALSE(fs::exists(absl::StrFormat("%s/%016x", dir, kKey)));
+  EXPECT_FALSE(fs::exists(absl::StrFormat("%s/sophon-%d/%016x", dir, geteuid(), kKey)));
   for (int fd : {counts[0], counts[1], opened[0], opened[1], go[0], go[1]}) close(fd);
 }
 
