@@ -33,7 +33,8 @@ ManifestPages::ManifestPages(const SampleSource& source, const v1::Manifest& set
     int64_t bytes = 0;
     while (end < num_samples_) {
       const int64_t sample = CodedOutputStream::VarintSize32(table.label(end)) +
-                             CodedOutputStream::VarintSize64(table.raw_size(end));
+                             CodedOutputStream::VarintSize64(table.raw_size(end)) +
+                             static_cast<int64_t>(sizeof(uint32_t));
       if (end > start && bytes + sample > budget) break;
       bytes += sample;
       ++end;
@@ -53,11 +54,14 @@ ManifestPages::ManifestPages(const SampleSource& source, const v1::Manifest& set
     page.set_start(start);
     page.clear_labels();
     page.clear_raw_sizes();
+    page.clear_versions();
     page.mutable_labels()->Reserve(static_cast<int>(end - start));
     page.mutable_raw_sizes()->Reserve(static_cast<int>(end - start));
+    page.mutable_versions()->Reserve(static_cast<int>(end - start));
     for (uint64_t id = start; id < end; ++id) {
       page.add_labels(table.label(id));
       page.add_raw_sizes(table.raw_size(id));
+      page.add_versions(table.version(id));
     }
     if (start == 0) {
       v1::Manifest header = settings;
@@ -68,6 +72,7 @@ ManifestPages::ManifestPages(const SampleSource& source, const v1::Manifest& set
       for (const std::string& c : source.class_names()) header.add_class_names(c);
       *header.mutable_labels() = page.labels();
       *header.mutable_raw_sizes() = page.raw_sizes();
+      *header.mutable_versions() = page.versions();
       header.SerializeToString(&header_);
     }
     page.SerializeToString(&encoded);

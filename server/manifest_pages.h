@@ -21,10 +21,11 @@
 namespace sophon {
 
 // The most bytes a page spends besides its samples (fingerprint, start and
-// the two packed fields' tags and lengths), and the most one sample takes
-// (a label and a size as varints): a page of page_bytes holds at least one.
-inline constexpr int64_t kManifestPageOverheadBytes = 34;
-inline constexpr int64_t kManifestSampleMaxBytes = 15;
+// the three packed fields' tags and lengths), and the most one sample takes
+// (a label and a size as varints, a fixed32 version): a page of page_bytes
+// holds at least one.
+inline constexpr int64_t kManifestPageOverheadBytes = 40;
+inline constexpr int64_t kManifestSampleMaxBytes = 19;
 inline constexpr int64_t kMinManifestPageBytes = 64;
 // Ids one GetRelativePaths request may name (an answer is at most about 16
 // x 2 KiB, for the longest escaped paths).

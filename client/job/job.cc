@@ -57,13 +57,17 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Connect(JobSpec spec) {
   }
   if (servers.size() > 1) spdlog::info("dataset layout: {}", servers.Describe());
   int64_t dataset_bytes = 0;  // as the disk tier's entries: each file and its header
+  std::vector<uint32_t> versions;
+  if (!s.cache.dir.empty()) versions.reserve(servers.manifest().num_samples());
   for (uint64_t id = 0; id < servers.manifest().num_samples(); ++id) {
     dataset_bytes +=
         static_cast<int64_t>(servers.manifest().raw_size(id)) + DiskSampleCache::kHeaderBytes;
+    if (!s.cache.dir.empty()) versions.push_back(servers.manifest().version(id));
   }
   ASSIGN_OR_RETURN(s.loader.sample_cache,
                    OpenSampleCache(s.cache, servers.manifest().fingerprint(),
-                                   servers.manifest().num_samples(), dataset_bytes));
+                                   servers.manifest().num_samples(), dataset_bytes,
+                                   std::move(versions)));
   if (s.loader.sample_cache != nullptr) {
     spdlog::info("sample cache: {:.1f} MB in memory ({}){}", s.cache.memory_bytes / 1e6,
                  std::string(CachePolicyName(s.cache.policy)),

@@ -36,7 +36,7 @@ struct Header {
   uint64_t id;
   uint64_t size;
   uint32_t crc;
-  uint32_t reserved;
+  uint32_t version;  // DiskSampleCacheOptions.versions when written; 0 = unknown
 };
 static_assert(sizeof(Header) == DiskSampleCache::kHeaderBytes);
 
@@ -358,13 +358,22 @@ void DiskSampleCache::MarkKnown(uint64_t id, bool known) const {
   if (id < known_.size()) known_[id] = known ? 1 : 0;
 }
 
-void DiskSampleCache::Drop(const std::string& path, int64_t bytes, uint64_t id) {
+void DiskSampleCache::Drop(const std::string& path, int64_t bytes, uint64_t id, Dropped why) {
   // Its bytes no longer counted: what the file took, as the folder's count has it.
   if (unlink(path.c_str()) == 0 && bytes > 0) AddUsage(-bytes);
   absl::MutexLock lock(&mu_);
-  ++stats_.corrupt;
-  ++stats_.misses;
+  if (why == Dropped::kDamaged) {
+    ++stats_.corrupt;
+  } else {
+    ++stats_.stale;
+  }
+  if (why != Dropped::kStaleOnWrite) ++stats_.misses;
   if (id < known_.size()) known_[id] = 0;
+}
+
+bool DiskSampleCache::CurrentVersion(uint64_t id, uint32_t version) const {
+  const uint32_t want = id < options_.versions.size() ? options_.versions[id] : 0;
+  return want == 0 || version == want;
 }
 
 bool DiskSampleCache::Get(uint64_t id, std::string* out, uint32_t* crc) {
@@ -373,7 +382,7 @@ bool DiskSampleCache::Get(uint64_t id, std::string* out, uint32_t* crc) {
   const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ELOOP) {  // a symbolic link: not an entry
-      Drop(path, 0, id);
+      Drop(path, 0, id, Dropped::kDamaged);
       return false;
     }
     absl::MutexLock lock(&mu_);
@@ -387,7 +396,9 @@ bool DiskSampleCache::Get(uint64_t id, std::string* out, uint32_t* crc) {
   // Checked before the bytes are read: the type, the header against this
   // dataset and sample, the size against the header and the bound.
   const bool ours = stated && ReadHeader(fd, st, options_.fingerprint, id, &header);
-  bool ok = ours && st.st_size <= options_.max_bytes &&
+  // Written for another version of the sample's file: it changed since.
+  const bool stale = ours && !CurrentVersion(id, header.version);
+  bool ok = ours && !stale && st.st_size <= options_.max_bytes &&
             header.size == static_cast<uint64_t>(st.st_size - kHeaderBytes);
   if (ok) {
     out->resize(header.size);
@@ -396,7 +407,8 @@ bool DiskSampleCache::Get(uint64_t id, std::string* out, uint32_t* crc) {
   close(fd);
   if (!ok) {
     out->clear();
-    Drop(path, stated ? CountedBytes(st, ours ? &header : nullptr, options_.max_bytes) : 0, id);
+    Drop(path, stated ? CountedBytes(st, ours ? &header : nullptr, options_.max_bytes) : 0, id,
+         stale ? Dropped::kStale : Dropped::kDamaged);
     return false;
   }
   if (crc != nullptr) *crc = header.crc;
@@ -416,10 +428,19 @@ bool DiskSampleCache::Put(uint64_t id, absl::string_view bytes) {
     }
   }
   const std::string path = EntryPath(id);
-  struct stat st;
-  if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {  // another process wrote it
-    MarkKnown(id, true);
-    return true;
+  if (const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+      fd >= 0) {
+    struct stat st;
+    Header header;
+    const bool ours = fstat(fd, &st) == 0 && ReadHeader(fd, st, options_.fingerprint, id, &header);
+    close(fd);
+    if (ours && CurrentVersion(id, header.version)) {  // another process wrote it
+      MarkKnown(id, true);
+      return true;
+    }
+    // Stale or damaged: removed (its bytes leave the count) and written anew.
+    Drop(path, CountedBytes(st, ours ? &header : nullptr, options_.max_bytes), id,
+         ours ? Dropped::kStaleOnWrite : Dropped::kDamaged);
   }
   const int64_t size = static_cast<int64_t>(sizeof(Header) + bytes.size());
   const int64_t usage = AddUsage(size);
@@ -434,6 +455,7 @@ bool DiskSampleCache::Put(uint64_t id, absl::string_view bytes) {
   header.id = id;
   header.size = bytes.size();
   header.crc = Crc32(bytes);
+  header.version = id < options_.versions.size() ? options_.versions[id] : 0;
   absl::Status status;
   absl::StatusOr<std::unique_ptr<AtomicFileWriter>> writer = AtomicFileWriter::Open(path);
   if (!writer.ok()) {

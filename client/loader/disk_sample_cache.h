@@ -11,10 +11,14 @@
 //     in-use                  held with a shared flock by every process that has the
 //                             dataset open; its mtime is when one last opened it
 //     <id % 256, 2 hex>/<id>  an entry: a header (magic, fingerprint, id, size, CRC-32
-//                             of the bytes) and the sample's bytes, mode 0600
+//                             of the bytes, the version of the sample's file it was
+//                             written for) and the sample's bytes, mode 0600
 // An entry is written to a temporary file and renamed into place (no fsync:
 // an entry a machine crash left short fails its checks). Another dataset
-// (another fingerprint) has another folder: its entries are never read.
+// (another fingerprint) has another folder: its entries are never read. A
+// file edited since its entry was written, even to the same size, has
+// another version in the manifest (DiskSampleCacheOptions.versions): the
+// entry is removed unread and the sample fetched again.
 //
 // Bounded in bytes for the whole folder DIR (max_bytes, each entry's file
 // size counted), whatever the datasets: opening a dataset that needs room
@@ -67,6 +71,11 @@ struct DiskSampleCacheOptions {
   // each); 0 = unknown. Opening reclaims older datasets' folders until this
   // dataset fits (or the bound is all free).
   int64_t dataset_bytes = 0;
+  // By sample id: what changes when its file is edited, even to the same size
+  // (the manifest's versions, ServerManifest.versions). An entry written for
+  // another version is stale: dropped, never served, and written again when
+  // the sample arrives. Empty or 0 = unknown: not checked.
+  std::vector<uint32_t> versions;
 
   absl::Status Validate() const;  // names the field
 };
@@ -75,6 +84,7 @@ struct DiskSampleCacheStats {
   uint64_t hits = 0;
   uint64_t misses = 0;
   uint64_t corrupt = 0;   // entries removed because they failed their checks
+  uint64_t stale = 0;     // entries removed because their sample's file changed (versions)
   uint64_t written = 0;
   uint64_t rejected = 0;  // not written: the folder is full, or filling has stopped
   uint64_t write_errors = 0;  // writes that failed (the first one stops the filling)
@@ -128,7 +138,14 @@ class DiskSampleCache {
   // The node's usage as the counter says now (under flock); -1 when it cannot be read.
   int64_t ReadUsage() const;
   // Removes the file at `path` (`bytes` long) that failed a check, counted.
-  void Drop(const std::string& path, int64_t bytes, uint64_t id);
+  enum class Dropped {
+    kDamaged,       // failed its checks when read (a miss)
+    kStale,         // written for another version of the sample's file (a miss)
+    kStaleOnWrite,  // found stale (or damaged) where a fresh copy is written
+  };
+  void Drop(const std::string& path, int64_t bytes, uint64_t id, Dropped why);
+  // Whether an entry written for `version` is current for sample `id`.
+  bool CurrentVersion(uint64_t id, uint32_t version) const;
   void MarkKnown(uint64_t id, bool known) const;
 
   const DiskSampleCacheOptions options_;

@@ -92,6 +92,7 @@ absl::StatusOr<GlobalManifest> GlobalManifest::Build(
   }
   g.labels_.reserve(total);
   g.raw_sizes_.reserve(total);
+  g.versions_.reserve(total);
   std::vector<uint64_t> fingerprints;
   bool replicated = false;
   for (const auto& [fingerprint, servers] : by_fingerprint) {
@@ -114,6 +115,11 @@ absl::StatusOr<GlobalManifest> GlobalManifest::Build(
     }
     for (uint32_t label : m.labels) g.labels_.push_back(to_global[label]);
     g.raw_sizes_.insert(g.raw_sizes_.end(), m.raw_sizes.begin(), m.raw_sizes.end());
+    if (m.versions.size() == m.raw_sizes.size()) {
+      g.versions_.insert(g.versions_.end(), m.versions.begin(), m.versions.end());
+    } else {
+      g.versions_.resize(g.raw_sizes_.size(), 0);  // unknown
+    }
     fingerprints.push_back(fingerprint);
     g.shards_.push_back(std::move(shard));
   }

@@ -58,6 +58,9 @@ class GlobalManifest {
   uint32_t label(uint64_t id) const { return labels_[id]; }
   // Encoded bytes, saturated at UINT32_MAX (SaturatedSize).
   uint64_t raw_size(uint64_t id) const { return raw_sizes_[id]; }
+  // What changes when the sample's file is edited (the first replica's
+  // ServerManifest.versions); 0 = unknown.
+  uint32_t version(uint64_t id) const { return versions_[id]; }
   const std::vector<std::string>& class_names() const { return class_names_; }
   // One shard: its fingerprint; several: FNV-1a over the shards'
   // fingerprints in order.
@@ -79,6 +82,7 @@ class GlobalManifest {
   int num_servers_ = 0;
   std::vector<uint32_t> labels_;
   std::vector<uint32_t> raw_sizes_;  // SaturatedSize
+  std::vector<uint32_t> versions_;
   std::vector<std::string> class_names_;
   uint64_t fingerprint_ = 0;
   std::string name_;

@@ -18,6 +18,7 @@ constexpr uint64_t kMaxReserve = uint64_t{1} << 26;
 absl::Status Append(absl::string_view address, uint64_t start,
                     const google::protobuf::RepeatedField<uint32_t>& labels,
                     const google::protobuf::RepeatedField<uint64_t>& raw_sizes,
+                    const google::protobuf::RepeatedField<uint32_t>& versions,
                     uint64_t num_samples, ServerManifest* m) {
   const uint64_t want = m->labels.size();
   const uint64_t n = static_cast<uint64_t>(labels.size());
@@ -25,6 +26,12 @@ absl::Status Append(absl::string_view address, uint64_t start,
     return absl::DataLossError(absl::StrCat("storage server ", address,
                                             " sent a manifest page of ", labels.size(),
                                             " labels and ", raw_sizes.size(), " sizes"));
+  }
+  // Versions: one per sample, or none (a server before them: unknown).
+  if (!versions.empty() && versions.size() != labels.size()) {
+    return absl::DataLossError(absl::StrCat("storage server ", address,
+                                            " sent a manifest page of ", labels.size(),
+                                            " labels and ", versions.size(), " versions"));
   }
   if (start > want || start + n <= want || start + n > num_samples) {
     return absl::DataLossError(absl::StrCat(
@@ -41,6 +48,7 @@ absl::Status Append(absl::string_view address, uint64_t start,
     }
     m->labels.push_back(label);
     m->raw_sizes.push_back(SaturatedSize(raw_sizes[static_cast<int>(i)]));
+    m->versions.push_back(versions.empty() ? 0 : versions[static_cast<int>(i)]);
   }
   return absl::OkStatus();
 }
@@ -75,8 +83,10 @@ absl::StatusOr<ServerManifest> ReadManifest(ManifestRpcs& rpcs, absl::string_vie
   const uint64_t num_samples = header.num_samples();
   m.labels.reserve(std::min(num_samples, kMaxReserve));
   m.raw_sizes.reserve(std::min(num_samples, kMaxReserve));
+  m.versions.reserve(std::min(num_samples, kMaxReserve));
   if (header.labels_size() > 0 || header.raw_sizes_size() > 0) {
-    if (absl::Status s = Append(address, 0, header.labels(), header.raw_sizes(), num_samples, &m);
+    if (absl::Status s = Append(address, 0, header.labels(), header.raw_sizes(), header.versions(),
+                                num_samples, &m);
         !s.ok()) {
       return s;
     }
@@ -97,7 +107,8 @@ absl::StatusOr<ServerManifest> ReadManifest(ManifestRpcs& rpcs, absl::string_vie
           address, page.fingerprint(), m.fingerprint));
     }
     if (absl::Status s =
-            Append(address, page.start(), page.labels(), page.raw_sizes(), num_samples, &m);
+            Append(address, page.start(), page.labels(), page.raw_sizes(), page.versions(),
+                   num_samples, &m);
         !s.ok()) {
       return s;
     }

@@ -191,7 +191,8 @@ absl::Status LocalCacheOptions::Validate() const {
 absl::StatusOr<std::shared_ptr<SampleCache>> OpenSampleCache(const LocalCacheOptions& options,
                                                             uint64_t fingerprint,
                                                             uint64_t num_samples,
-                                                            int64_t dataset_bytes) {
+                                                            int64_t dataset_bytes,
+                                                            std::vector<uint32_t> versions) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (!options.enabled()) return std::shared_ptr<SampleCache>();
   std::unique_ptr<DiskSampleCache> disk;
@@ -202,6 +203,7 @@ absl::StatusOr<std::shared_ptr<SampleCache>> OpenSampleCache(const LocalCacheOpt
     disk_options.fingerprint = fingerprint;
     disk_options.num_samples = num_samples;
     disk_options.dataset_bytes = dataset_bytes;
+    disk_options.versions = std::move(versions);
     absl::StatusOr<std::unique_ptr<DiskSampleCache>> opened = DiskSampleCache::Open(disk_options);
     if (!opened.ok()) {
       return absl::Status(opened.status().code(),

@@ -24,6 +24,7 @@
 #include <list>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -122,13 +123,13 @@ struct LocalCacheOptions {
 
 // The cache for a dataset whose manifest has `fingerprint` and
 // `num_samples`, its files `dataset_bytes` in all (0 = unknown: the disk
-// tier then reclaims older datasets' folders only beyond its bound): null
-// when !options.enabled(). Errors name the LocalCacheOptions field (or the
-// folder).
-absl::StatusOr<std::shared_ptr<SampleCache>> OpenSampleCache(const LocalCacheOptions& options,
-                                                            uint64_t fingerprint,
-                                                            uint64_t num_samples,
-                                                            int64_t dataset_bytes = 0);
+// tier then reclaims older datasets' folders only beyond its bound), its
+// samples' versions `versions` (the disk tier serves an entry only for the
+// version it was written for; empty = unknown): null when !options.enabled().
+// Errors name the LocalCacheOptions field (or the folder).
+absl::StatusOr<std::shared_ptr<SampleCache>> OpenSampleCache(
+    const LocalCacheOptions& options, uint64_t fingerprint, uint64_t num_samples,
+    int64_t dataset_bytes = 0, std::vector<uint32_t> versions = {});
 
 }  // namespace sophon
 

@@ -39,6 +39,9 @@ struct ServerManifest {
   uint32_t group_size = 1;
   std::vector<uint32_t> labels;          // by sample id
   std::vector<uint32_t> raw_sizes;       // by sample id: encoded bytes, SaturatedSize
+  // By sample id: what changes when its file is edited (Manifest.versions);
+  // 0 = unknown (a server before versions).
+  std::vector<uint32_t> versions;
 
   uint64_t num_samples() const { return labels.size(); }
 };

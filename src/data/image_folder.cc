@@ -121,7 +121,13 @@ absl::StatusOr<std::unique_ptr<ImageFolderSource>> ImageFolderSource::Open(
     const std::string& cls = class_dirs[label];
     const fs::path dir = fs::path(root) / cls;
     const bool linked_dir = inside_only && IsSymlink(dir);
-    std::vector<std::pair<std::string, uint64_t>> files;
+    struct File {
+      std::string name;
+      uint64_t size;
+      uint32_t version;
+      bool operator<(const File& o) const { return name < o.name; }
+    };
+    std::vector<File> files;
     for (fs::directory_iterator f(dir, ec); !ec && f != end; f.increment(ec)) {
       const std::string name = f->path().filename().string();
       if (!IsJpegName(name)) continue;
@@ -130,7 +136,8 @@ absl::StatusOr<std::unique_ptr<ImageFolderSource>> ImageFolderSource::Open(
       if (::stat(f->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
       std::error_code link_ec;  // the entry's own type comes from the listing
       if (!allowed(f->path(), linked_dir || f->is_symlink(link_ec), cls + "/" + name)) continue;
-      files.emplace_back(name, static_cast<uint64_t>(st.st_size));
+      files.push_back(File{name, static_cast<uint64_t>(st.st_size),
+                           SampleVersion(st.st_mtim.tv_sec, st.st_mtim.tv_nsec)});
     }
     if (ec) {
       return absl::FailedPreconditionError(absl::StrCat("cannot list class directory '",
@@ -138,12 +145,12 @@ absl::StatusOr<std::unique_ptr<ImageFolderSource>> ImageFolderSource::Open(
                                                         EscapeName(root), "': ", ec.message()));
     }
     std::sort(files.begin(), files.end());
-    for (const auto& [name, size] : files) {
+    for (const auto& [name, size, version] : files) {
       const std::string on_disk = absl::StrCat(cls, "/", name);
       hasher.Add(on_disk, size, label);
       std::string escaped = EscapeName(on_disk);
       if (escaped != on_disk) ds->disk_paths_.emplace(ds->manifest_.size(), on_disk);
-      ds->manifest_.Add(escaped, label, size);
+      ds->manifest_.Add(escaped, label, size, version);
     }
   }
   ds->manifest_.ShrinkToFit();

@@ -87,7 +87,7 @@ absl::StatusOr<std::unique_ptr<PackSource>> PackSource::Open(const std::string& 
           ", ", s.offset + s.size, ") of shard ", index->shards[s.shard], ", which has ",
           shard_bytes[s.shard], " bytes (truncated shard?)"));
     }
-    source->manifest_.Add(EscapeName(s.path), s.label, s.size);
+    source->manifest_.Add(EscapeName(s.path), s.label, s.size, SampleVersionOfCrc(s.crc32));
     hasher.Add(s.path, s.size, s.label);
     source->locations_.push_back(Location{s.shard, s.crc32, s.offset});
   }

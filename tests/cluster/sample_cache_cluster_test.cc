@@ -4,6 +4,11 @@
 // those of a loader without a cache, a corrupt entry fetched again, a job
 // resumed from a checkpoint's cursor over a warm disk cache, and two ranks of
 // a node sharing one copy on disk.
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <utility>
@@ -84,8 +89,9 @@ class SampleCacheClusterTest : public ::testing::Test {
     LocalCacheOptions options;
     options.dir = folder;
     options.dir_bytes = 2 * WholeSet() + kSamples * DiskSampleCache::kHeaderBytes;
-    absl::StatusOr<std::shared_ptr<SampleCache>> cache = OpenSampleCache(
-        options, server_->source().fingerprint(), server_->source().manifest().size());
+    absl::StatusOr<std::shared_ptr<SampleCache>> cache =
+        OpenSampleCache(options, server_->source().fingerprint(),
+                        server_->source().manifest().size(), 0, client_->manifest().versions);
     EXPECT_TRUE(cache.ok()) << cache.status();
     return cache.ok() ? *std::move(cache) : nullptr;
   }
@@ -221,6 +227,70 @@ TEST_F(SampleCacheClusterTest, AResumedJobOverAWarmDiskCacheFetchesNothingAndGet
   EXPECT_EQ(stats.requested, 0u);
   EXPECT_EQ(stats.sample_cache_hits, static_cast<uint64_t>(kSamples - cursor));
   EXPECT_EQ(cache->stats().disk_hits, static_cast<uint64_t>(kSamples - cursor));
+}
+
+// A sample's file edited between two runs to the same size (its bytes
+// differ, its modification time moved): the dataset's fingerprint is the
+// same, but the entry of the old file is never served: removed unread, the
+// sample fetched again and the new file kept.
+TEST_F(SampleCacheClusterTest, AFileEditedToTheSameSizeIsFetchedAgainNotServedFromTheCache) {
+  const std::string folder = testing::MakeTempDir("sample_cache_edit");
+  const uint64_t edited = 5;
+  {
+    std::shared_ptr<SampleCache> cache = OpenDiskCache(folder);
+    FixedPolicy policy(Stage::kRaw, "nooff");
+    std::unique_ptr<Loader> loader = MakeLoader(&policy, cache);
+    ASSERT_TRUE(loader && cache);
+    RunEpoch(*loader, 0);
+    ASSERT_EQ(loader->stats().sample_cache_inserted, static_cast<uint64_t>(kSamples));
+  }
+  // The edit: one byte of the JFIF header's density (the image decodes the
+  // same), the file's size unchanged, its time a second later.
+  const std::string path =
+      dir_ + "/" + std::string(server_->source().manifest().relative_path(edited));
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  ASSERT_GT(bytes.size(), 20u);
+  ASSERT_EQ(static_cast<unsigned char>(bytes[2]), 0xFF);
+  ASSERT_EQ(static_cast<unsigned char>(bytes[3]), 0xE0) << "no JFIF header in " << path;
+  struct stat before;
+  ASSERT_EQ(stat(path.c_str(), &before), 0);
+  bytes[15] = static_cast<char>(bytes[15] ^ 1);
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  const struct timespec times[2] = {before.st_atim, {before.st_mtim.tv_sec + 1, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  // The storage node restarts on the edited folder: same fingerprint, another version.
+  const uint64_t fingerprint = server_->source().fingerprint();
+  client_.reset();
+  server_.reset();
+  ServiceOptions service;
+  service.prep_workers = 2;
+  absl::StatusOr<testing::LocalServer> local = testing::StartLocalServer(dir_, std::move(service));
+  ASSERT_TRUE(local.ok()) << local.status();
+  server_ = std::move(local->server);
+  client_ = std::move(local->client);
+  ASSERT_EQ(server_->source().fingerprint(), fingerprint);
+
+  std::shared_ptr<SampleCache> cache = OpenDiskCache(folder);
+  FixedPolicy policy(Stage::kRaw, "nooff");
+  std::unique_ptr<Loader> loader = MakeLoader(&policy, cache);
+  ASSERT_TRUE(loader && cache);
+  RunEpoch(*loader, 1);
+  const LoaderEpochStats stats = loader->stats();
+  EXPECT_EQ(stats.sample_cache_hits, static_cast<uint64_t>(kSamples - 1));
+  EXPECT_EQ(stats.requested, 1u);  // the edited sample, fetched again
+  ASSERT_NE(cache->disk(), nullptr);
+  EXPECT_EQ(cache->disk()->stats().stale, 1u);
+  // What the cache holds now is the edited file.
+  std::string held;
+  ASSERT_TRUE(cache->Get(edited, &held));
+  EXPECT_EQ(held, bytes);
 }
 
 TEST_F(SampleCacheClusterTest, TwoRanksOfANodeKeepOneCopyOnDiskAndTakeEachOthersSamples) {

@@ -68,6 +68,28 @@ TEST(ImageFolderSourceTest, ErrorsNameTheProblem) {
   EXPECT_NE(gone.message().find("sample 0"), std::string::npos);
 }
 
+// A file edited to the same size keeps the fingerprint (replicas copied at
+// other times hold the same samples) but gets another version: what a
+// training node's cache checks before it serves an entry.
+TEST(ImageFolderSourceTest, AnEditToTheSameSizeChangesTheVersionNotTheFingerprint) {
+  const std::string root = testing::MakeTempDir("dataset_version");
+  const std::string path = root + "/c/a.jpg";
+  testing::WriteFile(path, "abcd");
+  testing::WriteFile(root + "/c/b.jpg", "b");
+  std::unique_ptr<ImageFolderSource> before = *ImageFolderSource::Open(root);
+  EXPECT_NE(before->manifest().version(0), 0u);
+  testing::WriteFile(path, "abce");
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  const struct timespec times[2] = {st.st_atim, {st.st_mtim.tv_sec + 1, st.st_mtim.tv_nsec}};
+  ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  std::unique_ptr<ImageFolderSource> after = *ImageFolderSource::Open(root);
+  EXPECT_EQ(after->fingerprint(), before->fingerprint());
+  EXPECT_NE(after->manifest().version(0), before->manifest().version(0));
+  EXPECT_EQ(after->manifest().version(1), before->manifest().version(1));
+  EXPECT_EQ(after->entry(0).version, after->manifest().version(0));
+}
+
 // The fingerprint is keyed into saved profiles: it must not change with the
 // code. The value is FNV-1a over (path, uint64 size, uint32 label) per entry.
 TEST(ImageFolderSourceTest, FingerprintIsStable) {

@@ -28,9 +28,10 @@ TEST(ManifestTableTest, HoldsEverySampleInOrder) {
 }
 
 // The point of the table: no string object per sample. 1000 samples of
-// 20-byte paths take the paths' bytes and 20 bytes of fixed fields each,
-// made at their size (Reserve) or shrunk to it.
-TEST(ManifestTableTest, HoldsAboutTwentyBytesPerSampleBesidesThePaths) {
+// 20-byte paths take the paths' bytes and 24 bytes of fixed fields each
+// (path end, label, size, version), made at their size (Reserve) or shrunk to
+// it.
+TEST(ManifestTableTest, HoldsAboutTwentyFourBytesPerSampleBesidesThePaths) {
   ManifestTable table;
   table.Reserve(1000, 1000 * 20);
   for (int i = 0; i < 1000; ++i) {
@@ -38,15 +39,15 @@ TEST(ManifestTableTest, HoldsAboutTwentyBytesPerSampleBesidesThePaths) {
     std::snprintf(path, sizeof(path), "class_%03d/%06d.jpg", i % 7, i);
     table.Add(path, static_cast<uint32_t>(i % 7), 1000 + i);
   }
-  EXPECT_EQ(table.memory_bytes(), 1000u * (20 + 8 + 4 + 8));
+  EXPECT_EQ(table.memory_bytes(), 1000u * (20 + 8 + 4 + 8 + 4));
   table.ShrinkToFit();
-  EXPECT_EQ(table.memory_bytes(), 1000u * (20 + 8 + 4 + 8));
+  EXPECT_EQ(table.memory_bytes(), 1000u * (20 + 8 + 4 + 8 + 4));
   // Grown without a reservation, the table gives back what it does not need.
   ManifestTable grown;
   for (int i = 0; i < 400; ++i) grown.Add("0123456789012345678.jpg", 0, 1);
-  EXPECT_GT(grown.memory_bytes(), 400u * (23 + 20) * 5 / 4);
+  EXPECT_GT(grown.memory_bytes(), 400u * (23 + 24) * 5 / 4);
   grown.ShrinkToFit();
-  EXPECT_EQ(grown.memory_bytes(), 400u * (23 + 20));
+  EXPECT_EQ(grown.memory_bytes(), 400u * (23 + 24));
 }
 
 // The fingerprint is keyed into saved profiles: FNV-1a over (path, uint64

@@ -38,6 +38,45 @@ std::unique_ptr<DiskSampleCache> Open(const DiskSampleCacheOptions& options) {
   return cache.ok() ? *std::move(cache) : nullptr;
 }
 
+// An entry written for one version of its sample's file is never served for
+// another: removed unread (counted stale), and a Put writes the new one.
+TEST(DiskSampleCacheTest, AnEntryOfAnotherVersionIsNeverServed) {
+  const std::string dir = testing::MakeTempDir("disk_cache_version");
+  DiskSampleCacheOptions options = Options(dir, 10);
+  options.versions.assign(100, 7);
+  {
+    std::unique_ptr<DiskSampleCache> cache = Open(options);
+    ASSERT_TRUE(cache);
+    EXPECT_TRUE(cache->Put(3, SampleFileBytes(3)));
+    EXPECT_TRUE(cache->Put(4, SampleFileBytes(4)));
+  }
+  options.versions[3] = 8;  // sample 3's file changed
+  std::unique_ptr<DiskSampleCache> cache = Open(options);
+  ASSERT_TRUE(cache);
+  std::string out;
+  EXPECT_FALSE(cache->Get(3, &out));
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(cache->stats().stale, 1u);
+  EXPECT_EQ(cache->stats().corrupt, 0u);
+  EXPECT_TRUE(cache->Get(4, &out));
+  EXPECT_TRUE(cache->Put(3, SampleFileBytes(3) + "new"));
+  EXPECT_TRUE(cache->Get(3, &out));
+  EXPECT_EQ(out, SampleFileBytes(3) + "new");
+  // The count stays exact: the stale entry's bytes left it, the new one's came in.
+  EXPECT_EQ(cache->stats().usage_bytes,
+            static_cast<int64_t>(SampleFileBytes(3).size() + 3 + SampleFileBytes(4).size()) +
+                2 * DiskSampleCache::kHeaderBytes);
+  // Another process, for which sample 4 changed too: a miss, then its new copy.
+  options.versions[4] = 9;
+  std::unique_ptr<DiskSampleCache> other = Open(options);
+  ASSERT_TRUE(other);
+  EXPECT_FALSE(other->Get(4, &out));
+  EXPECT_EQ(other->stats().stale, 1u);
+  EXPECT_TRUE(other->Put(4, SampleFileBytes(4) + "v9"));
+  EXPECT_TRUE(other->Get(4, &out));
+  EXPECT_EQ(out, SampleFileBytes(4) + "v9");
+}
+
 TEST(DiskSampleCacheTest, EntriesOutliveTheProcessThatWroteThem) {
   const std::string dir = testing::MakeTempDir("disk_cache_restart");
   {
