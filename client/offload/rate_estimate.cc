@@ -131,7 +131,7 @@ LocalSpeedEstimate::Update LocalSpeedEstimate::Observe(const EpochRecord& epoch,
     return out;
   }
   if (raised_after > 0 && t >= (1 - kLocalSpeedDeadband) * raised_after &&
-      work < (1 - kLocalSpeedDeadband) * raised_work) {
+      work <= (1 - kRefutingWorkDrop) * raised_work) {
     out.evidence = Evidence::kRefuted;
     out.speed = speed_before_rise_;
     elimination_refuted_ = true;

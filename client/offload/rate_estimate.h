@@ -52,8 +52,9 @@
 // ELIMINATION REFUTED. Identification by elimination assumes that every
 // resource that can bind is observed. A rise identified in epoch k says
 // T_k = speed x W_k (W: the work planned on the training node at speed 1).
-// If the next epoch planned less work there (W_k+1 < W_k, beyond the
-// deadband) and still took as long (T_k+1 >= T_k, within it), the duration
+// If the next epoch planned clearly less work there (W_k+1 < W_k by
+// kRefutingWorkDrop or more) and still took as long (T_k+1 >= T_k, within the
+// deadband), the duration
 // did not follow the training node's work: it did not bind in epoch k, an
 // unobserved bound did, and the rise had no identification: it is undone.
 // That unobserved bound can bind again, so for the rest of the job no rise is
@@ -101,6 +102,12 @@ inline constexpr double kMinLocalSpeed = 0.5;
 inline constexpr double kMaxLocalSpeed = 2.0;
 inline constexpr double kMaxLocalSpeedStep = 2.0;
 inline constexpr double kLocalSpeedDeadband = 0.02;
+// The least drop of the work planned on the training node after a rise that
+// can refute it: a smaller drop shortens a bound epoch by less than the
+// noise of consecutive epochs of a second or two (a node of 2 cores with a
+// storage server on one measured up to 10% between them), so an epoch as
+// long says nothing of the rise.
+inline constexpr double kRefutingWorkDrop = 0.15;
 
 // What one epoch, run to its end on one plan, recorded.
 struct EpochRecord {

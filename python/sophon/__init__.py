@@ -65,6 +65,17 @@ _INT64_MAX = 2 ** 63 - 1
 _UINT64_MAX = 2 ** 64 - 1
 
 
+def _local_world_size(given):
+    """local_world_size as given, else $LOCAL_WORLD_SIZE (torchrun sets it), else 1."""
+    if given is not None:
+        return given
+    env = _os.environ.get("LOCAL_WORLD_SIZE", "1")
+    try:
+        return int(env)
+    except ValueError:
+        raise ValueError(f"LOCAL_WORLD_SIZE must be an integer, got {env!r}") from None
+
+
 def _int(name, value, lo=_INT_MIN, hi=_INT_MAX):
     """`value` as an int for the argument `name`, refused with the value as given when it is
     not an integer (TypeError) or lies outside [lo, hi] (ValueError): the C++ options are
@@ -184,6 +195,9 @@ class Loader(_Base):
         the folder local_cache_dir, kept across runs and shared by every loader of the node
         that names it (the ranks of a node then fetch a sample once). A held sample is not
         fetched again; smartoff plans with what is held.
+    local_world_size: this job's ranks on this node (default: $LOCAL_WORLD_SIZE, as torchrun
+        sets it, else 1), as sophon-train's --local-world-size: smartoff plans each rank
+        with its part of the node's link and cores and of the storage servers' prep workers.
     share_batches_dir, share_batches_window_bytes: share finished batches with the other
         jobs of this node that name the same folder and make the same batches (the trials
         of a search: one dataset, seed, batch size, ranks, crop and augmentation; other
@@ -222,7 +236,8 @@ class Loader(_Base):
                  replan_threshold=0.25, stages="all", connect_timeout=30.0, tls_ca="", tls_cert="", tls_key="", tls_server_name="",
                  auth_token_file="", shuffle_window=0, local_cache_bytes=0,
                  local_cache_policy="noevict", local_cache_dir="", local_cache_dir_bytes=0,
-                 share_batches_dir="", share_batches_window_bytes=256 << 20):
+                 share_batches_dir="", share_batches_window_bytes=256 << 20,
+                 local_world_size=None):
         if isinstance(servers, str):
             servers = [s for s in servers.replace(" ", "").split(",") if s]
         servers = [_string("servers", s) for s in servers]
@@ -266,7 +281,8 @@ class Loader(_Base):
                                        _INT64_MAX),
             share_batches_dir=_path("share_batches_dir", share_batches_dir),
             share_batches_window_bytes=_int("share_batches_window_bytes",
-                                            share_batches_window_bytes, 1, _INT64_MAX))
+                                            share_batches_window_bytes, 1, _INT64_MAX),
+            local_world_size=_int("local_world_size", _local_world_size(local_world_size), 1))
         self._epoch = 0
         self._start_position = 0  # where the next iteration of self._epoch starts
         self._cursor = 0          # global position after the last batch yielded

@@ -118,6 +118,7 @@ struct PyLoaderOptions {
   // --share-batches-dir and --share-batches-window-bytes.
   std::string share_batches_dir;
   int64_t share_batches_window_bytes = int64_t{256} << 20;
+  int local_world_size = 1;  // the job's ranks on this node (smartoff's shares)
 };
 
 // Batches whose arrays Python has dropped, kept for the loader to reuse their
@@ -214,6 +215,7 @@ class PyLoader {
     spec.smartoff = SmartoffFrom(o);
     Check(WithArgumentNames(spec.Validate(),
                             {{"SmartoffOptions.net_bw_mbit", "net_bw"},
+                             {"SmartoffOptions.local_world_size", "local_world_size"},
                              {"SmartoffOptions.", ""},
                              {"LocalCacheOptions.memory_bytes", "local_cache_bytes"},
                              {"LocalCacheOptions.dir_bytes", "local_cache_dir_bytes"},
@@ -417,6 +419,7 @@ class PyLoader {
     smart.remote_cpus = o.remote_cpus;
     smart.gpu_batch_seconds = o.gpu_batch_seconds;
     smart.replan_threshold = o.replan_threshold;
+    smart.local_world_size = o.local_world_size;
     absl::StatusOr<StageSet> stages = ParseStageSet(o.stages);
     if (!stages.ok()) throw py::value_error(absl::StrCat("stages: ", stages.status().message()));
     smart.stages = *stages;
@@ -539,7 +542,8 @@ PYBIND11_MODULE(_sophon, m) {
                        std::string auth_token_file, int shuffle_window,
                        int64_t local_cache_bytes, std::string local_cache_policy,
                        std::string local_cache_dir, int64_t local_cache_dir_bytes,
-                       std::string share_batches_dir, int64_t share_batches_window_bytes) {
+                       std::string share_batches_dir, int64_t share_batches_window_bytes,
+                       int local_world_size) {
              PyLoaderOptions o;
              o.servers = std::move(servers);
              o.batch_size = batch_size;
@@ -578,6 +582,7 @@ PYBIND11_MODULE(_sophon, m) {
              o.local_cache_dir_bytes = local_cache_dir_bytes;
              o.share_batches_dir = std::move(share_batches_dir);
              o.share_batches_window_bytes = share_batches_window_bytes;
+             o.local_world_size = local_world_size;
              return std::make_unique<PyLoader>(o);
            }),
            py::arg("servers"), py::arg("batch_size"), py::arg("mode"), py::arg("crop_size"),
@@ -592,7 +597,8 @@ PYBIND11_MODULE(_sophon, m) {
            py::arg("tls_server_name"), py::arg("auth_token_file"), py::arg("shuffle_window"),
            py::arg("local_cache_bytes"), py::arg("local_cache_policy"),
            py::arg("local_cache_dir"), py::arg("local_cache_dir_bytes"),
-           py::arg("share_batches_dir"), py::arg("share_batches_window_bytes"))
+           py::arg("share_batches_dir"), py::arg("share_batches_window_bytes"),
+           py::arg("local_world_size"))
       .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("start_position") = 0,
            py::arg("max_batches") = 0)
       .def("next", &PyLoader::Next)

@@ -35,10 +35,11 @@ def ids_of(l, epoch=None):
 
 @pytest.mark.parametrize("name", ["batch_size", "crop_size", "workers", "prefetch_batches",
                                   "rank", "world_size", "eval_resize", "shuffle_window",
-                                  "max_batches", "seed"])
+                                  "max_batches", "seed", "local_world_size",
+                                  "share_batches_window_bytes"])
 def test_an_integer_out_of_range_is_refused_with_its_value(address, name):
     for value in (BIG, 2 ** 64 + 5, -(2 ** 40)):
-        if name in ("max_batches", "seed") and value == BIG:
+        if name in ("max_batches", "seed", "share_batches_window_bytes") and value == BIG:
             continue  # in range for these
         with pytest.raises(ValueError, match=rf"^{name} must be .*got {value}$"):
             loader(address, augment="none", **{name: value})
@@ -212,3 +213,13 @@ def test_len_during_an_iteration_does_not_restart_it(address):
         l.set_epoch(1)
         assert len(l) == 6
         assert sorted(ids_of(l)) == list(range(N))
+
+
+def test_local_world_size_comes_from_torchrun_or_is_refused(address, monkeypatch):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "two")
+    with pytest.raises(ValueError, match="LOCAL_WORLD_SIZE"):
+        loader(address)
+    with pytest.raises(ValueError, match="local_world_size"):
+        loader(address, local_world_size=0)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    loader(address).close()

@@ -184,6 +184,22 @@ TEST(LocalSpeedTraceTest, ARiseFollowedByAsMuchWorkHereIsNotRefuted) {
   EXPECT_FALSE(estimate.elimination_refuted());
 }
 
+// Measured (tools/bench/node-jobs, one rank, cached epochs): a rise to 1.27
+// (1.58 s against 1.24 s planned here), then an epoch planned with 92% of
+// that work took 1.65 s. An 8% drop is within the noise of epochs this
+// short: the rise is not refuted (it was, and the next epoch's prediction
+// came out 28% short); the epoch is judged as any other.
+TEST(LocalSpeedTraceTest, ASmallDropOfTheWorkAfterARiseDoesNotRefuteIt) {
+  LocalSpeedEstimate estimate;
+  double speed = 1.0;
+  EXPECT_EQ(Judge(&estimate, &speed, Epoch(1.24, 1.58, 0.5)), Evidence::kIdentified);
+  EXPECT_NEAR(speed, 1.58 / 1.24, 1e-12);
+  const double work = 0.92 * 1.24;
+  EXPECT_NE(Judge(&estimate, &speed, Epoch(work * speed, 1.65, 0.5)), Evidence::kRefuted);
+  EXPECT_FALSE(estimate.elimination_refuted());
+  EXPECT_GE(speed, 1.58 / 1.24);
+}
+
 // An epoch too short to tell neither changes the speed nor forgets the last
 // rise: the next one still refutes it.
 TEST(LocalSpeedTraceTest, AShortEpochBetweenSaysNothing) {
