@@ -9,6 +9,14 @@
 #include "sophon/net/wire.h"
 
 namespace sophon {
+
+double ProbeSendCpuSeconds(double process_cpu, double sample_cpu, double all_bytes,
+                           double probe_bytes) {
+  const double send = std::max(0.0, process_cpu - sample_cpu);
+  if (!(probe_bytes > 0)) return send;
+  return send * probe_bytes / std::max(all_bytes, probe_bytes);
+}
+
 absl::StatusOr<NetProbeResult> ProbeBandwidth(SampleClient* client,
                                               const NetProbeOptions& options) {
   const ServerManifest& manifest = client->manifest();
@@ -65,8 +73,18 @@ absl::StatusOr<NetProbeResult> ProbeBandwidth(SampleClient* client,
   result.client_cpu_seconds = ProcessCpuSeconds() - cpu0;
   absl::StatusOr<v1::ServerStats> stats1 = client->GetStats();
   if (stats0.ok() && stats1.ok() && stats1->process_cpu_seconds() > 0) {
-    result.server_send_cpu_seconds = std::max(
-        0.0, stats1->process_cpu_seconds() - stats0->process_cpu_seconds() - server_sample_cpu);
+    // Every client's samples and bytes over the probe (a server before the
+    // sample sums reports 0: then this probe's own, as if alone).
+    const double all_samples = stats1->sample_cpu_seconds() - stats0->sample_cpu_seconds();
+    double all_bytes = 0;
+    for (int i = 0; i < stats1->bytes_by_stage_size(); ++i) {
+      all_bytes += static_cast<double>(stats1->bytes_by_stage(i)) -
+                   (i < stats0->bytes_by_stage_size() ? stats0->bytes_by_stage(i) : 0.0);
+    }
+    result.server_send_cpu_seconds = ProbeSendCpuSeconds(
+        stats1->process_cpu_seconds() - stats0->process_cpu_seconds(),
+        all_samples > 0 ? all_samples : server_sample_cpu, all_bytes,
+        static_cast<double>(result.bytes));
   }
   if (!cut_short && !status.ok()) {
     return absl::Status(status.code(), absl::StrCat("bandwidth probe of storage server ",

@@ -37,6 +37,13 @@ class SampleCacheClusterTest : public ::testing::Test {
     dopts.classes = 2;
     dopts.per_class = kSamples / 2;
     dir_ = testing::MakeTestDataset("sample_cache_cluster", dopts);
+    StartServer();
+  }
+
+  // A storage server on dir_ (again, after a test stopped it) and a client of it.
+  void StartServer() {
+    client_.reset();
+    server_.reset();
     ServiceOptions service;
     service.prep_workers = 2;
     absl::StatusOr<testing::LocalServer> local = testing::StartLocalServer(dir_, std::move(service));
@@ -267,14 +274,7 @@ TEST_F(SampleCacheClusterTest, AFileEditedToTheSameSizeIsFetchedAgainNotServedFr
   ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
   // The storage node restarts on the edited folder: same fingerprint, another version.
   const uint64_t fingerprint = server_->source().fingerprint();
-  client_.reset();
-  server_.reset();
-  ServiceOptions service;
-  service.prep_workers = 2;
-  absl::StatusOr<testing::LocalServer> local = testing::StartLocalServer(dir_, std::move(service));
-  ASSERT_TRUE(local.ok()) << local.status();
-  server_ = std::move(local->server);
-  client_ = std::move(local->client);
+  ASSERT_NO_FATAL_FAILURE(StartServer());
   ASSERT_EQ(server_->source().fingerprint(), fingerprint);
 
   std::shared_ptr<SampleCache> cache = OpenDiskCache(folder);
