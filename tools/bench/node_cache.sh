@@ -18,16 +18,8 @@ if [[ ! -d $data ]]; then
   tools/make-dataset --source=synthetic --profile=imagenet --n=200 --classes=4 --seed=1 \
     --out="$data" >/dev/null
 fi
-"$build/sophon-server" --data="$data" --host=127.0.0.1 --port=0 --prep-workers=1 \
-  --stats-interval=0 >"$work/server.log" 2>&1 &
-server=$!
-address=""
-for _ in $(seq 100); do
-  address=$(sed -n 's/^listening on //p' "$work/server.log" | head -1)
-  [[ -n $address ]] && break
-  sleep 0.1
-done
-[[ -n $address ]] || { echo "node_cache: sophon-server did not start" >&2; exit 1; }
+source tools/bench/lib/loopback_server.sh
+start_loopback_server "$build" "$data" 1 "$work/server.log"
 
 run() {  # NAME CACHE-FLAGS...
   local name=$1; shift

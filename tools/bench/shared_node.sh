@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Ranks of sophon-train --mode=smartoff on one node against one loopback sophon-server with
-# --prep-workers=1: what each rank predicted for each epoch and what it took (issue 47: shared
-# resources planned as shared). Prints one row per epoch per rank.
+# --prep-workers=1: what each rank predicted for each epoch and what it took, with the ranks
+# planning the server, link and cores they share (no root needed; tools/bench/node-jobs does
+# the same over a rate-limited link). Prints one row per epoch per rank.
 #
 # Usage: tools/bench/shared_node.sh [DATA]   (default: N synthetic photos made into
 #        $BUILD_DIR/shared-node-data-N by tools/make-dataset)
@@ -25,16 +26,8 @@ if [[ ! -d $data ]]; then
   tools/make-dataset --source=synthetic --profile=imagenet --n="$n" --classes=4 --seed=1 \
     --out="$data" >/dev/null
 fi
-"$build/sophon-server" --data="$data" --host=127.0.0.1 --port=0 --prep-workers="$prep_workers" \
-  --stats-interval=0 >"$work/server.log" 2>&1 &
-server=$!
-address=""
-for _ in $(seq 100); do
-  address=$(sed -n 's/^listening on //p' "$work/server.log" | head -1)
-  [[ -n $address ]] && break
-  sleep 0.1
-done
-[[ -n $address ]] || { echo "shared_node: sophon-server did not start" >&2; exit 1; }
+source tools/bench/lib/loopback_server.sh
+start_loopback_server "$build" "$data" "$prep_workers" "$work/server.log"
 # The profile is made once, before the ranks start (they would otherwise wait for each other).
 "$build/sophon-train" --server="$address" --mode=smartoff $model --epochs=1 --max-batches=1 --workers="$workers" --torch-threads=1 \
   --profile-folder="$work/profile" --log-level=warn >"$work/profile.log" 2>&1 ||
