@@ -103,6 +103,17 @@ class SampleCacheClusterTest : public ::testing::Test {
     return cache.ok() ? *std::move(cache) : nullptr;
   }
 
+  // A job whose epoch 0 fetches every sample whole into a disk cache in
+  // `folder`, then stops.
+  void FillDiskCache(const std::string& folder) {
+    std::shared_ptr<SampleCache> cache = OpenDiskCache(folder);
+    FixedPolicy policy(Stage::kRaw, "nooff");
+    std::unique_ptr<Loader> loader = MakeLoader(&policy, cache);
+    ASSERT_TRUE(loader && cache);
+    RunEpoch(*loader, 0);
+    ASSERT_EQ(loader->stats().sample_cache_inserted, static_cast<uint64_t>(kSamples));
+  }
+
   std::unique_ptr<Loader> MakeLoader(FixedPolicy* policy, std::shared_ptr<SampleCache> cache,
                                      int rank = 0, int world = 1) {
     LoaderOptions options;
@@ -208,15 +219,8 @@ TEST_F(SampleCacheClusterTest, ACorruptEntryIsFetchedAgainNotTrainedOn) {
 
 TEST_F(SampleCacheClusterTest, AResumedJobOverAWarmDiskCacheFetchesNothingAndGetsTheSameBatches) {
   const std::string folder = testing::MakeTempDir("sample_cache_resume");
-  {
-    // The first job: epoch 0 fills the disk cache, then the job stops.
-    std::shared_ptr<SampleCache> cache = OpenDiskCache(folder);
-    FixedPolicy policy(Stage::kRaw, "nooff");
-    std::unique_ptr<Loader> loader = MakeLoader(&policy, cache);
-    ASSERT_TRUE(loader && cache);
-    RunEpoch(*loader, 0);
-    ASSERT_EQ(loader->stats().sample_cache_inserted, static_cast<uint64_t>(kSamples));
-  }
+  // The first job: epoch 0 fills the disk cache, then the job stops.
+  ASSERT_NO_FATAL_FAILURE(FillDiskCache(folder));
   // The restarted job resumes epoch 1 from a checkpoint's cursor (after the
   // first batch) with a cache it opened again: every sample comes off disk.
   const int64_t cursor = 4;
@@ -243,14 +247,7 @@ TEST_F(SampleCacheClusterTest, AResumedJobOverAWarmDiskCacheFetchesNothingAndGet
 TEST_F(SampleCacheClusterTest, AFileEditedToTheSameSizeIsFetchedAgainNotServedFromTheCache) {
   const std::string folder = testing::MakeTempDir("sample_cache_edit");
   const uint64_t edited = 5;
-  {
-    std::shared_ptr<SampleCache> cache = OpenDiskCache(folder);
-    FixedPolicy policy(Stage::kRaw, "nooff");
-    std::unique_ptr<Loader> loader = MakeLoader(&policy, cache);
-    ASSERT_TRUE(loader && cache);
-    RunEpoch(*loader, 0);
-    ASSERT_EQ(loader->stats().sample_cache_inserted, static_cast<uint64_t>(kSamples));
-  }
+  ASSERT_NO_FATAL_FAILURE(FillDiskCache(folder));
   // The edit: one byte of the JFIF header's density (the image decodes the
   // same), the file's size unchanged, its time a second later.
   const std::string path =
