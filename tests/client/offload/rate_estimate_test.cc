@@ -315,8 +315,8 @@ TEST(WholeLinkRateTest, AProbeBesideOtherRanksCountsTheirBytes) {
   EXPECT_DOUBLE_EQ(WholeLinkRate(5e8, 5e7, 5e7, 1), 5e8);
 }
 
-// The measured case of issue 47, scaled to epochs long enough to judge: two
-// ranks on one training node share one storage server with one prep worker.
+// A measured case, scaled to epochs long enough to judge: two ranks on one
+// training node share one storage server with one prep worker.
 // Each rank planned the worker as its own: 3.3 s of storage work, 3.2 s
 // here, predicted 3.3 s; each took 6.5 s, the worker busy the whole time,
 // half of it with the other rank's samples.
