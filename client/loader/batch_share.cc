@@ -356,12 +356,19 @@ uint64_t BatchShare::Sweep() {
   }
   std::sort(batches.begin(), batches.end(), std::greater<>());
   int64_t kept_bytes = 0;
+  // The oldest batch kept, when older ones do not fit: only then does
+  // anything go. (While every batch fits, nothing is removed: a claim on an
+  // older batch still being made, published out of order after a newer one,
+  // must stay, or a waiting job would claim and make that batch again.)
   uint64_t start = 0;
   for (size_t i = 0; i < batches.size(); ++i) {
     kept_bytes += batches[i].second;
-    if (i >= 2 && kept_bytes > options_.window_bytes) break;
-    start = batches[i].first;
+    if (i >= 2 && kept_bytes > options_.window_bytes) {
+      start = batches[i - 1].first;
+      break;
+    }
   }
+  if (start == 0) return 0;
   for (const std::string& name : names) {
     uint64_t seq;
     if (ParseSeq(name, &seq) && seq < start) unlink((folder_ + "/" + name).c_str());

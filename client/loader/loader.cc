@@ -288,10 +288,6 @@ void StreamLoader::SendLoop(const EpochPlan& plan) {
       ++opened_batches_;
       continue;
     }
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_ || !error_.ok()) break;
-    }
     // The policy decides at send time, so a re-plan reaches every sample not
     // requested yet.
     batch->assigned.resize(batch->n);

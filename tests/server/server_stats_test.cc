@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "gtest/gtest.h"
+#include "sophon/net/wire.h"
 #include "server/storage_server.h"
 #include "sophon/v1/sophon.grpc.pb.h"
 #include "tests/test_util.h"
@@ -44,23 +45,12 @@ TEST(ServerStatsTest, ServerReportsTheSumOfWhatItsSamplesCarry) {
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReaderWriter<v1::FetchRequest, v1::FetchResponse>> stream =
       stub->Fetch(&context);
-  v1::FetchRequest request;
-  request.set_epoch(0);
-  request.set_seed(1);
-  v1::AugmentConfig* augment = request.mutable_augment();
-  augment->set_crop_size(32);
-  augment->set_scale_min(0.08);
-  augment->set_scale_max(1.0);
-  augment->set_ratio_min(0.75);
-  augment->set_ratio_max(4.0 / 3);
-  augment->set_flip_probability(0.5);
+  AugmentOptions augment;
+  augment.crop_size = 32;
+  FetchRequestBuilder request(/*epoch=*/0, /*seed=*/1, augment);
   const int n = 6;
-  for (int id = 0; id < n; ++id) {
-    v1::SampleRequest* sample = request.add_samples();
-    sample->set_id(id);
-    sample->set_target_stage(id % 2 == 0 ? v1::STAGE_RAW : v1::STAGE_CROPPED);
-  }
-  ASSERT_TRUE(stream->Write(request));
+  for (int id = 0; id < n; ++id) request.Add(id, id % 2 == 0 ? Stage::kRaw : Stage::kCropped);
+  ASSERT_TRUE(stream->Write(request.Take()));
   double wall = 0, cpu = 0, read = 0;
   int received = 0;
   v1::FetchResponse response;
