@@ -11,6 +11,7 @@
 #include "sophon/cli/cli.h"
 #include "sophon/cli/log_level.h"
 #include "absl/flags/usage.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "sophon/data/page_cache.h"
 #include "spdlog/spdlog.h"
@@ -135,8 +136,9 @@ ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(10),
           "On SIGTERM or SIGINT the server drains before it stops: the health service reports "
           "NOT_SERVING, new streams are refused, and open streams send the samples already "
           "started and end, handing back the rest (trainers ask a replica for them at once). "
-          "This is the longest the drain waits before it ends the streams left; a second "
-          "signal cuts it short. 0 = stop at once. Default 10s.");
+          "The process exits within this of the signal, whatever the clients do (a stream "
+          "whose client reads nothing is cancelled); a second signal stops at once. "
+          "0 = stop at once. Default 10s.");
 ABSL_FLAG(bool, evict_cache, false,
           "Drop the dataset's files from the page cache before serving, so that an experiment "
           "starts cold (posix_fadvise DONTNEED; sophon-cache reports residency). Default false.");
@@ -341,20 +343,27 @@ void WarnIfExposed(const std::string& host, const sophon::CredentialsOptions& cr
 void ServeUntilSignalled(sophon::StorageServer* server, const sigset_t& signals) {
   int sig = 0;
   sigwait(&signals, &sig);
+  const absl::Time signalled = absl::Now();
   spdlog::info("signal {} ({}): draining, then shutting down; a second signal stops at once", sig,
                strsignal(sig));
   // The drain runs on its own thread so that a second signal can cut it short.
   absl::Notification drained;
+  absl::Duration grace;
   std::thread drainer([&] {
-    server->Drain();
+    grace = server->Drain();
     drained.Notify();
   });
-  const timespec poll{0, 50 * 1000 * 1000};
+  const timespec poll{0, 20 * 1000 * 1000};
   while (!drained.HasBeenNotified()) {
     if (sigtimedwait(&signals, nullptr, &poll) > 0) server->CutDrainShort();
   }
   drainer.join();
-  server->Shutdown();
+  // What is left of --drain-timeout (none after a second signal): calls
+  // still open then, such as a stream ended while its client reads nothing,
+  // are cancelled rather than waited for.
+  server->Shutdown(grace);
+  spdlog::info("stopped {:.2f} s after signal {}", absl::ToDoubleSeconds(absl::Now() - signalled),
+               sig);
 }
 
 }  // namespace

@@ -166,8 +166,8 @@ std::string StorageServer::address() const { return absl::StrCat(options_.host, 
 
 void StorageServer::Wait() { shutdown_.WaitForNotification(); }
 
-void StorageServer::Drain() {
-  if (server_ == nullptr) return;
+absl::Duration StorageServer::Drain() {
+  if (server_ == nullptr) return absl::ZeroDuration();
   StreamRegistry& registry = impl_->registry();
   const absl::Time start = absl::Now();
   v1::ServerStats stats;
@@ -191,18 +191,20 @@ void StorageServer::Drain() {
   }
   const int left = registry.open_streams();
   if (left > 0) {
+    const std::string why =
+        drain_cut_.HasBeenNotified()
+            ? "cut short by a second signal"
+            : absl::StrCat("drain_timeout ", absl::FormatDuration(options_.drain_timeout));
     registry.EvictAll(absl::UnavailableError(absl::StrCat(
-        "the server ", address(), " is stopping: its drain ran out of time (",
-        drain_cut_.HasBeenNotified() ? "cut short by a second signal"
-                                     : absl::StrCat("drain_timeout ",
-                                                    absl::FormatDuration(options_.drain_timeout)),
-        ")")));
-    spdlog::warn("drain: {} streams still open after {:.1f} s were ended", left,
-                 absl::ToDoubleSeconds(absl::Now() - start));
+        "the server ", address(), " is stopping: its drain ran out of time (", why, ")")));
+    spdlog::warn("drain: {} streams still open after {:.1f} s were ended ({})", left,
+                 absl::ToDoubleSeconds(absl::Now() - start), why);
   } else {
     spdlog::info("drained in {:.2f} s: every stream has ended",
                  absl::ToDoubleSeconds(absl::Now() - start));
   }
+  if (drain_cut_.HasBeenNotified()) return absl::ZeroDuration();
+  return std::max(absl::ZeroDuration(), deadline - absl::Now());
 }
 
 void StorageServer::Shutdown(absl::Duration grace) {

@@ -64,8 +64,12 @@ class StorageServer {
   // started is handed back: its client asks a replica). Returns once no
   // stream is open, or after options.drain_timeout (then the streams left
   // are ended), or when CutDrainShort() is called. Unary calls (manifest,
-  // stats, health) are still answered. Call Shutdown() after it.
-  void Drain();
+  // stats, health) are still answered. Returns the grace to give
+  // Shutdown() after it: what is left of options.drain_timeout, zero once it
+  // ran out or was cut short (so the drain and the shutdown together keep to
+  // drain_timeout, whatever the clients do: a stream ended while its client
+  // reads nothing is cancelled, not waited for).
+  absl::Duration Drain();
   // Makes a Drain() in progress return at once (a second signal).
   void CutDrainShort() { drain_cut_.Notify(); }
   void Shutdown(absl::Duration grace = absl::Seconds(2));

@@ -13,9 +13,11 @@
 #include <unistd.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -84,6 +86,41 @@ class ServerProcess {
       }
     }
     return absl::OkStatus();
+  }
+
+  // Sends `sig` to the program.
+  void Signal(int sig) const {
+    if (pid_ > 0) kill(pid_, sig);
+  }
+  // Waits (at most `timeout`) for the program to exit: its exit code, or
+  // -signal if a signal ended it; DeadlineExceeded if it is still running.
+  absl::StatusOr<int> WaitExit(absl::Duration timeout) {
+    if (pid_ <= 0) return absl::FailedPreconditionError("the program is not running");
+    const absl::Time deadline = absl::Now() + timeout;
+    int status = 0;
+    for (;;) {
+      const pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) break;
+      if (r < 0) return absl::InternalError("waitpid failed");
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat(command_, ": still running after ", absl::FormatDuration(timeout)));
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+
+  // What the program wrote to stdout (its log) since its start-up lines, up
+  // to its end: call after WaitExit.
+  std::string RestOfStdout() {
+    std::string out = std::exchange(buffer_, "");
+    char chunk[4096];
+    for (ssize_t n; out_ >= 0 && (n = read(out_, chunk, sizeof(chunk))) > 0;) {
+      out.append(chunk, static_cast<size_t>(n));
+    }
+    return out;
   }
 
   const std::string& address() const { return address_; }  // HOST:PORT of the gRPC service
