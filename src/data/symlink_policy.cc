@@ -38,6 +38,17 @@ std::string RealPath(const std::string& path) {
   return buf;
 }
 
+std::string OpenedPath(int fd) {
+  char buf[PATH_MAX];
+  const std::string link = absl::StrCat("/proc/self/fd/", fd);
+  const ssize_t n = ::readlink(link.c_str(), buf, sizeof(buf));
+  if (n <= 0 || static_cast<size_t>(n) >= sizeof(buf)) {
+    if (n > 0) errno = ENAMETOOLONG;
+    return "";
+  }
+  return std::string(buf, static_cast<size_t>(n));
+}
+
 bool IsUnder(absl::string_view real, absl::string_view real_root) {
   if (real_root == "/") return real.size() > 1 && real[0] == '/';
   return real.size() > real_root.size() + 1 && absl::StartsWith(real, real_root) &&
@@ -82,17 +93,20 @@ absl::StatusOr<OpenedFile> SymlinkPolicy::Open(const std::string& path) const {
         absl::StrCat("is ", FileKind(file.st.st_mode), ", not a regular file"));
   }
   if (follow_ == FollowSymlinks::kInside) {
-    // What was opened must be the file that the path resolves to inside the
-    // root: a link swapped in between a check and the open changes the
-    // device or inode.
-    const std::string real = RealPath(path);
-    struct stat resolved;
-    if (real.empty() || !IsUnder(real, real_root_) ||
-        ::stat(real.c_str(), &resolved) != 0 || resolved.st_dev != file.st.st_dev ||
-        resolved.st_ino != file.st.st_ino) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "resolves to '", real.empty() ? "?" : EscapeName(real), "', outside the ", root_kind_,
-          " ", InsideNote()));
+    // Where the kernel says the opened file is. Nothing is resolved again,
+    // so a folder swapped for a link at any moment cannot make a file
+    // outside the root pass (a realpath and a stat after the open each
+    // followed the links anew: a swap between them passed).
+    const std::string real = OpenedPath(file.fd.get());
+    if (real.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot tell where it resolves (/proc/self/fd: ", std::strerror(errno),
+          "); the check of ", option_, "=inside needs /proc"));
+    }
+    if (!IsUnder(real, real_root_)) {
+      return absl::PermissionDeniedError(absl::StrCat("resolves to '", EscapeName(real),
+                                                      "', outside the ", root_kind_, " ",
+                                                      InsideNote()));
     }
   }
   return file;

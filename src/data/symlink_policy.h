@@ -21,6 +21,11 @@ namespace sophon {
 // resolved (errno tells why).
 std::string RealPath(const std::string& path);
 
+// Where the open file `fd` is, as the kernel names it (/proc/self/fd): the
+// path with every link resolved, at no later moment than the open. Empty if
+// it cannot be read (errno tells why).
+std::string OpenedPath(int fd);
+
 // Whether the resolved path `real` lies strictly under the resolved root.
 bool IsUnder(absl::string_view real, absl::string_view real_root);
 
@@ -80,8 +85,9 @@ class SymlinkPolicy {
 
   // Opens `path` read-only without blocking (opening a FIFO waits for no
   // writer) and checks what was opened: a regular file, and under kInside
-  // the very file (device and inode) that `path` resolves to under the root,
-  // so that a link swapped in after a listing is refused too. The messages
+  // that the file opened lies under the root (OpenedPath: no link followed
+  // again, so a link swapped in after a listing, or while the check runs,
+  // is refused). The messages
   // leave the path out (the caller names the file): NotFound if it is gone,
   // FailedPrecondition if it cannot be opened or is not a regular file,
   // PermissionDenied "resolves to 'X', outside the <root_kind> (<option> is
