@@ -158,7 +158,7 @@ absl::Status StreamLoader::StartEpoch(uint64_t epoch, int64_t max_batches, int64
   const int64_t b = options_.batch_size;
   plan->num_batches = options_.drop_last ? n / b : (n + b - 1) / b;
   if (max_batches > 0) plan->num_batches = std::min(plan->num_batches, max_batches);
-  if (absl::Status s = ProbeDownServers(epoch); !s.ok()) return s;
+  if (absl::Status s = ProbeServers(epoch); !s.ok()) return s;
   std::shared_ptr<const EpochPlan> running = std::move(plan);
   std::vector<int> live;
   {

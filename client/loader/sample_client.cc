@@ -258,16 +258,10 @@ absl::Status SampleClient::Probe() {
   }
   if (stats.ok()) {
     // A server that drains still answers calls but takes no new streams: it
-    // is back only once its health service says SERVING again (a server
-    // without the health service counts as serving).
-    absl::StatusOr<ServingStatus> health = CheckHealth(
-        channel_, v1::SampleService::service_full_name(),
-        std::max(absl::Milliseconds(1), deadline - absl::Now()));
-    if (health.ok() && *health != ServingStatus::kServing) {
-      stats = absl::UnavailableError(
-          absl::StrCat("storage server ", options_.address, " answers but is ",
-                       ServingStatusName(*health), " on its health service (draining)"));
-    }
+    // is back only once its health service says SERVING again.
+    absl::Status serving =
+        CheckServing(std::max(absl::Milliseconds(1), deadline - absl::Now()));
+    if (!serving.ok()) stats = std::move(serving);
   }
   if (!stats.ok()) {
     MarkDown(stats.status());
@@ -276,6 +270,15 @@ absl::Status SampleClient::Probe() {
   RETURN_IF_ERROR(CheckSameDataset(*stats));
   MarkUp();
   return absl::OkStatus();
+}
+
+absl::Status SampleClient::CheckServing(absl::Duration timeout) {
+  absl::StatusOr<ServingStatus> health =
+      CheckHealth(channel_, v1::SampleService::service_full_name(), timeout);
+  if (!health.ok() || *health == ServingStatus::kServing) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("storage server ", options_.address,
+                                             " answers but is ", ServingStatusName(*health),
+                                             " on its health service (draining)"));
 }
 
 absl::Status SampleClient::Ping() {

@@ -101,6 +101,14 @@ class SampleClient {
   // A failure marks the server down. Errors name the address.
   absl::Status Probe();
   static constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
+  // Whether a server that answers takes new Fetch streams: one Check of
+  // sophon.v1.SampleService on its health service over the client's channel,
+  // without waiting for ready, no retries, within `timeout`. UNAVAILABLE
+  // naming the address when the reply is anything but SERVING (it drains
+  // before it stops); OK when it is SERVING, when the server has no health
+  // service, and when the check itself fails (the caller's next call finds
+  // out why). Marks nothing.
+  absl::Status CheckServing(absl::Duration timeout);
   // After a Fetch stream ended with an error: does the server still answer?
   // One GetStats on the client's channel, without waiting for ready, no
   // retries, a deadline of at most kProbeTimeout. A live server that reset the

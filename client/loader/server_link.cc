@@ -1,7 +1,7 @@
 // The loader's links to its servers: their state and routing (ServerLinks),
 // the writer of each (WriteLoop, WriteRequests), and failover: a server lost
-// to its replicas (LoseServerLocked) and probed again when an epoch starts
-// (ProbeDownServers).
+// to its replicas (LoseServerLocked) and probed again when an epoch starts,
+// when every other server's health service is asked too (ProbeServers).
 #include "client/loader/server_link.h"
 
 #include <algorithm>
@@ -207,23 +207,35 @@ void StreamLoader::LoseServerLocked(int server, const absl::Status& why) {
                names.empty() ? std::string("none") : absl::StrJoin(names, ", "));
 }
 
-absl::Status StreamLoader::ProbeDownServers(uint64_t epoch) {
+absl::Status StreamLoader::ProbeServers(uint64_t epoch) {
+  const GlobalManifest& m = servers_->manifest();
   std::vector<int> down;
+  std::vector<int> up;  // up, with replicas: its health service is asked
   {
     absl::MutexLock lock(&mu_);
     for (const ServerLink& link : links_) {
-      if (link.lost || link.client->IsDown()) down.push_back(link.server);
+      if (link.lost || link.client->IsDown()) {
+        down.push_back(link.server);
+      } else if (m.shards()[m.ShardOfServer(link.server)].servers.size() > 1) {
+        up.push_back(link.server);
+      }
     }
   }
-  if (down.empty()) return absl::OkStatus();
   // Once each, all at once: a refused connection answers at once, a host
   // that is away costs SampleClient::kProbeTimeout.
   std::vector<absl::Status> probes(down.size());
+  std::vector<absl::Status> serving(up.size());
   {
     std::vector<std::thread> threads;
     for (size_t i = 0; i < down.size(); ++i) {
       threads.emplace_back([&, i] { probes[i] = servers_->client(down[i])->Probe(); });
       NameLoaderThread(threads.back(), absl::StrCat("sophon-probe-", down[i]));
+    }
+    for (size_t i = 0; i < up.size(); ++i) {
+      threads.emplace_back([&, i] {
+        serving[i] = servers_->client(up[i])->CheckServing(SampleClient::kProbeTimeout);
+      });
+      NameLoaderThread(threads.back(), absl::StrCat("sophon-health-", up[i]));
     }
     for (std::thread& t : threads) t.join();
   }
@@ -238,6 +250,17 @@ absl::Status StreamLoader::ProbeDownServers(uint64_t epoch) {
       }
       link.lost = false;
     }
+  }
+  // A server that served at the last epoch's end and drains now (its drain
+  // began after its stream ended, or reached that stream only after the
+  // client had all it asked for) refuses a new stream: none is opened while
+  // a replica serves, as if its stream had ended saying it drains.
+  for (size_t i = 0; i < up.size(); ++i) {
+    if (serving[i].ok() || !links_.HasLiveReplica(up[i])) continue;
+    ServerLink& link = links_[up[i]];
+    link.lost = true;
+    link.client->MarkDown(serving[i]);
+    spdlog::warn("{}; epoch {} goes on without it", std::string(serving[i].message()), epoch);
   }
   for (size_t i = 0; i < down.size(); ++i) {
     ServerLink& link = links_[down[i]];

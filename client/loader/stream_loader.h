@@ -140,9 +140,13 @@ class StreamLoader {
   // At the start of an epoch: probes each server lost or marked down, once
   // (SampleClient::Probe); one that answers takes part again, one that does
   // not is left out of the epoch while a replica of its shard is up (a shard
-  // with none is awaited as a broken stream is). FAILED_PRECONDITION if one
-  // came back with another dataset. (server_link.cc)
-  absl::Status ProbeDownServers(uint64_t epoch);
+  // with none is awaited as a broken stream is). The health service of every
+  // other server whose shard has replicas is asked at the same time
+  // (SampleClient::CheckServing): one that drains is lost to its replicas
+  // before a stream is opened to it.
+  // FAILED_PRECONDITION if one came back with another dataset.
+  // (server_link.cc)
+  absl::Status ProbeServers(uint64_t epoch);
   void SendLoop(const EpochPlan& plan);
   // Per server: writes what the sender queued, and after a reconnect first
   // everything owed; WritesDone once the epoch has all it needs.

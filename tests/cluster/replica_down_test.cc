@@ -3,7 +3,8 @@
 // connect_timeout (20 s here, so a wait for it cannot pass unseen), later
 // epochs and the statistics calls do not wait for it, and once it is back on
 // the same port an epoch's start finds it and uses it again; one that drains
-// before it stops hands its samples over at once. Every epoch's
+// before it stops hands its samples over at once, and one that starts
+// draining between epochs is sent no stream. Every epoch's
 // batches are those of the same epoch with both replicas up: the same ids in
 // the same order, byte for byte.
 #include <atomic>
@@ -284,6 +285,32 @@ TEST_F(ReplicaDownTest, ADrainingReplicaHandsItsSamplesToTheOtherAtOnce) {
     EXPECT_EQ(run.stats.servers[0].samples + run.stats.servers[1].samples, 30u);
     ExpectSameAsReference(run, epoch);
   }
+  servers_[1]->Shutdown();
+}
+
+// A replica that starts draining between two epochs (the loader has no
+// stream there to learn it from): the next epoch's start asks its health
+// service, opens no stream there, and the other replica serves the epoch.
+TEST_F(ReplicaDownTest, AReplicaThatDrainsBetweenEpochsIsSentNoStream) {
+  absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(set_.get(), Options(), &policy_);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  absl::StatusOr<EpochRun> run = RunEpoch(loader->get(), 0);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_FALSE(run->stats.servers[1].lost);
+  EXPECT_GT(run->stats.servers[1].samples, 0u);
+  servers_[1]->Drain();
+  run = RunEpoch(loader->get(), 1);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_LT(run->wall, kEpochBound);
+  EXPECT_TRUE(run->stats.servers[1].lost);
+  EXPECT_EQ(run->stats.servers[1].samples, 0u);
+  EXPECT_EQ(run->stats.servers[0].samples, 30u);
+  EXPECT_EQ(run->stats.stream_breaks, 0);
+  v1::ServerStats stats;
+  ASSERT_TRUE(servers_[1]->service()->GetStats({}, &stats).ok());
+  EXPECT_EQ(stats.rejections_by_limit().count("draining"), 0u)
+      << stats.rejections_by_limit().at("draining") << " streams refused while draining";
+  ExpectSameAsReference(*run, 1);
   servers_[1]->Shutdown();
 }
 
