@@ -6,7 +6,7 @@
 namespace sophon {
 
 ByteBudget::ByteBudget(const Options& options, TransitionFn on_transition)
-    : options_(options), on_transition_(std::move(on_transition)) {}
+    : options_(options), on_transition_(std::move(on_transition)), share_(options.capacity) {}
 
 ByteBudget::~ByteBudget() = default;
 
@@ -14,10 +14,44 @@ bool ByteBudget::PeerAllowsLocked(const Peer& peer, int64_t bytes) const {
   return peer.held == 0 || peer.held + bytes <= options_.max_peer_bytes;
 }
 
+int64_t ByteBudget::KeptLocked(const Peer& peer) const {
+  return peer.streams > 0 ? std::max<int64_t>(0, share_ - peer.held) : 0;
+}
+
+bool ByteBudget::FitsLocked(const Peer& peer, int64_t bytes) const {
+  if (used_ == 0) return true;
+  // While streams are open, one more share is kept for an address that has
+  // none yet (a client that comes after a hog filled the rest finds it): an
+  // address may go past its own share only beyond that one (no more of it
+  // than max_peer_bytes leaves: an operator who lets one address hold more
+  // keeps less for newcomers).
+  const int64_t newcomer =
+      streams_ > 0 && peer.held + bytes > share_
+          ? std::clamp<int64_t>(options_.capacity - options_.max_peer_bytes, 0, share_)
+          : 0;
+  return used_ + bytes <= options_.capacity - (kept_ - KeptLocked(peer)) - newcomer;
+}
+
+ByteBudget::Peer& ByteBudget::PeerLocked(const std::string& name) {
+  auto [it, inserted] = peers_.try_emplace(name);
+  if (inserted) RecountLocked();
+  return it->second;
+}
+
+void ByteBudget::RecountLocked() {
+  // With streams open, the addresses and a newcomer share the capacity.
+  const size_t sharers = peers_.size() + (streams_ > 0 ? 1 : 0);
+  share_ = options_.capacity / static_cast<int64_t>(std::max<size_t>(1, sharers));
+  kept_ = 0;
+  for (const auto& [name, peer] : peers_) kept_ += KeptLocked(peer);
+}
+
 void ByteBudget::AddLocked(Peer& peer, int64_t bytes) {
   const bool was_busy = used_ > options_.quiet_bytes;
+  kept_ -= KeptLocked(peer);
   used_ = std::max<int64_t>(0, used_ + bytes);
   peer.held = std::max<int64_t>(0, peer.held + bytes);
+  kept_ += KeptLocked(peer);
   peak_ = std::max(peak_, used_);
   const bool busy = used_ > options_.quiet_bytes;
   if (on_transition_ && busy != was_busy) on_transition_(busy);
@@ -25,13 +59,17 @@ void ByteBudget::AddLocked(Peer& peer, int64_t bytes) {
 
 void ByteBudget::ForgetIfEmptyLocked(const std::string& name) {
   auto it = peers_.find(name);
-  if (it != peers_.end() && it->second.held == 0 && it->second.waiting == 0) peers_.erase(it);
+  if (it != peers_.end() && it->second.held == 0 && it->second.waiting == 0 &&
+      it->second.streams == 0) {
+    peers_.erase(it);
+    RecountLocked();
+  }
 }
 
 void ByteBudget::GrantLocked(std::vector<Grant>* grants) {
   while (!queue_.empty()) {
-    // Max-min fair share of each address that holds or waits for bytes.
-    const int64_t share = options_.capacity / static_cast<int64_t>(std::max<size_t>(1, peers_.size()));
+    // Max-min fair share of each address that holds, waits or has a stream
+    // open: share_.
     auto pick = queue_.end();
     auto first_allowed = queue_.end();
     // Addresses whose first waiter is held back by the address's own cap:
@@ -48,7 +86,7 @@ void ByteBudget::GrantLocked(std::vector<Grant>* grants) {
         capped.push_back(&it->peer);
         continue;
       }
-      if (peer.held < share) {
+      if (peer.held < share_) {
         pick = it;
         break;
       }
@@ -56,10 +94,24 @@ void ByteBudget::GrantLocked(std::vector<Grant>* grants) {
     }
     if (pick == queue_.end()) pick = first_allowed;
     if (pick == queue_.end()) return;
-    // The head's reservation: nobody behind it takes bytes until it fits.
-    // An empty budget admits anything, so that one sample larger than the
-    // capacity cannot wait forever.
-    if (used_ != 0 && used_ + pick->bytes > options_.capacity) return;
+    if (!FitsLocked(peers_[pick->peer], pick->bytes)) {
+      // The head's reservation: nobody behind it takes bytes until it fits
+      // (an empty budget admits anything, so that one sample larger than the
+      // capacity cannot wait forever), except an address drawing on the
+      // share kept for it, which takes nothing the head waits for.
+      auto own = queue_.end();
+      for (auto it = queue_.begin(); it != queue_.end() && own == queue_.end(); ++it) {
+        const Peer& peer = peers_[it->peer];
+        if (it->peer != pick->peer && peer.streams > 0 && peer.held + it->bytes <= share_ &&
+            PeerAllowsLocked(peer, it->bytes) && FitsLocked(peer, it->bytes) &&
+            std::none_of(capped.begin(), capped.end(),
+                         [&](const std::string* c) { return *c == it->peer; })) {
+          own = it;
+        }
+      }
+      if (own == queue_.end()) return;
+      pick = own;
+    }
     const std::string name = pick->peer;
     Peer& peer = peers_[name];
     AddLocked(peer, pick->bytes);
@@ -71,16 +123,37 @@ void ByteBudget::GrantLocked(std::vector<Grant>* grants) {
   }
 }
 
+void ByteBudget::Join(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  ++PeerLocked(name).streams;
+  ++streams_;
+  RecountLocked();
+}
+
+void ByteBudget::Leave(const std::string& name) {
+  std::vector<Grant> grants;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = peers_.find(name);
+    if (it == peers_.end() || it->second.streams == 0) return;
+    --it->second.streams;
+    --streams_;
+    ForgetIfEmptyLocked(name);
+    RecountLocked();
+    GrantLocked(&grants);  // the share it kept may let others in
+  }
+  notifier_.Deliver(grants);
+}
+
 bool ByteBudget::Acquire(const std::string& peer_name, int64_t bytes, Waiter* waiter) {
   std::vector<Grant> grants;
   bool granted_now = false;
   {
     absl::MutexLock lock(&mu_);
-    Peer& peer = peers_[peer_name];
+    Peer& peer = PeerLocked(peer_name);
     // Nobody waits: what the queue would decide for a lone waiter, without
     // queueing it (the path of every sample while bytes are plentiful).
-    if (queue_.empty() && PeerAllowsLocked(peer, bytes) &&
-        (used_ == 0 || used_ + bytes <= options_.capacity)) {
+    if (queue_.empty() && PeerAllowsLocked(peer, bytes) && FitsLocked(peer, bytes)) {
       AddLocked(peer, bytes);
       ForgetIfEmptyLocked(peer_name);  // a reservation of 0 bytes leaves nothing held
       return true;
@@ -106,7 +179,7 @@ void ByteBudget::Release(const std::string& peer_name, int64_t bytes) {
   std::vector<Grant> grants;
   {
     absl::MutexLock lock(&mu_);
-    AddLocked(peers_[peer_name], -bytes);
+    AddLocked(PeerLocked(peer_name), -bytes);
     ForgetIfEmptyLocked(peer_name);
     GrantLocked(&grants);
   }

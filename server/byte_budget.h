@@ -14,6 +14,15 @@
 // - The head waiter's reservation: the first waiter in that order that does
 //   not fit stops every waiter behind it, so a large sample is not starved by
 //   a steady flow of small ones.
+// - Kept shares: an address with a stream open (Join) keeps the part of its
+//   fair share it does not hold. Others are admitted only from what is left
+//   beyond those parts, so a client that takes bytes and never lets them go
+//   (it never reads), from one address or many, cannot leave an open
+//   stream of another address waiting for them: that one always finds its
+//   share. While streams are open, one more share is kept for an address
+//   that has none yet, so a client that connects after such a hog filled
+//   the rest is not left waiting either. A waiter held back only by others'
+//   kept shares stops nobody drawing on their own.
 // - A backstop: one address never holds more than max_peer_bytes (unless it
 //   holds nothing: one sample always fits an address's empty share); its
 //   first waiter that does not fit waits for the address's own releases,
@@ -76,6 +85,11 @@ class ByteBudget {
   // Returns bytes that `peer` reserved; grants bytes to the waiters that now
   // fit. Thread-safe; never calls a waiter on this thread.
   void Release(const std::string& peer, int64_t bytes);
+  // A stream of address `peer` opened (Join) or ended (Leave): while an
+  // address has one open, the part of its fair share it does not hold is
+  // kept for it. Thread-safe.
+  void Join(const std::string& peer);
+  void Leave(const std::string& peer);
   // Removes a queued waiter: true if it was queued (no grant will come for
   // it); false if it was not (a grant made before may still be delivered).
   bool Cancel(Waiter* waiter);
@@ -100,6 +114,7 @@ class ByteBudget {
   struct Peer {
     int64_t held = 0;
     int waiting = 0;
+    int streams = 0;  // open streams (Join - Leave)
   };
   struct Grant {
     Waiter* waiter;
@@ -111,6 +126,16 @@ class ByteBudget {
   void GrantLocked(std::vector<Grant>* grants) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddLocked(Peer& peer, int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PeerAllowsLocked(const Peer& peer, int64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `bytes` for `peer` fit: in an empty budget anything does; else
+  // within the capacity less the shares the other addresses keep.
+  bool FitsLocked(const Peer& peer, int64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The part of its fair share `peer` keeps (it has a stream open and holds
+  // less than the share).
+  int64_t KeptLocked(const Peer& peer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The peer named `name`, created if new (the fair share then changes).
+  Peer& PeerLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Recomputes the fair share and kept_ after the set of addresses changed.
+  void RecountLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ForgetIfEmptyLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
@@ -120,7 +145,12 @@ class ByteBudget {
   int64_t peak_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t grants_ ABSL_GUARDED_BY(mu_) = 0;
   std::list<Queued> queue_ ABSL_GUARDED_BY(mu_);  // FIFO
-  std::unordered_map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);  // holding or waiting
+  // Holding, waiting or with a stream open.
+  std::unordered_map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);
+  int streams_ ABSL_GUARDED_BY(mu_) = 0;    // open streams of every address
+  // capacity / (addresses in peers_, and a newcomer while streams are open)
+  int64_t share_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t kept_ ABSL_GUARDED_BY(mu_) = 0;   // the sum of KeptLocked over peers_
 
   GrantNotifier<Grant> notifier_{
       "sophon-budget", [](const Grant& g) { g.waiter->OnBytesGranted(g.bytes); }};  // last

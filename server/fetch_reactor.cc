@@ -57,6 +57,7 @@ FetchReactor::FetchReactor(SampleServiceImpl* service, grpc::CallbackServerConte
     return;
   }
   registered_ = true;
+  service_->budget().Join(peer_address_);  // its address keeps its fair share
   service_->stats().StreamOpened();
   spdlog::debug("stream {} from {} opened", stream_id_, peer_);
   Pump();  // starts the first read
@@ -545,6 +546,7 @@ void FetchReactor::CheckIdle(absl::Time now) {
 void FetchReactor::OnDone() {
   if (registered_) {
     service_->registry().Unregister(peer_address_, this);
+    service_->budget().Leave(peer_address_);
     service_->stats().StreamClosed();
   }
   if (service_->budget().Cancel(this)) {

@@ -179,6 +179,63 @@ TEST_F(ByteBudgetTest, AnAddressUnderItsFairShareGoesBeforeOneOverIt) {
   hog->AwaitGrants(1);
 }
 
+TEST_F(ByteBudgetTest, AnAddressWithAStreamOpenKeepsItsShareFromClientsThatNeverLetGo) {
+  // A trainer between requests (a stream open, nothing held) and a hog from
+  // four addresses that takes all it may and never releases (it never reads).
+  ByteBudget budget(Opts(120, /*per_peer=*/60));
+  budget.Join("trainer");
+  for (const char* hog : {"hog1", "hog2", "hog3", "hog4"}) budget.Join(hog);
+  // Five addresses and a newcomer: a share of 20 each. The hogs take theirs...
+  for (int round = 0; round < 4; ++round) {
+    for (const char* hog : {"hog1", "hog2", "hog3", "hog4"}) {
+      ASSERT_TRUE(budget.Acquire(hog, 5, nullptr));
+    }
+  }
+  // ...and no more: what is left is the trainer's and a newcomer's.
+  for (const char* hog : {"hog1", "hog2", "hog3", "hog4"}) {
+    EXPECT_FALSE(budget.Acquire(hog, 4, NewWaiter(hog)));
+  }
+  EXPECT_EQ(budget.used(), 80);
+  // The trainer's share is there at once, whenever it asks...
+  EXPECT_TRUE(budget.Acquire("trainer", 15, nullptr));
+  EXPECT_TRUE(budget.Acquire("trainer", 5, nullptr));
+  // ...and so is a newcomer's, that connected after the hog filled the rest.
+  budget.Join("late");
+  EXPECT_TRUE(budget.Acquire("late", 15, nullptr));
+  budget.Release("late", 15);
+  budget.Leave("late");
+  EXPECT_EQ(budget.waiters(), 4);
+  // The trainer's stream ends: nothing is kept for it any more, and the
+  // hogs' waiters take what it let go (shares of 24 now).
+  budget.Release("trainer", 20);
+  budget.Leave("trainer");
+  for (const auto& w : waiters_) w->AwaitGrants(1);
+  EXPECT_EQ(budget.used(), 96);
+}
+
+TEST_F(ByteBudgetTest, AWaiterHeldBackByOthersKeptSharesStopsNobodyDrawingOnTheirOwn) {
+  ByteBudget budget(Opts(120, /*per_peer=*/60));
+  RecordingWaiter* fresh = NewWaiter("fresh");
+  RecordingWaiter* trainer = NewWaiter("trainer");
+  // Three addresses and a newcomer: shares of 30.
+  for (const char* peer : {"trainer", "hog", "fresh"}) budget.Join(peer);
+  ASSERT_TRUE(budget.Acquire("hog", 30, nullptr));      // held for good
+  ASSERT_TRUE(budget.Acquire("trainer", 10, nullptr));  // keeps 20 more
+  // An address asks for more than is left beside the others' kept shares
+  // (40 + 40 > 120 - 20 - 30): it waits, under its share, first in line.
+  EXPECT_FALSE(budget.Acquire("fresh", 40, fresh));
+  // The trainer draws on its own kept share: admitted at once, not behind it.
+  EXPECT_TRUE(budget.Acquire("trainer", 10, trainer));
+  EXPECT_EQ(budget.peer_used("trainer"), 20);
+  EXPECT_EQ(fresh->Grants(), 0);
+  // The trainer's stream ends: its share is no longer kept (shares of 40)
+  // and the waiter fits (30 + 40 <= 120 - 40).
+  budget.Release("trainer", 20);
+  budget.Leave("trainer");
+  fresh->AwaitGrants(1);
+  EXPECT_EQ(budget.peer_used("fresh"), 40);
+}
+
 TEST_F(ByteBudgetTest, ACancelledWaiterIsNeverGrantedAndTheNextOneMovesUp) {
   ByteBudget budget(Opts(100));
   RecordingWaiter* big = NewWaiter("big");
