@@ -54,8 +54,9 @@ ABSL_FLAG(int, max_calls_per_connection, 256,
           "Concurrent calls (Fetch streams and unary calls) one connection may have open. "
           "Default 256.");
 ABSL_FLAG(int, max_unary_calls_per_peer, 64,
-          "Unary calls (manifest, pages, paths, stats) one client address may have in progress, "
-          "counted until their answers are taken; more are answered RESOURCE_EXHAUSTED at once. "
+          "Unary calls (manifest, pages, paths, stats, health) one client address may have in "
+          "progress, counted from before their request is read until their answers are taken; "
+          "more are answered RESOURCE_EXHAUSTED at once. "
           "Default 64.");
 ABSL_FLAG(int, max_unary_calls, 1024,
           "Unary calls in progress from all clients together (each counted in the memory bound "
@@ -80,7 +81,8 @@ ABSL_FLAG(int, max_reading_streams_per_peer, 32,
 ABSL_FLAG(absl::Duration, read_stall_timeout, absl::Seconds(5),
           "A stream holding a read slot that has had no complete request for this long (1s, or "
           "this if shorter, for its first request), while another stream waits for a slot it "
-          "could take, is ended. Default 5s.");
+          "could take, is ended; so is a unary call whose request has not arrived whole this "
+          "long after the call. Default 5s.");
 ABSL_FLAG(absl::Duration, idle_stream_timeout, absl::Minutes(5),
           "A stream that sends no request and takes no response for this long is ended. "
           "Default 5m.");
@@ -88,7 +90,8 @@ ABSL_FLAG(int, max_ids_per_request, 4096,
           "Samples one request message may name; a larger message ends its stream. "
           "Default 4096.");
 ABSL_FLAG(int64_t, max_request_bytes, int64_t{1} << 20,
-          "Encoded size of one request message. Default 1048576 (1 MiB).");
+          "Encoded size of one Fetch request message (the unary methods have fixed limits of a "
+          "few KiB). Default 1048576 (1 MiB).");
 ABSL_FLAG(int64_t, manifest_page_bytes, int64_t{4} << 20,
           "Encoded size of one page of the manifest sent to clients (labels and sizes, about 5 "
           "bytes per sample; a client asks for the pages one by one). At least 64, at most 64 "

@@ -19,8 +19,10 @@
 namespace sophon {
 
 // What gRPC accepts of a request message beyond max_request_bytes (its
-// max_receive_message_size, set in StorageServer::Start): the service refuses
-// what lies between with a message that names its limit.
+// max_receive_message_size, set in StorageServer::Start, one value for every
+// method, checked once a message is whole): the service refuses what lies
+// between with a message that names its limit. The unary methods have limits
+// of their own, far below (server/request_limits.h).
 inline constexpr int64_t kGrpcMessageSlackBytes = 4096;
 // Read slots take at most 1/kReadSlotQuotaShare of transport_memory_bytes.
 inline constexpr int kReadSlotQuotaShare = 4;
@@ -80,14 +82,18 @@ struct ServiceOptions {
   // A stream holding a read slot whose read has been outstanding this long
   // with no complete request, while another stream waits for a slot it
   // could take, is ended (RESOURCE_EXHAUSTED); FirstRequestTimeout() for a
-  // stream that has sent no complete request since it got its slot.
+  // stream that has sent no complete request since it got its slot. A unary
+  // call whose request has not arrived whole this long after the call is
+  // ended (RESOURCE_EXHAUSTED) whoever waits (server/unary_reactor.h).
   absl::Duration read_stall_timeout = absl::Seconds(5);
   // Concurrent calls (streams and unary calls) on one connection.
   int max_calls_per_connection = 256;
-  // Unary calls (manifest, pages, paths, stats) in progress, from the service
-  // seeing one until its answer is taken: per client address and in all. A
-  // call over either is answered RESOURCE_EXHAUSTED at once (no answer body
-  // held). A training node makes a few at a time.
+  // Unary calls (manifest, pages, paths, stats, health Check and Watch) in
+  // progress, from the service seeing one (at its headers, before its request
+  // is read) until its answer is taken: per client address and in all. A call
+  // over either is answered RESOURCE_EXHAUSTED at once (no answer body held,
+  // at most stream_window_bytes of its request received). A training node
+  // makes a few at a time.
   int max_unary_calls_per_peer = 64;
   int max_unary_calls = 1024;
   // A connection whose client takes no bytes for this long while the server
@@ -103,7 +109,9 @@ struct ServiceOptions {
 
   // --- Per request message.
   int max_ids_per_request = 4096;                 // samples named in one FetchRequest
-  int64_t max_request_bytes = int64_t{1} << 20;   // encoded size of one request message
+  // Encoded size of one Fetch request message (each unary method's limit is
+  // its own: server/request_limits.h).
+  int64_t max_request_bytes = int64_t{1} << 20;
   int max_crop_size = 1024;                       // AugmentConfig.crop_size accepted
 
   // --- Responses.

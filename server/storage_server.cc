@@ -1,5 +1,6 @@
 #include "server/storage_server.h"
 
+#include <grpcpp/ext/health_check_service_server_builder_option.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
@@ -11,11 +12,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "server/grpc_service.h"
+#include "server/health_service.h"
 #include "server/memory_bound.h"
 #include "sophon/base/allocator.h"
 #include "sophon/data/cached_source.h"
 #include "sophon/data/open_source.h"
 #include "sophon/net/wire.h"
+#include "sophon/v1/sophon.grpc.pb.h"
 #include "spdlog/spdlog.h"
 
 namespace sophon {
@@ -83,16 +86,22 @@ absl::StatusOr<std::unique_ptr<StorageServer>> StorageServer::Start(
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       CreateServerCredentials(options.credentials);
   if (!credentials.ok()) return credentials.status();
-  // The standard health service (grpc.health.v1.Health: Check and Watch),
-  // for load balancers and orchestrators: SERVING until Drain().
-  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, *credentials, &server->port_);
   builder.RegisterService(server->grpc_service_.get());
+  // The standard health service (grpc.health.v1.Health: Check and Watch),
+  // for load balancers and orchestrators: SERVING until Drain(). Ours, not
+  // gRPC's default, so that its requests are bounded like the service's
+  // (server/health_service.h); the gRPC server owns it.
+  auto health = std::make_unique<HealthService>(server->impl_.get());
+  builder.RegisterService(health->methods());
+  builder.SetOption(
+      std::make_unique<grpc::HealthCheckServiceServerBuilderOption>(std::move(health)));
   builder.SetMaxSendMessageSize(-1);
-  // The request limit and a little: the service refuses what lies between
-  // with a message that names its limit; gRPC refuses the rest (a stream
-  // holds at most this much of a message being received).
+  // Fetch's request limit and a little: the service refuses what lies
+  // between with a message that names its limit (the unary methods' limits,
+  // server/request_limits.h, are far below); gRPC refuses the rest, once a
+  // message is whole (server/unary_reactor.h says what holds it before).
   builder.SetMaxReceiveMessageSize(static_cast<int>(
       std::min<int64_t>(INT32_MAX, options.service.max_request_bytes + 4096)));
   // gRPC's own memory (messages being received and sent, per-call state of

@@ -196,7 +196,7 @@ TEST(ManifestPagingTest, HostilePageAndPathRequestsAreRefused) {
     EXPECT_NE(s.message().find("36 samples"), std::string::npos) << s;
   }
   EXPECT_EQ(page(fingerprint + 1, 0).code(), absl::StatusCode::kFailedPrecondition);
-  // Not a request, and a request too large to be one.
+  // Not a request, and a request over its method's limit (server/request_limits.h).
   absl::Status s = RawCall(channel.get(), "GetManifestPage", "\xff\xff\xff");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("GetManifestPageRequest"), std::string::npos) << s;
@@ -204,8 +204,10 @@ TEST(ManifestPagingTest, HostilePageAndPathRequestsAreRefused) {
   huge.set_fingerprint(fingerprint);
   for (int i = 0; i < 20000; ++i) huge.add_ids(~uint64_t{0});  // 10 bytes each
   s = RawCall(channel.get(), "GetRelativePaths", huge.SerializeAsString());
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_NE(s.message().find("too large"), std::string::npos) << s;
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("over the server's limit for GetRelativePaths requests"),
+            std::string::npos)
+      << s;
   // Paths: a few ids, inside the manifest.
   auto paths = [&](const std::vector<uint64_t>& ids) {
     v1::GetRelativePathsRequest r;
@@ -218,10 +220,12 @@ TEST(ManifestPagingTest, HostilePageAndPathRequestsAreRefused) {
   EXPECT_TRUE(paths(std::vector<uint64_t>(16, 35)).ok());
   EXPECT_EQ(paths(std::vector<uint64_t>(17, 0)).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(paths({36}).code(), absl::StatusCode::kOutOfRange);
-  // Each refusal but the benign restart was counted.
+  // Each refusal but the benign restart was counted: the one too large under
+  // its limit.
   v1::ServerStats stats;
   ASSERT_TRUE(server->service()->GetStats({}, &stats).ok());
-  EXPECT_EQ(stats.rejections_by_limit().at("invalid_request"), 7u);
+  EXPECT_EQ(stats.rejections_by_limit().at("invalid_request"), 6u);
+  EXPECT_EQ(stats.rejections_by_limit().at("max_request_bytes"), 1u);
 }
 
 }  // namespace

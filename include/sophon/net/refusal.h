@@ -26,7 +26,7 @@ inline constexpr char kRefusalMetadataKey[] = "sophon-refusal";
 // the names.
 enum class Refusal : int {
   kInvalidRequest = 0,     // not a limit: a malformed request
-  kMaxRequestBytes,
+  kMaxRequestBytes,        // a Fetch request over max_request_bytes, or a unary one over its method's limit
   kMaxIdsPerRequest,
   kMaxCropSize,
   kMaxStreamInflightBytes,
@@ -38,7 +38,8 @@ enum class Refusal : int {
   kDraining,               // not a limit: the server is draining before it stops
   kMaxUnaryCallsPerPeer,
   kMaxUnaryCalls,
-  kReadStallTimeout,       // a read slot held with no request coming while others wait
+  kReadStallTimeout,       // a read slot held with no request coming while others wait,
+                           // or a unary call whose request did not arrive whole in time
   kReadSlotTaken,          // a stream arriving took the read slot of one not using it
 };
 inline constexpr int kNumRefusals = 15;
