@@ -94,7 +94,9 @@ class ServerDrainProgramTest : public ::testing::Test {
     return RunProgram(SOPHON_TRAIN_BIN,
                       {"--server=" + servers, "--arch=resnet18", "--mode=nooff", "--epochs=2",
                        "--batch-size=8", "--workers=1", "--crop-size=32", "--seed=3",
-                       "--device=emulate", "--gpu-batch-seconds=0.04", "--progress=false",
+                       "--device=emulate", "--gpu-batch-seconds=0.04",
+                       "--gpu-profile=" SOPHON_SOURCE_DIR "/profiles/gpu/starter.csv",
+                       "--progress=false",
                        "--connect-timeout=5s", "--batch-digests=" + digests});
   }
 
