@@ -101,6 +101,10 @@ ABSL_FLAG(int, max_crop_size, 1024,
 ABSL_FLAG(absl::Duration, memory_release_delay, absl::Seconds(1),
           "Give freed sample memory back to the system once no sample has been in flight for "
           "this long (at most once per 10s); inf = never. Default 1s.");
+ABSL_FLAG(absl::Duration, memory_release_busy_interval, absl::Seconds(3),
+          "While samples are in flight: every this long, give freed memory back to the "
+          "system if 16 MiB or more were freed since the last time (memory an attack or a "
+          "burst left while training goes on); inf = only once idle. Default 3s.");
 ABSL_FLAG(double, cpu_limit, 0,
           "CPUs of time this server may use (prep workers, reads and sends together), as "
           "reported to smartoff clients; 0 = detect from the CPU affinity and a cgroup CPU "
@@ -214,6 +218,7 @@ const sophon::FlagNames kFlagNames = {
     {"ServiceOptions.manifest_page_bytes", "--manifest-page-bytes"},
     {"ServiceOptions.max_crop_size", "--max-crop-size"},
     {"ServiceOptions.memory_release.idle_delay", "--memory-release-delay"},
+    {"ServiceOptions.memory_release.busy_interval", "--memory-release-busy-interval"},
     {"CacheOptions.bytes", "--cache-bytes"},
     {"CacheOptions.policy", "--cache-policy"},
     {"StorageServerOptions.host", "--host"},
@@ -275,6 +280,8 @@ absl::StatusOr<sophon::StorageServerOptions> OptionsFromFlags() {
   options.service.manifest_page_bytes = absl::GetFlag(FLAGS_manifest_page_bytes);
   options.service.max_crop_size = absl::GetFlag(FLAGS_max_crop_size);
   options.service.memory_release.idle_delay = absl::GetFlag(FLAGS_memory_release_delay);
+  options.service.memory_release.busy_interval =
+      absl::GetFlag(FLAGS_memory_release_busy_interval);
   options.service.limits.max_pixels = absl::GetFlag(FLAGS_max_pixels);
   options.service.limits.max_memory_bytes = absl::GetFlag(FLAGS_max_decoder_memory_bytes);
   options.service.limits.max_scans = absl::GetFlag(FLAGS_max_progressive_scans);

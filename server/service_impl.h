@@ -67,6 +67,7 @@ class SampleServiceImpl {
   ServerStats& stats() { return stats_; }
   PrepPool& pool() { return pool_; }
   ByteBudget& budget() { return budget_; }
+  const MemoryReleaser& memory_releaser() const { return memory_releaser_; }
   ReadSlots& read_slots() { return read_slots_; }
   StreamRegistry& registry() { return registry_; }
   UnaryCalls& unary_calls() { return unary_calls_; }

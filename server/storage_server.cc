@@ -233,6 +233,8 @@ StorageServer::~StorageServer() { Shutdown(); }
 void StorageServer::StatsLoop() {
   v1::ServerStats prev;
   if (!impl_->GetStats({}, &prev).ok()) return;  // never fails today; nothing to log if it does
+  int64_t prev_releases = impl_->memory_releaser().releases();
+  double prev_release_s = impl_->memory_releaser().release_seconds();
   while (!shutdown_.WaitForNotificationWithTimeout(options_.stats_interval)) {
     v1::ServerStats cur;
     if (!impl_->GetStats({}, &cur).ok()) continue;
@@ -261,6 +263,16 @@ void StorageServer::StatsLoop() {
             cur.cache_evictions() - prev.cache_evictions(), cur.cache_bytes() / 1e6,
             cur.cache_capacity_bytes() / 1e6, cur.cache_entries());
       }
+      // What giving freed memory back cost (the arenas' locks are held meanwhile).
+      const int64_t releases = impl_->memory_releaser().releases();
+      const double release_s = impl_->memory_releaser().release_seconds();
+      if (releases > prev_releases) {
+        absl::StrAppend(&cache, absl::StrFormat(", freed memory given back %d times in %.1f ms",
+                                                releases - prev_releases,
+                                                1e3 * (release_s - prev_release_s)));
+      }
+      prev_releases = releases;
+      prev_release_s = release_s;
       spdlog::info(absl::StrFormat(
           "served %.0f samples/s (%s), %.1f MB/s, prep busy %.0f%% of %d workers, queue %d, "
           "in flight %d (%.0f MB of %.0f MB), streams %d, failed %d, refused %d%s",
