@@ -29,6 +29,13 @@ std::string FlattenBuffer(const grpc::ByteBuffer& buffer) {
 
 constexpr int64_t kPendingSampleBytes = sizeof(CheckedSample);
 
+// What a stream may hold in flight before its client has taken any of it:
+// two response messages' worth; every byte the client takes adds one, up to
+// max_stream_inflight_bytes.
+int64_t StartingStreamBytes(const ServiceOptions& options) {
+  return 2 * options.max_message_bytes;
+}
+
 }  // namespace
 
 FetchReactor::FetchReactor(SampleServiceImpl* service, grpc::CallbackServerContext* context)
@@ -179,9 +186,14 @@ void FetchReactor::Pump() {
           ready_.push_back(std::move(r));
         } else {
           if (!front_paid_) {
-            if (stream_bytes_ > 0 && stream_bytes_ + s.bytes > options.max_stream_inflight_bytes) {
-              break;
-            }
+            // Until its client has taken some of it, a stream may hold only
+            // a little ahead of what it took: a client that never reads
+            // cannot make the prep workers prepare a budget's worth of
+            // samples it will never take (CPU the others wait for).
+            const int64_t allowed =
+                std::min<int64_t>(options.max_stream_inflight_bytes,
+                                  StartingStreamBytes(options) + static_cast<int64_t>(bytes_sent_));
+            if (stream_bytes_ > 0 && stream_bytes_ + s.bytes > allowed) break;
             Ref();  // the budget's while we wait; given back at once if not
             if (!service_->budget().Acquire(peer_address_, s.bytes, this)) {
               awaiting_grant_ = true;
