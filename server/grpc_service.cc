@@ -115,16 +115,16 @@ GrpcSampleService::GrpcSampleService(SampleServiceImpl* impl) {
            {UnaryMethod::kGetRelativePaths, &GetRelativePaths},
            {UnaryMethod::kGetStats, &GetStats},
        }) {
-    AddStreamMethod(MethodInfo(method).path,
-                    [impl, method = method, answer = answer](
-                        grpc::CallbackServerContext* context) -> Reactor* {
-                      return UnaryReactor::Unary(
-                          impl, context, method,
-                          [impl, answer](const std::string& peer, const std::string& request,
-                                         grpc::ByteBuffer* response) {
-                            return answer(impl, peer, request, response);
-                          });
-                    });
+    AddUnaryMethod(
+        MethodInfo(method).path,
+        [impl, method = method, answer = answer](grpc::CallbackServerContext* context) -> Reactor* {
+          return UnaryReactor::Unary(
+              impl, context, method,
+              [impl, answer](const std::string& peer, const std::string& request,
+                             grpc::ByteBuffer* response) {
+                return answer(impl, peer, request, response);
+              });
+        });
   }
 }
 

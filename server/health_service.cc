@@ -87,31 +87,31 @@ HealthService::HealthService(SampleServiceImpl* service) {
   class Methods final : public StreamedService {
    public:
     Methods(HealthService* health, SampleServiceImpl* service) {
-      AddStreamMethod(MethodInfo(UnaryMethod::kHealthCheck).path,
-                      [health, service](grpc::CallbackServerContext* context) -> Reactor* {
-                        return UnaryReactor::Unary(
-                            service, context, UnaryMethod::kHealthCheck,
-                            [health, service](const std::string& peer, const std::string& request,
-                                              grpc::ByteBuffer* response) {
-                              std::string name;
-                              if (!ParseServiceName(request, &name)) {
-                                const absl::Status status =
-                                    InvalidRequest(UnaryMethod::kHealthCheck, request);
-                                service->RecordRejection(Limit::kInvalidRequest, peer, status);
-                                return status;
-                              }
-                              const ServingStatus status = health->Status(name);
-                              if (status == ServingStatus::kServiceUnknown) {
-                                return absl::NotFoundError("service name unknown");
-                              }
-                              *response = EncodeStatus(status);
-                              return absl::OkStatus();
-                            });
-                      });
-      AddStreamMethod(MethodInfo(UnaryMethod::kHealthWatch).path,
-                      [health, service](grpc::CallbackServerContext* context) -> Reactor* {
-                        return new Watch(health, service, context);
-                      });
+      AddUnaryMethod(MethodInfo(UnaryMethod::kHealthCheck).path,
+                     [health, service](grpc::CallbackServerContext* context) -> Reactor* {
+                       return UnaryReactor::Unary(
+                           service, context, UnaryMethod::kHealthCheck,
+                           [health, service](const std::string& peer, const std::string& request,
+                                             grpc::ByteBuffer* response) {
+                             std::string name;
+                             if (!ParseServiceName(request, &name)) {
+                               const absl::Status status =
+                                   InvalidRequest(UnaryMethod::kHealthCheck, request);
+                               service->RecordRejection(Limit::kInvalidRequest, peer, status);
+                               return status;
+                             }
+                             const ServingStatus status = health->Status(name);
+                             if (status == ServingStatus::kServiceUnknown) {
+                               return absl::NotFoundError("service name unknown");
+                             }
+                             *response = EncodeStatus(status);
+                             return absl::OkStatus();
+                           });
+                     });
+      AddUnaryMethod(MethodInfo(UnaryMethod::kHealthWatch).path,
+                     [health, service](grpc::CallbackServerContext* context) -> Reactor* {
+                       return new Watch(health, service, context);
+                     });
     }
   };
   methods_ = std::make_unique<Methods>(this, service);

@@ -19,6 +19,8 @@
 #include <functional>
 #include <utility>
 
+#include "server/unary_call_handler.h"
+
 namespace sophon {
 
 class StreamedService : public grpc::Service {
@@ -36,6 +38,13 @@ class StreamedService : public grpc::Service {
         methods_++,
         new grpc::internal::CallbackBidiHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
             std::move(make)));
+  }
+  // The same for a unary method, whose reactors (UnaryReactor) end their
+  // calls inline (unary_call_handler.h).
+  void AddUnaryMethod(const char* path, MakeReactor make) {
+    AddMethod(new grpc::internal::RpcServiceMethod(
+        path, grpc::internal::RpcMethod::BIDI_STREAMING, nullptr));
+    MarkMethodRawCallback(methods_++, new UnaryCallHandler(std::move(make)));
   }
 
  private:

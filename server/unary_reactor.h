@@ -92,7 +92,10 @@ class UnaryReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byte
   // The request arrived whole and within its method's limit. The call ends
   // with End (after Send, for a response).
   virtual void OnRequest(std::string request) = 0;
-  // The call is over (gRPC's OnDone), before the reactor goes.
+  // The call is over (gRPC's OnDone), before the reactor goes. Runs on the
+  // gRPC thread that ended the call, not on gRPC's executor
+  // (unary_call_handler.h): short, never blocking, and taking no lock held
+  // around End.
   virtual void OnCallDone() {}
 
   // Writes `message` to the client; while a write is outstanding, keeps only
