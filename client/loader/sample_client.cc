@@ -67,10 +67,13 @@ grpc::ChannelArguments ServerChannelArguments() {
 }
 
 // Whether the channel could not reach the server (as opposed to a server
-// that answered with an error).
+// that answered with an error). A call this client never cancels that ends
+// CANCELLED was cancelled by a server stopping (gRPC cancels the calls left
+// when its shutdown's grace runs out): a server going away too.
 bool Unreachable(const absl::Status& status) {
   return status.code() == absl::StatusCode::kUnavailable ||
-         status.code() == absl::StatusCode::kDeadlineExceeded;
+         status.code() == absl::StatusCode::kDeadlineExceeded ||
+         status.code() == absl::StatusCode::kCancelled;
 }
 
 }  // namespace
