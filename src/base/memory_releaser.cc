@@ -136,6 +136,8 @@ void MemoryReleaser::Loop() {
   while (!stop_) {
     if (absl::Now() >= policy_.DueAt()) {
       mu_.Unlock();
+      // The arenas' tops were let go until this check (ReleaseFreeMemory).
+      KeepArenaTops();
       const int64_t free_before = free_bytes_();  // takes the arenas' locks: not under ours
       mu_.Lock();
       if (stop_) break;

@@ -41,8 +41,16 @@ void ConfigureAllocatorForLargeBuffers(int max_arenas = 0);
 // free pages inside the heaps are madvise(DONTNEED)ed, the main heap's top is
 // unmapped). Takes each arena's lock in turn, so allocations wait meanwhile
 // (about 60 ms for 1.5 GB free): call it when the process is idle. Returns
-// true if any memory was released.
+// true if any memory was released. After ConfigureAllocatorForLargeBuffers,
+// it also lowers the trim threshold to 4 MB until KeepArenaTops(), so that
+// the next large free in each of the other arenas gives that arena's top
+// back too (malloc_trim does not).
 bool ReleaseFreeMemory();
+
+// Ends what ReleaseFreeMemory started: the trim threshold back at 1 GB, so
+// that a burst does not trim and fault in its heaps at every free. Cheap when
+// there is nothing to end.
+void KeepArenaTops();
 
 }  // namespace sophon
 
