@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/unary_reactor.h"
 #include "sophon/net/draining.h"
 #include "sophon/net/grpc_util.h"
 #include "sophon/net/refusal.h"
@@ -15,17 +16,6 @@ namespace sophon {
 namespace {
 
 std::atomic<uint64_t> next_stream_id{1};
-
-std::string FlattenBuffer(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  std::string out;
-  if (!buffer.Dump(&slices).ok()) return out;
-  out.reserve(buffer.Length());
-  for (const grpc::Slice& s : slices) {
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return out;
-}
 
 constexpr int64_t kPendingSampleBytes = sizeof(CheckedSample);
 
@@ -120,7 +110,7 @@ void FetchReactor::ReleaseSlotIfDoneLocked() {
 
 absl::Status FetchReactor::HandleRequestLocked(Limit* limit) {
   ++requests_;
-  const std::string bytes = FlattenBuffer(read_buf_);
+  const std::string bytes = FlattenByteBuffer(read_buf_);
   read_buf_.Clear();
   v1::FetchRequest request;
   absl::Status parsed = ParseFetchRequest(bytes, service_->options(), &request, limit);

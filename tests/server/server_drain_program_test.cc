@@ -83,6 +83,22 @@ std::unique_ptr<H2RawConnection> StuckClient(const std::string& address) {
   return *std::move(conn);
 }
 
+// How a signalled server stopped: its exit, the seconds from `since` to
+// it, and its log.
+struct Stopped {
+  absl::StatusOr<int> exit;
+  double seconds = 0;
+  std::string log;
+};
+
+Stopped WaitStopped(ServerProcess& server, absl::Time since) {
+  Stopped out;
+  out.exit = server.WaitExit(absl::Seconds(30));
+  out.seconds = absl::ToDoubleSeconds(absl::Now() - since);
+  out.log = server.RestOfStdout();
+  return out;
+}
+
 class ServerDrainProgramTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { data_ = new std::string(Dataset()); }
@@ -157,16 +173,13 @@ TEST_F(ServerDrainProgramTest, AClientThatReadsNothingDoesNotStretchTheDrain) {
   ASSERT_NE(stuck, nullptr);
   absl::SleepFor(absl::Milliseconds(500));  // its samples prepared, none sent
   server.Signal(SIGTERM);
-  const absl::Time signalled = absl::Now();
-  absl::StatusOr<int> exit = server.WaitExit(absl::Seconds(30));
-  const double stop_s = absl::ToDoubleSeconds(absl::Now() - signalled);
-  ASSERT_TRUE(exit.ok()) << exit.status();
-  const std::string log = server.RestOfStdout();
-  EXPECT_EQ(*exit, 0) << log << server.Stderr();
+  const Stopped stopped = WaitStopped(server, absl::Now());
+  ASSERT_TRUE(stopped.exit.ok()) << stopped.exit.status();
+  EXPECT_EQ(*stopped.exit, 0) << stopped.log << server.Stderr();
   // --drain-timeout=1s, and a little for a loaded machine; the shutdown
   // used to wait 2 s more for the stream its client never read.
-  EXPECT_LT(stop_s, 1.8) << log;
-  EXPECT_THAT(log, HasSubstr("1 streams still open after"));
+  EXPECT_LT(stopped.seconds, 1.8) << stopped.log;
+  EXPECT_THAT(stopped.log, HasSubstr("1 streams still open after"));
 }
 
 TEST_F(ServerDrainProgramTest, ASecondSignalStopsAtOnce) {
@@ -178,14 +191,11 @@ TEST_F(ServerDrainProgramTest, ASecondSignalStopsAtOnce) {
   server.Signal(SIGTERM);
   absl::SleepFor(absl::Milliseconds(500));
   server.Signal(SIGTERM);
-  const absl::Time signalled = absl::Now();
-  absl::StatusOr<int> exit = server.WaitExit(absl::Seconds(30));
-  const double stop_s = absl::ToDoubleSeconds(absl::Now() - signalled);
-  ASSERT_TRUE(exit.ok()) << exit.status();
-  const std::string log = server.RestOfStdout();
-  EXPECT_EQ(*exit, 0) << log << server.Stderr();
-  EXPECT_LT(stop_s, 0.8) << log;
-  EXPECT_THAT(log, HasSubstr("cut short by a second signal"));
+  const Stopped stopped = WaitStopped(server, absl::Now());
+  ASSERT_TRUE(stopped.exit.ok()) << stopped.exit.status();
+  EXPECT_EQ(*stopped.exit, 0) << stopped.log << server.Stderr();
+  EXPECT_LT(stopped.seconds, 0.8) << stopped.log;
+  EXPECT_THAT(stopped.log, HasSubstr("cut short by a second signal"));
 }
 
 }  // namespace
