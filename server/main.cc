@@ -50,17 +50,27 @@ ABSL_FLAG(int64_t, transport_memory_bytes, int64_t{512} << 20,
           "Memory gRPC may use for its own buffers (requests being received, responses being "
           "sent, the state of every call); over it gRPC shrinks its windows, then ends calls. "
           "0 = no quota. Default 536870912 (512 MiB).");
-ABSL_FLAG(int, max_calls_per_connection, 256,
-          "Concurrent calls (Fetch streams and unary calls) one connection may have open. "
-          "Default 256.");
+ABSL_FLAG(int, max_calls_per_connection, 100,
+          "Concurrent calls (Fetch streams and unary calls) one connection may have open "
+          "(HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS). A client's calls over the unary limits wait "
+          "in these slots, so this times the connections of a client bounds what it can keep "
+          "waiting. Default 100.");
 ABSL_FLAG(int, max_unary_calls_per_peer, 64,
           "Unary calls (manifest, pages, paths, stats, health) one client address may have in "
           "progress, counted from before their request is read until their answers are taken; "
-          "more are answered RESOURCE_EXHAUSTED at once. "
-          "Default 64.");
+          "more wait, unread, for a slot (--unary-wait-timeout). Default 64.");
 ABSL_FLAG(int, max_unary_calls, 1024,
           "Unary calls in progress from all clients together (each counted in the memory bound "
           "at 16 KiB). Default 1024.");
+ABSL_FLAG(int, max_waiting_unary_calls, 16384,
+          "Unary calls that may wait for a slot (over --max-unary-calls-per-peer or "
+          "--max-unary-calls), unread; one more is answered RESOURCE_EXHAUSTED at once. Waiting "
+          "keeps a client that never takes its answers from sending a new call for every "
+          "refusal: its connections' call slots stay taken. Each counts 18 KiB in the memory bound. "
+          "0 = none wait. Default 16384.");
+ABSL_FLAG(absl::Duration, unary_wait_timeout, absl::Seconds(30),
+          "How long a unary call may wait for a slot before it is answered RESOURCE_EXHAUSTED "
+          "naming the limit it waited on. Default 30s.");
 ABSL_FLAG(absl::Duration, unread_connection_timeout, absl::Seconds(5),
           "A connection whose client takes no bytes for this long while the server has bytes "
           "for it is dropped with its calls (TCP_USER_TIMEOUT), so a client that never reads "
@@ -197,6 +207,8 @@ const sophon::FlagNames kFlagNames = {
     {"PackSourceOptions.follow_symlinks", "--follow-symlinks"},
     {"ServiceOptions.max_unary_calls_per_peer", "--max-unary-calls-per-peer"},
     {"ServiceOptions.max_unary_calls", "--max-unary-calls"},
+    {"ServiceOptions.max_waiting_unary_calls", "--max-waiting-unary-calls"},
+    {"ServiceOptions.unary_wait_timeout", "--unary-wait-timeout"},
     {"ServiceOptions.unread_connection_timeout", "--unread-connection-timeout"},
     {"ServiceOptions.stream_window_bytes", "--stream-window-bytes"},
     {"ServiceOptions.prep_workers", "--prep-workers"},
@@ -268,6 +280,8 @@ absl::StatusOr<sophon::StorageServerOptions> OptionsFromFlags() {
   options.service.max_streams = absl::GetFlag(FLAGS_max_streams);
   options.service.max_unary_calls_per_peer = absl::GetFlag(FLAGS_max_unary_calls_per_peer);
   options.service.max_unary_calls = absl::GetFlag(FLAGS_max_unary_calls);
+  options.service.max_waiting_unary_calls = absl::GetFlag(FLAGS_max_waiting_unary_calls);
+  options.service.unary_wait_timeout = absl::GetFlag(FLAGS_unary_wait_timeout);
   options.service.unread_connection_timeout = absl::GetFlag(FLAGS_unread_connection_timeout);
   options.service.stream_window_bytes = absl::GetFlag(FLAGS_stream_window_bytes);
   options.service.max_streams_per_peer = absl::GetFlag(FLAGS_max_streams_per_peer);

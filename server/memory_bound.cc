@@ -7,7 +7,7 @@ namespace sophon {
 int64_t ServerMemoryBound::total() const {
   if (transport < 0) return -1;
   const int64_t terms =
-      samples + transport + requests + streams + unary + prep + cache + source;
+      samples + transport + requests + streams + unary + waiting + prep + cache + source;
   return base + static_cast<int64_t>(static_cast<double>(terms) * (1 + allocator_overhead));
 }
 
@@ -20,9 +20,9 @@ std::string ServerMemoryBound::ToString() const {
                                        : absl::StrFormat("%.0f MiB", mib(total()));
   return absl::StrFormat(
       "%s = %.0f base + (%.0f samples + %s + %.0f pending requests + %.0f streams + %.0f unary "
-      "answers + %.0f prep workers%s%s) x %.2f allocator overhead",
+      "answers + %.0f waiting unary calls + %.0f prep workers%s%s) x %.2f allocator overhead",
       head, mib(base), mib(samples), transport_text, mib(requests), mib(streams), mib(unary),
-      mib(prep),
+      mib(waiting), mib(prep),
       cache > 0 ? absl::StrFormat(" + %.0f sample cache", mib(cache)) : std::string(),
       source > 0 ? absl::StrFormat(" + %.0f pack group buffers", mib(source)) : std::string(),
       1 + allocator_overhead);
@@ -37,6 +37,7 @@ ServerMemoryBound ComputeServerMemoryBound(const ServiceOptions& options, int64_
   b.requests = int64_t{options.max_streams} * options.max_ids_per_request * 32;
   b.streams = int64_t{options.max_streams} * kStreamStateBytes;
   b.unary = int64_t{options.max_unary_calls} * kUnaryCallBytes;
+  b.waiting = int64_t{options.max_waiting_unary_calls} * kWaitingCallBytes;
   // A worker holds one file, libjpeg's memory, the decoded region (at most
   // twice the crop side after DCT scaling), the crop and its tensor.
   const int64_t crop = options.max_crop_size;

@@ -66,6 +66,7 @@ SampleServiceImpl::SampleServiceImpl(const SampleSource* source, const ServiceOp
       budget_(BudgetOptions(options), [this](bool busy) { OnBusyChange(busy); }),
       read_slots_(SlotOptions(options), [this] { return Now(); }),
       unary_calls_(options.max_unary_calls, options.max_unary_calls_per_peer,
+                   options.max_waiting_unary_calls, options.unary_wait_timeout,
                    [this](bool busy) { OnBusyChange(busy); }),
       registry_(options.max_streams, options.max_streams_per_peer,
                 ReaperPeriod(std::min({options.idle_stream_timeout, options.write_stall_timeout,

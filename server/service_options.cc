@@ -65,6 +65,7 @@ absl::Status ServiceOptions::Validate() const {
            {"max_calls_per_connection", max_calls_per_connection, 1},
            {"max_unary_calls_per_peer", max_unary_calls_per_peer, 1},
            {"max_unary_calls", max_unary_calls, 1},
+           {"max_waiting_unary_calls", max_waiting_unary_calls, 0},
            {"stream_window_bytes", stream_window_bytes, 1 << 10},
            {"max_streams", max_streams, 1},
            {"max_streams_per_peer", max_streams_per_peer, 1},
@@ -103,6 +104,11 @@ absl::Status ServiceOptions::Validate() const {
         ") must be at least ", kReadSlotQuotaShare,
         " times ServiceOptions.max_request_bytes + 4 KiB (", max_request_bytes,
         " + 4096): a quarter of it bounds the request messages being received"));
+  }
+  if (unary_wait_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServiceOptions.unary_wait_timeout must be positive, got ",
+        absl::FormatDuration(unary_wait_timeout)));
   }
   if (read_stall_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(

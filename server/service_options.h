@@ -86,16 +86,23 @@ struct ServiceOptions {
   // call whose request has not arrived whole this long after the call is
   // ended (RESOURCE_EXHAUSTED) whoever waits (server/unary_reactor.h).
   absl::Duration read_stall_timeout = absl::Seconds(5);
-  // Concurrent calls (streams and unary calls) on one connection.
-  int max_calls_per_connection = 256;
+  // Concurrent calls (streams and unary calls) on one connection (HTTP/2
+  // SETTINGS_MAX_CONCURRENT_STREAMS; RFC 9113 recommends at least 100).
+  int max_calls_per_connection = 100;
   // Unary calls (manifest, pages, paths, stats, health Check and Watch) in
-  // progress, from the service seeing one (at its headers, before its request
-  // is read) until its answer is taken: per client address and in all. A call
-  // over either is answered RESOURCE_EXHAUSTED at once (no answer body held,
-  // at most stream_window_bytes of its request received). A training node
-  // makes a few at a time.
+  // progress, from the service admitting one (before its request is read)
+  // until its answer is taken: per client address and in all. A call over
+  // either waits, unread, for a slot (at most stream_window_bytes of its
+  // request received), up to unary_wait_timeout, then is answered
+  // RESOURCE_EXHAUSTED naming the limit; at most max_waiting_unary_calls
+  // wait, one more is refused at once. A client that never takes its answers
+  // so finds its connections' call slots (max_calls_per_connection) taken by
+  // its waiting calls instead of sending the server a new call for every
+  // refusal. A training node makes a few at a time.
   int max_unary_calls_per_peer = 64;
   int max_unary_calls = 1024;
+  int max_waiting_unary_calls = 16384;
+  absl::Duration unary_wait_timeout = absl::Seconds(30);
   // A connection whose client takes no bytes for this long while the server
   // has bytes for it (TCP_USER_TIMEOUT) is dropped, and its calls end: a
   // client that never reads its socket holds its memory at most this long.

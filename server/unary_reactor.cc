@@ -66,18 +66,89 @@ UnaryReactor::~UnaryReactor() = default;
 
 void UnaryReactor::Start() {
   Limit limit = Limit::kMaxUnaryCalls;
-  const absl::Status admitted = service_->unary_calls().Admit(peer_address_, &limit);
-  if (!admitted.ok()) {
-    // Nothing read: gRPC holds at most the stream's initial window of it.
-    service_->RecordRejection(limit, peer_, admitted);
-    End(admitted, limit);
-    return;
+  absl::Status refusal;
+  refs_.fetch_add(1, std::memory_order_relaxed);  // the queue's, should it wait
+  {
+    absl::MutexLock lock(&mu_);
+    waiting_ = true;  // before UnaryCalls can admit it (and clear it)
   }
-  counted_ = true;
+  switch (service_->unary_calls().AdmitOrWait(peer_address_, this, &limit, &refusal)) {
+    case UnaryCalls::Admission::kAdmitted: {
+      {
+        absl::MutexLock lock(&mu_);
+        waiting_ = false;
+        counted_ = true;
+      }
+      Unref();
+      BeginRead();
+      return;
+    }
+    case UnaryCalls::Admission::kRefused: {
+      {
+        absl::MutexLock lock(&mu_);
+        waiting_ = false;
+      }
+      Unref();
+      // Nothing read: gRPC holds at most the stream's initial window of it.
+      service_->RecordRejection(limit, peer_, refusal);
+      End(refusal, limit);
+      return;
+    }
+    case UnaryCalls::Admission::kWaiting:
+      break;
+  }
+  // It waits, unread, for one of the calls ahead of it to end (Admitted), or
+  // until UnaryCalls times it out (WaitTimedOut).
+}
+
+void UnaryReactor::BeginRead() {
   refs_.fetch_add(1, std::memory_order_relaxed);  // the deadline's callback
   deadline_.Set(absl::ToChronoTime(absl::Now() + service_->options().read_stall_timeout),
                 [this](bool fired) { OnDeadline(fired); });
   StartRead(&request_);
+}
+
+void UnaryReactor::Admitted() {
+  bool release = false;
+  bool go = false;
+  {
+    absl::MutexLock lock(&mu_);
+    counted_ = true;
+    waiting_ = false;
+    release = done_;
+    go = !ended_;
+    starting_ = go;
+  }
+  if (release) service_->unary_calls().Release(peer_address_);
+  if (go) {
+    BeginRead();
+    // An End that came meanwhile left the Finish to this thread.
+    bool finish = false;
+    absl::Status status;
+    std::optional<Limit> refusal;
+    {
+      absl::MutexLock lock(&mu_);
+      starting_ = false;
+      if (ended_ && !finish_sent_ && !writing_) {
+        finish_sent_ = true;
+        finish = true;
+        status = end_status_;
+        refusal = end_refusal_;
+      }
+    }
+    if (finish) FinishNow(status, refusal);
+  }
+  Unref();  // the queue's
+}
+
+void UnaryReactor::WaitTimedOut(const absl::Status& status, Limit limit) {
+  {
+    absl::MutexLock lock(&mu_);
+    waiting_ = false;
+  }
+  service_->RecordRejection(limit, peer_, status);
+  End(status, limit);
+  Unref();  // the queue's
 }
 
 void UnaryReactor::OnDeadline(bool fired) {
@@ -169,7 +240,7 @@ void UnaryReactor::End(const absl::Status& status, std::optional<Limit> refusal)
     if (ended_) return;
     ended_ = true;
     next_.reset();
-    if (writing_) {  // finished by OnWriteDone
+    if (writing_ || starting_) {  // finished by OnWriteDone or Admitted
       end_status_ = status;
       end_refusal_ = refusal;
       return;
@@ -193,7 +264,23 @@ void UnaryReactor::OnCancel() {
 
 void UnaryReactor::OnDone() {
   OnCallDone();
-  if (counted_) service_->unary_calls().Release(peer_address_);
+  bool release = false;
+  bool waiting = false;
+  {
+    absl::MutexLock lock(&mu_);
+    done_ = true;
+    release = counted_;
+    waiting = waiting_;
+  }
+  if (waiting && service_->unary_calls().StopWaiting(peer_address_, this)) {
+    {
+      absl::MutexLock lock(&mu_);
+      waiting_ = false;
+    }
+    Unref();  // the queue's
+  }
+  // Admitted before done_ was set: released here; after: by Admitted.
+  if (release) service_->unary_calls().Release(peer_address_);
   deadline_.Cancel();
   Unref();
 }

@@ -2,10 +2,12 @@
 // as a stream (streamed_service.h) so that the service sees the call before
 // gRPC reads its request:
 // 1. the call is counted in UnaryCalls (ServiceOptions.max_unary_calls_per_peer,
-//    max_unary_calls) before anything is read; a call over either is refused
-//    at once (RESOURCE_EXHAUSTED naming the limit) having made gRPC hold at
-//    most the stream's initial window (ServiceOptions.stream_window_bytes) of
-//    its request;
+//    max_unary_calls) before anything is read; a call over either waits
+//    unread for a slot (unary_calls.h), at most
+//    ServiceOptions.unary_wait_timeout, then is refused (RESOURCE_EXHAUSTED
+//    naming the limit), having made gRPC hold at most the stream's initial
+//    window (ServiceOptions.stream_window_bytes) of its request; over
+//    max_waiting_unary_calls waiting, it is refused at once;
 // 2. the request is read with a deadline: a message not whole
 //    ServiceOptions.read_stall_timeout after the call arrived ends the call
 //    (RESOURCE_EXHAUSTED, read_stall_timeout), and what gRPC held of it goes;
@@ -53,6 +55,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/limit.h"
 #include "server/request_limits.h"
+#include "server/unary_calls.h"
 
 namespace grpc {
 class CallbackServerContext;
@@ -62,7 +65,8 @@ namespace sophon {
 
 class SampleServiceImpl;
 
-class UnaryReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+class UnaryReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+                     private UnaryCalls::Waiter {
  public:
   // Answers a unary call: fills `response` from `request` (within its
   // method's limit, not yet parsed) and returns OK, or returns the error the
@@ -112,8 +116,14 @@ class UnaryReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byte
   const UnaryMethodInfo& method() const { return MethodInfo(method_); }
 
  private:
+  // The call got its slot after waiting (UnaryCalls::Waiter).
+  void Admitted() override;
+  // Sets the request deadline and starts the read.
+  void BeginRead();
   // The request deadline fired (`fired`) or was cancelled.
   void OnDeadline(bool fired);
+  // The wait for a slot timed out (UnaryCalls::Waiter): ends the call.
+  void WaitTimedOut(const absl::Status& status, Limit limit) override;
   void FinishNow(const absl::Status& status, std::optional<Limit> refusal);
   void Unref();
 
@@ -122,13 +132,19 @@ class UnaryReactor : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::Byte
   const UnaryMethod method_;
   const std::string peer_;          // gRPC's peer string
   const std::string peer_address_;  // the client address UnaryCalls counts by
-  bool counted_ = false;            // admitted to UnaryCalls; set in Start only
   grpc::ByteBuffer request_;        // the read's target; gRPC's until OnReadDone
   grpc::Alarm deadline_;
-  // gRPC (until OnDone) and the deadline's callback, when set.
+  // gRPC (until OnDone), the deadline's callback when set, and UnaryCalls'
+  // queue while the call waits there.
   std::atomic<int> refs_{1};
 
   absl::Mutex mu_;
+  // Admitted to UnaryCalls (released once, by OnDone or by Admitted if the
+  // call was done by then).
+  bool counted_ ABSL_GUARDED_BY(mu_) = false;
+  bool waiting_ ABSL_GUARDED_BY(mu_) = false;   // in UnaryCalls' queue
+  bool starting_ ABSL_GUARDED_BY(mu_) = false;  // Admitted is starting the read
+  bool done_ ABSL_GUARDED_BY(mu_) = false;      // OnDone ran
   bool request_done_ ABSL_GUARDED_BY(mu_) = false;  // the read completed
   bool ended_ ABSL_GUARDED_BY(mu_) = false;         // End was called
   bool finish_sent_ ABSL_GUARDED_BY(mu_) = false;

@@ -280,12 +280,14 @@ TEST_F(RequestLimitsServerTest, AHalfSentGetStatsOf512KiBIsEndedBeforeItsBodyIsA
   EXPECT_EQ(calls.inflight(), 0);
 }
 
-// A call over max_unary_calls_per_peer is refused before anything of it is
-// read: its client gets no more than the stream's initial window in.
+// A call over max_unary_calls_per_peer waits, unread, and is refused when
+// its wait times out: its client gets no more than the stream's initial
+// window in.
 TEST_F(RequestLimitsServerTest, AHalfSentGetStatsOverTheCallCapIsRefusedWithinTheStreamWindow) {
   ServiceOptions o;
   o.max_unary_calls_per_peer = 2;
   o.read_stall_timeout = absl::Seconds(30);  // the held calls stay for the test
+  o.unary_wait_timeout = absl::Seconds(1);
   Start(o);
   std::unique_ptr<H2RawConnection> conn = Connect();
   ASSERT_NE(conn, nullptr);

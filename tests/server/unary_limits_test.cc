@@ -1,12 +1,15 @@
 // Unary calls whose answers a client never takes, on a real server on
 // 127.0.0.1:0: each client address holds at most max_unary_calls_per_peer of
-// them, the rest are refused at once, and they are all let go when the client
-// leaves. The client is a raw HTTP/2 connection (tools/bench/h2_raw) from
-// 127.0.0.2 that grants the server no receive window.
+// them, the rest wait unread for a slot (refused once they have waited
+// unary_wait_timeout, or at once over max_waiting_unary_calls), and they are
+// all let go when the client leaves. The client is a raw HTTP/2 connection
+// (tools/bench/h2_raw) from 127.0.0.2 that grants the server no receive
+// window.
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -22,7 +25,7 @@ constexpr char kPeer[] = "ipv4:127.0.0.2";
 
 class UnaryLimitsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void StartServer(int max_waiting = 16384, absl::Duration wait = absl::Seconds(1)) {
     testing::TestDatasetOptions d;
     d.classes = 1;
     d.per_class = 2;
@@ -32,9 +35,21 @@ class UnaryLimitsTest : public ::testing::Test {
     options.stats_interval = absl::ZeroDuration();
     options.service.max_unary_calls_per_peer = 8;
     options.service.max_unary_calls = 16;
+    options.service.max_waiting_unary_calls = max_waiting;
+    options.service.unary_wait_timeout = wait;
     absl::StatusOr<std::unique_ptr<StorageServer>> server = StorageServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
+  }
+
+  // Calls GetStats from 127.0.0.1 with a real client; returns its status.
+  grpc::Status Stats(absl::Duration deadline) {
+    auto stub = v1::SampleService::NewStub(
+        grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+    v1::ServerStats stats;
+    return stub->GetStats(&context, v1::GetStatsRequest(), &stats);
   }
 
   // Opens `calls` GetStats calls on a connection from 127.0.0.2 that never
@@ -69,28 +84,96 @@ class UnaryLimitsTest : public ::testing::Test {
 };
 
 TEST_F(UnaryLimitsTest, AClientThatTakesNoAnswersHoldsAtMostItsShare) {
+  StartServer(/*max_waiting=*/16384, /*wait=*/absl::Seconds(1));
   std::unique_ptr<H2RawConnection> conn = Unread(40);
   ASSERT_NE(conn, nullptr);
   UnaryCalls& calls = server_->service()->unary_calls();
   EXPECT_EQ(calls.inflight(kPeer), 8) << "the answers waiting for the client are capped";
+  // The 32 over the cap waited their second, unread, and were refused.
+  EXPECT_EQ(calls.waiting(), 0);
   EXPECT_EQ(Refused("max_unary_calls_per_peer"), 32u);
   // The refusals went out as trailers, which need no window: the client saw
   // 32 calls end while 8 wait for their answers' bodies.
   EXPECT_EQ(conn->counters().streams_ended_by_peer, 32u);
   EXPECT_EQ(conn->open_streams(), 8u);
   // Another client is answered meanwhile.
-  auto stub = v1::SampleService::NewStub(
-      grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  v1::ServerStats stats;
-  EXPECT_TRUE(stub->GetStats(&context, v1::GetStatsRequest(), &stats).ok());
+  EXPECT_TRUE(Stats(absl::Seconds(10)).ok());
   // The client leaves: every call it held is let go.
   conn.reset();
   for (int i = 0; i < 500 && calls.inflight() > 0; ++i) absl::SleepFor(absl::Milliseconds(10));
   EXPECT_EQ(calls.inflight(), 0);
 }
 
+// The calls over the cap keep their streams while they wait: the client can
+// send no more than its connection's slots allow, and the server has ended
+// none of them (a refusal at once would free each stream for the next call).
+TEST_F(UnaryLimitsTest, CallsOverTheCapWaitUnreadInTheirStreams) {
+  StartServer(/*max_waiting=*/16384, /*wait=*/absl::Seconds(30));
+  std::unique_ptr<H2RawConnection> conn = Unread(40);
+  ASSERT_NE(conn, nullptr);
+  UnaryCalls& calls = server_->service()->unary_calls();
+  EXPECT_EQ(calls.inflight(kPeer), 8);
+  EXPECT_EQ(calls.waiting(), 32);
+  EXPECT_EQ(conn->counters().streams_ended_by_peer, 0u);
+  EXPECT_EQ(conn->open_streams(), 40u);
+  EXPECT_EQ(Refused("max_unary_calls_per_peer"), 0u);
+  // The client leaves: the waiting calls go, unanswered, with the others.
+  conn.reset();
+  for (int i = 0; i < 500 && (calls.inflight() > 0 || calls.waiting() > 0); ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(calls.inflight(), 0);
+  EXPECT_EQ(calls.waiting(), 0);
+}
+
+// Over max_waiting_unary_calls a call is refused at once.
+TEST_F(UnaryLimitsTest, CallsOverTheWaitingCapAreRefusedAtOnce) {
+  StartServer(/*max_waiting=*/4, /*wait=*/absl::Seconds(30));
+  std::unique_ptr<H2RawConnection> conn = Unread(40);
+  ASSERT_NE(conn, nullptr);
+  UnaryCalls& calls = server_->service()->unary_calls();
+  EXPECT_EQ(calls.inflight(kPeer), 8);
+  EXPECT_EQ(calls.waiting(), 4);
+  EXPECT_EQ(Refused("max_unary_calls_per_peer"), 28u);
+  EXPECT_EQ(conn->counters().streams_ended_by_peer, 28u);
+}
+
+// A call waiting for a slot of the server's is answered as soon as one
+// frees: two addresses hold all 16, a third client's call waits, and is
+// answered once one of the two leaves.
+TEST_F(UnaryLimitsTest, AWaitingCallIsAnsweredWhenASlotFrees) {
+  StartServer(/*max_waiting=*/16384, /*wait=*/absl::Seconds(30));
+  std::unique_ptr<H2RawConnection> a = Unread(8);
+  ASSERT_NE(a, nullptr);
+  H2RawOptions o;
+  o.port = server_->port();
+  o.receive_window = 0;
+  o.source_address = "127.0.0.3";
+  absl::StatusOr<std::unique_ptr<H2RawConnection>> b = H2RawConnection::Connect(o);
+  ASSERT_TRUE(b.ok()) << b.status();
+  const std::string empty_request = H2RawConnection::GrpcPrefix(0);
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t stream = (*b)->StartCall("/sophon.v1.SampleService/GetStats", false);
+    (*b)->SendData(stream, empty_request, true);
+  }
+  UnaryCalls& calls = server_->service()->unary_calls();
+  for (int i = 0; i < 200 && calls.inflight() < 16; ++i) (void)(*b)->Pump(absl::Milliseconds(10));
+  ASSERT_EQ(calls.inflight(), 16);
+  grpc::Status answered;
+  std::thread client([&] { answered = Stats(absl::Seconds(20)); });
+  for (int i = 0; i < 500 && calls.waiting() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(calls.waiting(), 1) << "the third client's call waits for a slot";
+  absl::SleepFor(absl::Milliseconds(200));
+  const absl::Time left = absl::Now();
+  a.reset();  // its 8 calls end
+  client.join();
+  EXPECT_TRUE(answered.ok()) << answered.error_message();
+  EXPECT_LT(absl::Now() - left, absl::Seconds(10));
+  EXPECT_EQ(Refused("max_unary_calls"), 0u);
+}
+
 TEST_F(UnaryLimitsTest, TheServerWideCapHoldsAcrossAddresses) {
+  StartServer(/*max_waiting=*/16384, /*wait=*/absl::Seconds(1));
   std::unique_ptr<H2RawConnection> a = Unread(8);
   ASSERT_NE(a, nullptr);
   H2RawOptions o;
@@ -114,6 +197,7 @@ TEST_F(UnaryLimitsTest, TheServerWideCapHoldsAcrossAddresses) {
     a->Pump(absl::Milliseconds(10)).IgnoreError();
   }
   EXPECT_EQ(server_->service()->unary_calls().inflight(), 16);
+  // The third address's 8 waited their second for a slot, and were refused.
   EXPECT_EQ(Refused("max_unary_calls"), 8u);
 }
 

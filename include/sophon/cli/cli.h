@@ -60,7 +60,8 @@ void InitUsage(const char* usage);
 // What every program does first: InitUsage(usage), then Abseil's
 // ParseCommandLine over argv with dashes in flag names accepted
 // (NormalizeFlagNames). Returns the arguments that are not flags, the
-// program's name first.
+// program's name first. Also turns Abseil's mutex deadlock detection off
+// (Debian's Abseil leaves it on; tests keep it).
 std::vector<std::string> ParseProgramFlags(int argc, char** argv, const char* usage);
 
 // Keeps the strings alive and exposes them as a char* array for ParseCommandLine.
