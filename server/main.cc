@@ -55,13 +55,15 @@ ABSL_FLAG(int, max_calls_per_connection, 100,
           "(HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS). A client's calls over the unary limits wait "
           "in these slots, so this times the connections of a client bounds what it can keep "
           "waiting. Default 100.");
-ABSL_FLAG(int, max_unary_calls_per_peer, 64,
+ABSL_FLAG(int, max_unary_calls_per_peer, 8,
           "Unary calls (manifest, pages, paths, stats, health) one client address may have in "
           "progress, counted from before their request is read until their answers are taken; "
-          "more wait, unread, for a slot (--unary-wait-timeout). Default 64.");
+          "more wait, unread, for a slot (--unary-wait-timeout); calls wait, not fail, so a "
+          "node's ranks that ask more at once are served in turn. Default 8.");
 ABSL_FLAG(int, max_unary_calls, 1024,
           "Unary calls in progress from all clients together (each counted in the memory bound "
-          "at 16 KiB). Default 1024.");
+          "at 16 KiB), shared fairly: an address may hold at most this / (the addresses with "
+          "calls + 1), so a share stays free for the next client. Default 1024.");
 ABSL_FLAG(int, max_waiting_unary_calls, 16384,
           "Unary calls that may wait for a slot (over --max-unary-calls-per-peer or "
           "--max-unary-calls), unread; one more is answered RESOURCE_EXHAUSTED at once. Waiting "

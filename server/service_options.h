@@ -98,8 +98,11 @@ struct ServiceOptions {
   // wait, one more is refused at once. A client that never takes its answers
   // so finds its connections' call slots (max_calls_per_connection) taken by
   // its waiting calls instead of sending the server a new call for every
-  // refusal. A training node makes a few at a time.
-  int max_unary_calls_per_peer = 64;
+  // refusal. The server's cap is shared: an address may hold at most
+  // max_unary_calls / (addresses with calls + 1) (unary_calls.h), and at the
+  // defaults 128 addresses at their own cap fit in it. A training node makes
+  // one at a time per rank.
+  int max_unary_calls_per_peer = 8;
   int max_unary_calls = 1024;
   int max_waiting_unary_calls = 16384;
   absl::Duration unary_wait_timeout = absl::Seconds(30);

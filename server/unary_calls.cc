@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -75,6 +76,15 @@ void UnaryCalls::Unqueue(Peer& p, Waiter* w) {
   --waiting_;
 }
 
+int UnaryCalls::Cap() const {
+  const int share = max_calls_ / (static_cast<int>(peers_.size()) + 1);
+  return std::max(1, std::min(max_per_peer_, share));
+}
+
+bool UnaryCalls::MayTake(const Peer& p) const {
+  return total_ < max_calls_ && p.calls < Cap();
+}
+
 absl::Status UnaryCalls::LimitStatus(const std::string& peer, int mine, Limit* limit) const {
   if (mine >= max_per_peer_) {
     *limit = Limit::kMaxUnaryCallsPerPeer;
@@ -85,6 +95,14 @@ absl::Status UnaryCalls::LimitStatus(const std::string& peer, int mine, Limit* l
         max_per_peer_, ")"));
   }
   *limit = Limit::kMaxUnaryCalls;
+  if (total_ < max_calls_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "client ", peer, " has ", mine,
+        " calls in progress (answers not yet taken), its share of the server's limit "
+        "(ServiceOptions.max_unary_calls = ",
+        max_calls_, " shared by ", peers_.size(), " client addresses and one to come: ", Cap(),
+        " each)"));
+  }
   return absl::ResourceExhaustedError(absl::StrCat(
       "the server has ", total_,
       " calls in progress (answers not yet taken), its limit "
@@ -96,10 +114,13 @@ absl::Status UnaryCalls::Admit(const std::string& peer, Limit* limit) {
   bool first = false;
   {
     absl::MutexLock lock(&mu_);
-    auto it = peers_.find(peer);
-    const int mine = it == peers_.end() ? 0 : it->second.calls;
-    if (mine >= max_per_peer_ || total_ >= max_calls_) return LimitStatus(peer, mine, limit);
-    ++peers_[peer].calls;
+    Peer& p = peers_[peer];
+    if (!MayTake(p)) {
+      absl::Status status = LimitStatus(peer, p.calls, limit);
+      EraseIfIdle(peer);
+      return status;
+    }
+    ++p.calls;
     first = total_++ == 0;
   }
   if (first && on_busy_) on_busy_(true);
@@ -112,7 +133,7 @@ UnaryCalls::Admission UnaryCalls::AdmitOrWait(const std::string& peer, Waiter* w
   {
     absl::MutexLock lock(&mu_);
     Peer& p = peers_[peer];
-    if (p.waiting.empty() && p.calls < max_per_peer_ && total_ < max_calls_) {
+    if (p.waiting.empty() && MayTake(p)) {
       ++p.calls;
       first = total_++ == 0;
     } else {
@@ -132,10 +153,6 @@ UnaryCalls::Admission UnaryCalls::AdmitOrWait(const std::string& peer, Waiter* w
       waiter->deadline_ = absl::Now() + wait_timeout_;
       waiter->queued_ = true;
       if (++waiting_ == 1) waiters_changed_.Signal();
-      if (p.calls < max_per_peer_ && !p.in_turns) {
-        p.in_turns = true;
-        turns_.push_back(peer);
-      }
       return Admission::kWaiting;
     }
   }
@@ -163,60 +180,41 @@ UnaryCalls::Waiter* UnaryCalls::AdmitFirst(Peer& p) {
 
 void UnaryCalls::EraseIfIdle(const std::string& peer) {
   auto it = peers_.find(peer);
-  if (it != peers_.end() && it->second.calls == 0 && it->second.waiting.empty() &&
-      !it->second.in_turns) {
+  if (it != peers_.end() && it->second.calls == 0 && it->second.waiting.empty()) {
     peers_.erase(it);
   }
 }
 
 void UnaryCalls::Release(const std::string& peer) {
-  Waiter* admitted = nullptr;
+  std::vector<Waiter*> admitted;
   bool last = false;
   {
     absl::MutexLock lock(&mu_);
     auto it = peers_.find(peer);
     if (it == peers_.end() || it->second.calls == 0) return;
-    Peer& p = it->second;
-    --p.calls;
+    --it->second.calls;
     --total_;
-    if (total_ < max_calls_) {
-      if (!p.waiting.empty() && p.calls < max_per_peer_) {
-        admitted = AdmitFirst(p);  // this address's own slot, in its order
-      } else {
-        // A slot of the server's: the next address whose first waiter only
-        // waits for one.
-        while (admitted == nullptr && !turns_.empty()) {
-          const std::string next = std::move(turns_.front());
-          turns_.pop_front();
-          auto n = peers_.find(next);
-          if (n == peers_.end()) continue;
-          Peer& q = n->second;
-          q.in_turns = false;
-          if (!q.waiting.empty() && q.calls < max_per_peer_) {
-            admitted = AdmitFirst(q);
-            if (!q.waiting.empty() && q.calls < max_per_peer_) {
-              q.in_turns = true;
-              turns_.push_back(next);
-            }
-          }
-          EraseIfIdle(next);
+    EraseIfIdle(peer);
+    // The freed slot, and any that an address leaving made everyone's share
+    // grow by, each to the waiting address with the fewest calls that may
+    // take one (this one's first among equals).
+    while (waiting_ > 0 && total_ < max_calls_) {
+      Peer* next = nullptr;
+      auto mine = peers_.find(peer);
+      if (mine != peers_.end() && !mine->second.waiting.empty() && MayTake(mine->second)) {
+        next = &mine->second;
+      }
+      for (auto& [name, q] : peers_) {
+        if (!q.waiting.empty() && MayTake(q) && (next == nullptr || q.calls < next->calls)) {
+          next = &q;
         }
       }
-    }
-    // Its next waiter now waits only for the server's slots (found again:
-    // the turns may have erased it).
-    it = peers_.find(peer);
-    if (it != peers_.end()) {
-      Peer& mine = it->second;
-      if (!mine.waiting.empty() && mine.calls < max_per_peer_ && !mine.in_turns) {
-        mine.in_turns = true;
-        turns_.push_back(peer);
-      }
-      EraseIfIdle(peer);
+      if (next == nullptr) break;
+      admitted.push_back(AdmitFirst(*next));
     }
     last = total_ == 0;
   }
-  if (admitted != nullptr) admitted->Admitted();
+  for (Waiter* w : admitted) w->Admitted();
   if (last && on_busy_) on_busy_(false);
 }
 

@@ -5,10 +5,16 @@
 // its answers holds at most max_per_peer of them, and the server at most
 // max_calls.
 //
-// A call over either limit waits, in arrival order per address, for one of
-// the calls ahead of it to end (a slot of its own address first, then a slot
-// any address frees, the addresses that wait taken in turn), without its
-// request being read. A client that never takes its answers thus finds its
+// The server's max_calls are shared max-min fairly: an address may hold at
+// most its share, max_calls / (the addresses with calls held or waiting + 1),
+// and never more than max_per_peer; the + 1 keeps a share free for an
+// address that comes next, so that clients that hold their calls from many
+// addresses cannot take every slot from a trainer that asks later.
+//
+// A call over its address's cap or the server's waits, in arrival order per
+// address, for a slot: a freed slot goes to the waiting address with the
+// fewest calls among those under their cap. Its request is not read
+// meanwhile. A client that never takes its answers thus finds its
 // later calls held, not refused: its connections' streams stay taken
 // (max_calls_per_connection each) and it cannot send more, where a refusal at
 // once would free the stream for the next call at tens of microseconds of
@@ -19,7 +25,6 @@
 #ifndef SOPHON_SERVER_UNARY_CALLS_H_
 #define SOPHON_SERVER_UNARY_CALLS_H_
 
-#include <deque>
 #include <functional>
 #include <list>
 #include <string>
@@ -96,9 +101,13 @@ class UnaryCalls {
   struct Peer {
     int calls = 0;
     std::list<Waiter*> waiting;
-    bool in_turns = false;  // listed in turns_
   };
 
+  // What an address may hold now: max_per_peer, or its share of max_calls
+  // if that is less.
+  int Cap() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `p` may take one more call now.
+  bool MayTake(const Peer& p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The refusal for a call from `peer` (which has `mine` calls) over a limit.
   absl::Status LimitStatus(const std::string& peer, int mine, Limit* limit) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -122,10 +131,8 @@ class UnaryCalls {
   std::list<Waiter*> all_waiting_ ABSL_GUARDED_BY(mu_);
   int total_ ABSL_GUARDED_BY(mu_) = 0;
   int waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  // Every address with calls held or waiting.
   std::unordered_map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);
-  // Addresses whose first waiter waits for a slot of the server's (theirs
-  // are under max_per_peer), in turn; may name one that no longer does.
-  std::deque<std::string> turns_ ABSL_GUARDED_BY(mu_);
   std::thread expirer_;
 };
 

@@ -59,52 +59,59 @@ TEST(UnaryCallsTest, CallsOverAnAddressCapWaitInOrderForThatAddressSlots) {
   EXPECT_EQ(calls.inflight(), 0);
 }
 
-TEST(UnaryCallsTest, AnAddressWithCallsWaitingQueuesItsNextBehindThem) {
-  UnaryCalls calls(/*max_calls=*/2, /*max_per_peer=*/2, /*max_waiting=*/10, absl::Seconds(30));
+// Each address may hold max_calls / (addresses + 1): the share of one more
+// address stays free for a client that comes next.
+TEST(UnaryCallsTest, ANewcomerFindsASlotBesideAddressesHoldingTheirShares) {
+  UnaryCalls calls(/*max_calls=*/6, /*max_per_peer=*/6, /*max_waiting=*/10, absl::Seconds(30));
   Limit limit;
   absl::Status status;
-  TestWaiter x, y, first, second;
-  ASSERT_EQ(calls.AdmitOrWait("x", &x, &limit, &status), Admission::kAdmitted);
-  ASSERT_EQ(calls.AdmitOrWait("y", &y, &limit, &status), Admission::kAdmitted);
-  ASSERT_EQ(calls.AdmitOrWait("a", &first, &limit, &status), Admission::kWaiting);
+  TestWaiter a[3], b[3], newcomer;
+  ASSERT_EQ(calls.AdmitOrWait("a", &a[0], &limit, &status), Admission::kAdmitted);
+  ASSERT_EQ(calls.AdmitOrWait("b", &b[0], &limit, &status), Admission::kAdmitted);
+  // Two addresses and one to come: 2 each.
+  ASSERT_EQ(calls.AdmitOrWait("a", &a[1], &limit, &status), Admission::kAdmitted);
+  ASSERT_EQ(calls.AdmitOrWait("b", &b[1], &limit, &status), Admission::kAdmitted);
+  EXPECT_EQ(calls.AdmitOrWait("a", &a[2], &limit, &status), Admission::kWaiting);
   EXPECT_EQ(limit, Limit::kMaxUnaryCalls);
-  calls.Release("x");
-  EXPECT_EQ(first.admitted.load(), 1);
-  // a now has one call and one slot left of its own, but none of the server's.
-  ASSERT_EQ(calls.AdmitOrWait("a", &second, &limit, &status), Admission::kWaiting);
-  calls.Release("y");
-  EXPECT_EQ(second.admitted.load(), 1);
+  EXPECT_TRUE(absl::StrContains(status.message(), "its share")) << status;
+  EXPECT_EQ(calls.AdmitOrWait("b", &b[2], &limit, &status), Admission::kWaiting);
+  EXPECT_EQ(calls.inflight(), 4);
+  EXPECT_EQ(calls.AdmitOrWait("c", &newcomer, &limit, &status), Admission::kAdmitted)
+      << "the share kept free for the next address";
+  EXPECT_TRUE(calls.StopWaiting("a", &a[2]));
+  EXPECT_TRUE(calls.StopWaiting("b", &b[2]));
+  for (const char* p : {"a", "a", "b", "b", "c"}) calls.Release(p);
+  EXPECT_EQ(calls.inflight(), 0);
 }
 
-TEST(UnaryCallsTest, TheServersFreedSlotsGoToTheWaitingAddressesInTurn) {
-  UnaryCalls calls(/*max_calls=*/2, /*max_per_peer=*/2, /*max_waiting=*/10, absl::Seconds(30));
+// A freed slot goes to the waiting address with the fewest calls: a client
+// that asks late is not queued behind addresses that took their slots first.
+TEST(UnaryCallsTest, AFreedSlotGoesToTheWaitingAddressWithTheFewestCalls) {
+  UnaryCalls calls(/*max_calls=*/8, /*max_per_peer=*/8, /*max_waiting=*/32, absl::Seconds(30));
   Limit limit;
   absl::Status status;
-  TestWaiter hold[2], a[2], b[2];
-  ASSERT_EQ(calls.AdmitOrWait("h", &hold[0], &limit, &status), Admission::kAdmitted);
-  ASSERT_EQ(calls.AdmitOrWait("h", &hold[1], &limit, &status), Admission::kAdmitted);
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_EQ(calls.AdmitOrWait("a", &a[i], &limit, &status), Admission::kWaiting);
+  TestWaiter w[3][8], late;
+  const char* names[3] = {"a1", "a2", "a3"};
+  for (int p = 0; p < 3; ++p) {
+    for (int i = 0; i < 8; ++i) (void)calls.AdmitOrWait(names[p], &w[p][i], &limit, &status);
   }
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_EQ(calls.AdmitOrWait("b", &b[i], &limit, &status), Admission::kWaiting);
+  ASSERT_EQ(calls.inflight(), 8);  // a1 4 (alone: 8 / 2), a2 2, a3 2
+  ASSERT_EQ(calls.inflight("a1"), 4);
+  ASSERT_EQ(calls.AdmitOrWait("late", &late, &limit, &status), Admission::kWaiting);
+  calls.Release("a1");
+  EXPECT_EQ(late.admitted.load(), 1) << "before a1's, a2's and a3's own waiting calls";
+  EXPECT_EQ(calls.inflight("a1"), 3);
+  // Everyone's waiting calls go; so do their held ones.
+  for (int p = 0; p < 3; ++p) {
+    for (int i = 0; i < 8; ++i) (void)calls.StopWaiting(names[p], &w[p][i]);
   }
-  calls.Release("h");
-  calls.Release("h");
-  EXPECT_EQ(a[0].admitted.load(), 1);
-  EXPECT_EQ(b[0].admitted.load(), 1) << "a's second call does not go before b's first";
-  EXPECT_EQ(a[1].admitted.load() + b[1].admitted.load(), 0);
-  calls.Release("a");  // a's own slot frees: its next call
-  EXPECT_EQ(a[1].admitted.load(), 1);
-  EXPECT_EQ(calls.waiting(), 1);
-  EXPECT_TRUE(calls.StopWaiting("b", &b[1]));
   EXPECT_EQ(calls.waiting(), 0);
-  EXPECT_FALSE(calls.StopWaiting("b", &b[1])) << "taken out once";
-  EXPECT_FALSE(calls.StopWaiting("a", &a[0])) << "admitted, not waiting";
-  calls.Release("a");
-  calls.Release("b");
+  EXPECT_FALSE(calls.StopWaiting("late", &late)) << "admitted, not waiting";
+  for (int i = 0; i < 3; ++i) calls.Release("a1");
+  for (int i = 0; i < 2; ++i) calls.Release("a2");
+  for (int i = 0; i < 2; ++i) calls.Release("a3");
+  calls.Release("late");
   EXPECT_EQ(calls.inflight(), 0);
-  EXPECT_EQ(b[1].admitted.load(), 0);
 }
 
 TEST(UnaryCallsTest, ACallThatWaitsTooLongIsRefusedNamingItsLimit) {

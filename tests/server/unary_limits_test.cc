@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -139,8 +140,9 @@ TEST_F(UnaryLimitsTest, CallsOverTheWaitingCapAreRefusedAtOnce) {
 }
 
 // A call waiting for a slot of the server's is answered as soon as one
-// frees: two addresses hold all 16, a third client's call waits, and is
-// answered once one of the two leaves.
+// frees: three addresses hold all 16 (8, then their shares), a fourth
+// client's call waits, and is answered once the first leaves, before the
+// others' waiting calls.
 TEST_F(UnaryLimitsTest, AWaitingCallIsAnsweredWhenASlotFrees) {
   StartServer(/*max_waiting=*/16384, /*wait=*/absl::Seconds(30));
   std::unique_ptr<H2RawConnection> a = Unread(8);
@@ -148,21 +150,32 @@ TEST_F(UnaryLimitsTest, AWaitingCallIsAnsweredWhenASlotFrees) {
   H2RawOptions o;
   o.port = server_->port();
   o.receive_window = 0;
-  o.source_address = "127.0.0.3";
-  absl::StatusOr<std::unique_ptr<H2RawConnection>> b = H2RawConnection::Connect(o);
-  ASSERT_TRUE(b.ok()) << b.status();
   const std::string empty_request = H2RawConnection::GrpcPrefix(0);
-  for (int i = 0; i < 8; ++i) {
-    const uint32_t stream = (*b)->StartCall("/sophon.v1.SampleService/GetStats", false);
-    (*b)->SendData(stream, empty_request, true);
-  }
+  std::vector<std::unique_ptr<H2RawConnection>> others;
   UnaryCalls& calls = server_->service()->unary_calls();
-  for (int i = 0; i < 200 && calls.inflight() < 16; ++i) (void)(*b)->Pump(absl::Milliseconds(10));
+  for (const char* source : {"127.0.0.3", "127.0.0.4"}) {
+    o.source_address = source;
+    absl::StatusOr<std::unique_ptr<H2RawConnection>> conn = H2RawConnection::Connect(o);
+    ASSERT_TRUE(conn.ok()) << conn.status();
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t stream = (*conn)->StartCall("/sophon.v1.SampleService/GetStats", false);
+      (*conn)->SendData(stream, empty_request, true);
+    }
+    const int want = calls.inflight() + 1;
+    for (int i = 0; i < 200 && calls.inflight() < want; ++i) {
+      (void)(*conn)->Pump(absl::Milliseconds(10));
+    }
+    for (int i = 0; i < 20; ++i) (void)(*conn)->Pump(absl::Milliseconds(10));
+    others.push_back(*std::move(conn));
+  }
   ASSERT_EQ(calls.inflight(), 16);
+  const int others_waiting = calls.waiting();  // what 127.0.0.3 and .4 asked past their shares
   grpc::Status answered;
   std::thread client([&] { answered = Stats(absl::Seconds(20)); });
-  for (int i = 0; i < 500 && calls.waiting() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
-  EXPECT_EQ(calls.waiting(), 1) << "the third client's call waits for a slot";
+  for (int i = 0; i < 500 && calls.waiting() == others_waiting; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(calls.waiting(), others_waiting + 1) << "the fourth client's call waits for a slot";
   absl::SleepFor(absl::Milliseconds(200));
   const absl::Time left = absl::Now();
   a.reset();  // its 8 calls end
