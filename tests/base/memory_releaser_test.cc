@@ -197,15 +197,17 @@ TEST(ReleaseFreeMemoryTest, ReturnsMostOfABurstAfterItIsFreed) {
   const uint64_t freed = ResidentBytes();
   ReleaseFreeMemory();
   const uint64_t released = ResidentBytes();
-  // glibc may keep the top of each thread's heap (up to 64 MB per thread, see
-  // allocator.h; 110 MB of this burst here); what is asked is that the release
-  // returns a good part of what the free kept, and that most of the burst goes.
+  // glibc keeps the top of each thread's heap (up to 64 MB per arena, see
+  // allocator.h) until a large free in that arena: malloc_trim alone left 110
+  // MB of this burst here. The release frees a block in every arena, so the
+  // tops go too: all but 32 MB of the burst.
   EXPECT_GE(freed, released + (64u << 20))
       << "MB: before " << (before >> 20) << " peak " << (peak >> 20) << " after free "
       << (freed >> 20) << " after release " << (released >> 20);
-  EXPECT_LT(released, before + (peak - before) * 6 / 10)
+  EXPECT_LT(released, before + (32u << 20))
       << "MB: before " << (before >> 20) << " peak " << (peak >> 20) << " after free "
       << (freed >> 20) << " after release " << (released >> 20);
+  KeepArenaTops();
 }
 
 }  // namespace
