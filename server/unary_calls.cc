@@ -110,54 +110,45 @@ absl::Status UnaryCalls::LimitStatus(const std::string& peer, int mine, Limit* l
       max_calls_, "); try again later"));
 }
 
-absl::Status UnaryCalls::Admit(const std::string& peer, Limit* limit) {
-  bool first = false;
-  {
-    absl::MutexLock lock(&mu_);
-    Peer& p = peers_[peer];
-    if (!MayTake(p)) {
-      absl::Status status = LimitStatus(peer, p.calls, limit);
-      EraseIfIdle(peer);
-      return status;
-    }
-    ++p.calls;
-    first = total_++ == 0;
-  }
-  if (first && on_busy_) on_busy_(true);
-  return absl::OkStatus();
-}
-
 UnaryCalls::Admission UnaryCalls::AdmitOrWait(const std::string& peer, Waiter* waiter,
                                               Limit* limit, absl::Status* status) {
   bool first = false;
   {
     absl::MutexLock lock(&mu_);
     Peer& p = peers_[peer];
-    if (p.waiting.empty() && MayTake(p)) {
-      ++p.calls;
-      first = total_++ == 0;
-    } else {
-      *status = LimitStatus(peer, p.calls, limit);
-      if (waiting_ >= max_waiting_) {
-        *status = absl::Status(
-            status->code(),
-            absl::StrCat(status->message(), ", and ", waiting_,
-                         " calls wait already (ServiceOptions.max_waiting_unary_calls = ",
-                         max_waiting_, ")"));
-        EraseIfIdle(peer);
-        return Admission::kRefused;
-      }
-      waiter->pos_ = p.waiting.insert(p.waiting.end(), waiter);
-      waiter->all_pos_ = all_waiting_.insert(all_waiting_.end(), waiter);
-      waiter->peer_ = &peers_.find(peer)->first;
-      waiter->deadline_ = absl::Now() + wait_timeout_;
-      waiter->queued_ = true;
-      if (++waiting_ == 1) waiters_changed_.Signal();
-      return Admission::kWaiting;
-    }
+    if (!p.waiting.empty() || !MayTake(p)) return Queue(peer, p, waiter, limit, status);
+    ++p.calls;
+    first = total_++ == 0;
   }
   if (first && on_busy_) on_busy_(true);
   return Admission::kAdmitted;
+}
+
+UnaryCalls::Admission UnaryCalls::Queue(const std::string& peer, Peer& p, Waiter* waiter,
+                                        Limit* limit, absl::Status* status) {
+  if (p.waiting.empty() || !MayTake(p)) {
+    *status = LimitStatus(peer, p.calls, limit);
+  } else {
+    // Behind its own address's waiting calls, which go first.
+    *limit = Limit::kMaxUnaryCallsPerPeer;
+    *status = absl::ResourceExhaustedError(absl::StrCat(
+        "client ", peer, " has ", p.waiting.size(), " calls waiting for a slot ahead of this one"));
+  }
+  if (waiting_ >= max_waiting_) {
+    *status = absl::Status(
+        status->code(), absl::StrCat(status->message(), ", and ", waiting_,
+                                     " calls wait already (ServiceOptions.max_waiting_unary_calls = ",
+                                     max_waiting_, ")"));
+    EraseIfIdle(peer);
+    return Admission::kRefused;
+  }
+  waiter->pos_ = p.waiting.insert(p.waiting.end(), waiter);
+  waiter->all_pos_ = all_waiting_.insert(all_waiting_.end(), waiter);
+  waiter->peer_ = &peers_.find(peer)->first;
+  waiter->deadline_ = absl::Now() + wait_timeout_;
+  waiter->queued_ = true;
+  if (++waiting_ == 1) waiters_changed_.Signal();
+  return Admission::kWaiting;
 }
 
 bool UnaryCalls::StopWaiting(const std::string& peer, Waiter* waiter) {

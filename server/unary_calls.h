@@ -75,11 +75,8 @@ class UnaryCalls {
   // Joins the thread. REQUIRES: no call waits.
   ~UnaryCalls();
 
-  // Counts a call from `peer` (a client address without its port), or
-  // refuses it with RESOURCE_EXHAUSTED naming the limit (and *limit).
-  // Never queues. Thread-safe.
-  absl::Status Admit(const std::string& peer, Limit* limit);
-  // Counts a call from `peer` (kAdmitted), or queues `waiter` (kWaiting:
+  // Counts a call from `peer` (a client address without its port;
+  // kAdmitted), or queues `waiter` (kWaiting:
   // *limit and *status say which limit it waits on, the status to end it
   // with if it waits too long), or refuses it when max_waiting calls wait
   // already (kRefused: *limit, *status). An address with calls waiting
@@ -89,8 +86,7 @@ class UnaryCalls {
   // Takes `waiter` out of `peer`'s queue: true if it was still waiting (it
   // will not be admitted), false if it was admitted or taken out already.
   bool StopWaiting(const std::string& peer, Waiter* waiter);
-  // REQUIRES: a call admitted from `peer` (by Admit, AdmitOrWait, or
-  // Admitted). May admit a waiting call (its Admitted() runs here).
+  // REQUIRES: a call admitted from `peer` (by AdmitOrWait, or Admitted). May admit a waiting call (its Admitted() runs here).
   void Release(const std::string& peer);
 
   int inflight() const;
@@ -111,6 +107,9 @@ class UnaryCalls {
   // The refusal for a call from `peer` (which has `mine` calls) over a limit.
   absl::Status LimitStatus(const std::string& peer, int mine, Limit* limit) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AdmitOrWait's call that cannot be admitted now: queued, or refused.
+  Admission Queue(const std::string& peer, Peer& p, Waiter* waiter, Limit* limit,
+                  absl::Status* status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes the first waiter of `p` and counts it. REQUIRES: one waits.
   Waiter* AdmitFirst(Peer& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes `w` out of both queues. REQUIRES: queued.

@@ -9,7 +9,8 @@
 //    window (ServiceOptions.stream_window_bytes) of its request; over
 //    max_waiting_unary_calls waiting, it is refused at once;
 // 2. the request is read with a deadline: a message not whole
-//    ServiceOptions.read_stall_timeout after the call arrived ends the call
+//    ServiceOptions.read_stall_timeout after the call was admitted (for a
+//    call that waited, after it got its slot) ends the call
 //    (RESOURCE_EXHAUSTED, read_stall_timeout), and what gRPC held of it goes;
 // 3. the message is checked against its method's limit (request_limits.h)
 //    before it is parsed: over it, RESOURCE_EXHAUSTED naming the method and

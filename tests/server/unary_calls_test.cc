@@ -41,6 +41,7 @@ TEST(UnaryCallsTest, CallsOverAnAddressCapWaitInOrderForThatAddressSlots) {
   EXPECT_EQ(limit, Limit::kMaxUnaryCallsPerPeer);
   EXPECT_TRUE(absl::StrContains(status.message(), "max_unary_calls_per_peer")) << status;
   EXPECT_EQ(calls.AdmitOrWait("a", &w[3], &limit, &status), Admission::kWaiting);
+  EXPECT_TRUE(absl::StrContains(status.message(), "max_unary_calls_per_peer")) << status;
   EXPECT_EQ(calls.waiting(), 2);
   // Another address is not held up by a's.
   TestWaiter other;

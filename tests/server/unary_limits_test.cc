@@ -53,12 +53,12 @@ class UnaryLimitsTest : public ::testing::Test {
     return stub->GetStats(&context, v1::GetStatsRequest(), &stats);
   }
 
-  // Opens `calls` GetStats calls on a connection from 127.0.0.2 that never
-  // lets the server send an answer's body, and pumps it for a while.
-  std::unique_ptr<H2RawConnection> Unread(int calls) {
+  // Starts `calls` GetStats calls on a new connection from `source` that
+  // never lets the server send an answer's body (null if it cannot connect).
+  std::unique_ptr<H2RawConnection> StartUnread(const char* source, int calls) {
     H2RawOptions o;
     o.port = server_->port();
-    o.source_address = "127.0.0.2";
+    o.source_address = source;
     o.receive_window = 0;
     absl::StatusOr<std::unique_ptr<H2RawConnection>> conn = H2RawConnection::Connect(o);
     EXPECT_TRUE(conn.ok()) << conn.status();
@@ -68,10 +68,17 @@ class UnaryLimitsTest : public ::testing::Test {
       const uint32_t stream = (*conn)->StartCall("/sophon.v1.SampleService/GetStats", false);
       (*conn)->SendData(stream, empty_request, /*end_stream=*/true);
     }
-    const absl::Time until = absl::Now() + absl::Seconds(2);
-    while (absl::Now() < until && (*conn)->Pump(absl::Milliseconds(20)).ok()) {
-    }
     return *std::move(conn);
+  }
+
+  // StartUnread from 127.0.0.2, then pumps the connection for a while.
+  std::unique_ptr<H2RawConnection> Unread(int calls) {
+    std::unique_ptr<H2RawConnection> conn = StartUnread("127.0.0.2", calls);
+    if (conn == nullptr) return nullptr;
+    const absl::Time until = absl::Now() + absl::Seconds(2);
+    while (absl::Now() < until && conn->Pump(absl::Milliseconds(20)).ok()) {
+    }
+    return conn;
   }
 
   uint64_t Refused(const std::string& limit) {
@@ -147,26 +154,17 @@ TEST_F(UnaryLimitsTest, AWaitingCallIsAnsweredWhenASlotFrees) {
   StartServer(/*max_waiting=*/16384, /*wait=*/absl::Seconds(30));
   std::unique_ptr<H2RawConnection> a = Unread(8);
   ASSERT_NE(a, nullptr);
-  H2RawOptions o;
-  o.port = server_->port();
-  o.receive_window = 0;
-  const std::string empty_request = H2RawConnection::GrpcPrefix(0);
   std::vector<std::unique_ptr<H2RawConnection>> others;
   UnaryCalls& calls = server_->service()->unary_calls();
   for (const char* source : {"127.0.0.3", "127.0.0.4"}) {
-    o.source_address = source;
-    absl::StatusOr<std::unique_ptr<H2RawConnection>> conn = H2RawConnection::Connect(o);
-    ASSERT_TRUE(conn.ok()) << conn.status();
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t stream = (*conn)->StartCall("/sophon.v1.SampleService/GetStats", false);
-      (*conn)->SendData(stream, empty_request, true);
-    }
+    std::unique_ptr<H2RawConnection> conn = StartUnread(source, 8);
+    ASSERT_NE(conn, nullptr);
     const int want = calls.inflight() + 1;
     for (int i = 0; i < 200 && calls.inflight() < want; ++i) {
-      (void)(*conn)->Pump(absl::Milliseconds(10));
+      (void)conn->Pump(absl::Milliseconds(10));
     }
-    for (int i = 0; i < 20; ++i) (void)(*conn)->Pump(absl::Milliseconds(10));
-    others.push_back(*std::move(conn));
+    for (int i = 0; i < 20; ++i) (void)conn->Pump(absl::Milliseconds(10));
+    others.push_back(std::move(conn));
   }
   ASSERT_EQ(calls.inflight(), 16);
   const int others_waiting = calls.waiting();  // what 127.0.0.3 and .4 asked past their shares
@@ -189,20 +187,10 @@ TEST_F(UnaryLimitsTest, TheServerWideCapHoldsAcrossAddresses) {
   StartServer(/*max_waiting=*/16384, /*wait=*/absl::Seconds(1));
   std::unique_ptr<H2RawConnection> a = Unread(8);
   ASSERT_NE(a, nullptr);
-  H2RawOptions o;
-  o.port = server_->port();
-  o.receive_window = 0;
-  const std::string empty_request = H2RawConnection::GrpcPrefix(0);
   std::vector<std::unique_ptr<H2RawConnection>> others;
   for (const char* source : {"127.0.0.3", "127.0.0.4"}) {
-    o.source_address = source;
-    absl::StatusOr<std::unique_ptr<H2RawConnection>> conn = H2RawConnection::Connect(o);
-    ASSERT_TRUE(conn.ok()) << conn.status();
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t stream = (*conn)->StartCall("/sophon.v1.SampleService/GetStats", false);
-      (*conn)->SendData(stream, empty_request, true);
-    }
-    others.push_back(*std::move(conn));
+    others.push_back(StartUnread(source, 8));
+    ASSERT_NE(others.back(), nullptr);
   }
   const absl::Time until = absl::Now() + absl::Seconds(2);
   while (absl::Now() < until) {
